@@ -1,0 +1,88 @@
+"""Incremental Server-Sent Events framing: parse byte chunks into events, and frame events.
+
+Chunk boundaries from the network fall anywhere (inside a line, inside a UTF-8 sequence, between
+``\\r`` and ``\\n``); the parser buffers until a blank line ends an event. Only ``event:`` and
+``data:`` fields matter here; comments (``: ping``) and ``id:``/``retry:`` are skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class SSEEvent:
+    event: str | None
+    data: bytes
+    #: The bytes of the event as received (line endings normalised to \\n), blank line included.
+    raw: bytes
+
+
+class SSEParser:
+    __slots__ = ("_buffer",)
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        buffer = self._buffer + chunk if self._buffer else chunk
+        if b"\r" in buffer:
+            buffer = buffer.replace(b"\r\n", b"\n")
+            # A lone trailing \r may be the first half of \r\n split across chunks.
+            keep_cr = buffer.endswith(b"\r")
+            if keep_cr:
+                buffer = buffer[:-1]
+            buffer = buffer.replace(b"\r", b"\n")
+            if keep_cr:
+                buffer += b"\r"
+        events: list[SSEEvent] = []
+        start = 0
+        while True:
+            end = buffer.find(b"\n\n", start)
+            if end < 0:
+                break
+            raw = buffer[start : end + 2]
+            start = end + 2
+            event = _parse_block(raw)
+            if event is not None:
+                events.append(event)
+        self._buffer = buffer[start:]
+        return events
+
+    def finish(self) -> list[SSEEvent]:
+        """Flush an event the stream ended without a blank line after (tolerated by clients)."""
+        rest, self._buffer = self._buffer.rstrip(b"\r"), b""
+        if rest.strip():
+            event = _parse_block(rest + b"\n\n")
+            if event is not None:
+                return [event]
+        return []
+
+    @property
+    def pending(self) -> bytes:
+        return self._buffer
+
+
+def _parse_block(raw: bytes) -> SSEEvent | None:
+    name: str | None = None
+    data_lines: list[bytes] = []
+    for line in raw.split(b"\n"):
+        if not line or line.startswith(b":"):
+            continue
+        field, _, value = line.partition(b":")
+        if value.startswith(b" "):
+            value = value[1:]
+        if field == b"data":
+            data_lines.append(value)
+        elif field == b"event":
+            name = value.decode("utf-8", "replace")
+    if name is None and not data_lines:
+        return None
+    return SSEEvent(name, b"\n".join(data_lines), raw)
+
+
+def frame(data: bytes, event: str | None = None) -> bytes:
+    """One SSE event: ``event:`` line when named, one ``data:`` line (``data`` holds no newline)."""
+    if event is None:
+        return b"data: " + data + b"\n\n"
+    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"

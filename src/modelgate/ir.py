@@ -1,0 +1,243 @@
+"""The internal representation every wire format translates through.
+
+Plain typed values only: no wire format imports another, each one decodes into these types and
+encodes out of them. Same-dialect traffic never builds these (it is relayed as bytes); they exist
+for translation and for the built-in simulator.
+
+Invariants:
+- Token counts are integers >= 0. ``Usage.input_tokens`` excludes cache reads and writes, as in
+  the Messages format; ``Usage.total_input`` adds them back.
+- Tool-call ids are kept verbatim across formats (``toolu_...``, ``call_...``): the same string is
+  the Messages ``tool_use.id``, the Chat ``tool_calls[].id`` and the Responses ``call_id``.
+- Tool-call ``input`` is always a JSON object (a ``dict``); the Chat/Responses ``arguments``
+  string is parsed on the way in and dumped on the way out.
+- A stream is ``Start, (BlockStart, Delta*, BlockStop)*, Finish`` or ends early with ``StreamError``.
+  Block indexes count from 0 in the order blocks start; only one block is open at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+
+class StopReason(StrEnum):
+    """Why generation ended; the Messages vocabulary, mapped per format (reference §4.7)."""
+
+    END_TURN = "end_turn"
+    MAX_TOKENS = "max_tokens"
+    STOP_SEQUENCE = "stop_sequence"
+    TOOL_USE = "tool_use"
+    PAUSE_TURN = "pause_turn"
+    REFUSAL = "refusal"
+    CONTEXT_WINDOW = "model_context_window_exceeded"
+
+
+@dataclass(slots=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def total_input(self) -> int:
+        return self.input_tokens + self.cache_creation_input_tokens + self.cache_read_input_tokens
+
+
+# ---------------------------------------------------------------------------------------------
+# Request side
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TextPart:
+    text: str
+    type: Literal["text"] = "text"
+
+
+@dataclass(slots=True)
+class ImagePart:
+    """An image either inline (``data`` base64 with ``media_type``) or by ``url``."""
+
+    media_type: str | None = None
+    data: str | None = None
+    url: str | None = None
+    type: Literal["image"] = "image"
+
+
+@dataclass(slots=True)
+class DocumentPart:
+    """A document: base64 PDF (``media_type`` + ``data``), plain text (``text``) or ``url``."""
+
+    media_type: str | None = None
+    data: str | None = None
+    text: str | None = None
+    url: str | None = None
+    filename: str | None = None
+    type: Literal["document"] = "document"
+
+
+@dataclass(slots=True)
+class ToolUsePart:
+    id: str
+    name: str
+    input: dict[str, Any]
+    type: Literal["tool_use"] = "tool_use"
+
+
+@dataclass(slots=True)
+class ToolResultPart:
+    tool_use_id: str
+    content: list[TextPart | ImagePart] = field(default_factory=list)
+    is_error: bool = False
+    type: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(slots=True)
+class ThinkingPart:
+    thinking: str
+    signature: str | None = None
+    type: Literal["thinking"] = "thinking"
+
+
+@dataclass(slots=True)
+class RedactedThinkingPart:
+    data: str
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+
+
+Part = TextPart | ImagePart | DocumentPart | ToolUsePart | ToolResultPart | ThinkingPart | RedactedThinkingPart
+
+
+@dataclass(slots=True)
+class Message:
+    """One conversation turn. ``system`` turns appear only mid-conversation (Claude Code)."""
+
+    role: Literal["user", "assistant", "system"]
+    content: list[Part]
+
+
+@dataclass(slots=True)
+class Tool:
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+
+
+@dataclass(slots=True)
+class ToolChoice:
+    """``auto`` | ``any`` (Chat ``required``) | ``none`` | ``tool`` (with ``name``)."""
+
+    type: Literal["auto", "any", "none", "tool"] = "auto"
+    name: str | None = None
+    disable_parallel: bool = False
+
+
+@dataclass(slots=True)
+class Request:
+    model: str
+    messages: list[Message]
+    max_tokens: int | None = None
+    system: list[str] = field(default_factory=list)
+    stream: bool = False
+    tools: list[Tool] = field(default_factory=list)
+    tool_choice: ToolChoice | None = None
+    stop_sequences: list[str] = field(default_factory=list)
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    user: str | None = None
+    reasoning_effort: str | None = None
+    #: ``{"type": "json_schema", "name": ..., "schema": {...}}`` or ``{"type": "json_object"}``.
+    response_format: dict[str, Any] | None = None
+    #: The client asked for usage in the stream (Chat ``stream_options.include_usage``).
+    include_usage: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# Response side
+# ---------------------------------------------------------------------------------------------
+
+OutputPart = TextPart | ToolUsePart | ThinkingPart | RedactedThinkingPart
+
+
+@dataclass(slots=True)
+class Response:
+    id: str
+    model: str
+    content: list[OutputPart]
+    stop_reason: StopReason
+    usage: Usage
+    stop_sequence: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Stream events
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Start:
+    id: str
+    model: str
+    usage: Usage
+
+
+@dataclass(slots=True)
+class BlockStart:
+    index: int
+    kind: Literal["text", "tool_use", "thinking", "redacted_thinking"]
+    tool_id: str | None = None
+    tool_name: str | None = None
+    #: For ``redacted_thinking`` only: the opaque data, which has no deltas.
+    data: str | None = None
+
+
+@dataclass(slots=True)
+class TextDelta:
+    index: int
+    text: str
+
+
+@dataclass(slots=True)
+class ToolArgsDelta:
+    index: int
+    partial_json: str
+
+
+@dataclass(slots=True)
+class ThinkingDelta:
+    index: int
+    thinking: str
+
+
+@dataclass(slots=True)
+class SignatureDelta:
+    index: int
+    signature: str
+
+
+@dataclass(slots=True)
+class BlockStop:
+    index: int
+
+
+@dataclass(slots=True)
+class Finish:
+    stop_reason: StopReason
+    usage: Usage
+    stop_sequence: str | None = None
+
+
+@dataclass(slots=True)
+class StreamError:
+    """Something failed after the stream began; ``kind`` is a key of ``errors.ERROR_KINDS``."""
+
+    kind: str
+    message: str
+
+
+Event = Start | BlockStart | TextDelta | ToolArgsDelta | ThinkingDelta | SignatureDelta | BlockStop | Finish | StreamError
