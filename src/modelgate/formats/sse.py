@@ -14,7 +14,7 @@ from dataclasses import dataclass
 class SSEEvent:
     event: str | None
     data: bytes
-    #: The bytes of the event as received (line endings normalised to \\n), blank line included.
+    #: The bytes of the event as received (line endings normalised to LF), blank line included.
     raw: bytes
 
 
