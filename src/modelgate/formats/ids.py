@@ -1,0 +1,62 @@
+"""Id minting for every wire format.
+
+Ids only need to be unique and shaped like the real APIs' ids (prefix + opaque tail); they are not
+secrets, so a fast non-cryptographic source is fine. ``os.urandom`` plus a table lookup keeps each
+call to about a microsecond.
+"""
+
+from __future__ import annotations
+
+import os
+
+_BASE62 = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+# 256 % 62 != 0, so a plain modulo is slightly biased; irrelevant for ids.
+_TABLE = bytes(_BASE62[i % 62] for i in range(256))
+
+
+def _base62(n: int) -> str:
+    return os.urandom(n).translate(_TABLE).decode("ascii")
+
+
+def _hex(n_chars: int) -> str:
+    return os.urandom((n_chars + 1) // 2).hex()[:n_chars]
+
+
+def new_message_id() -> str:
+    """Messages ``msg_…`` (24 base62 chars, like ``msg_01XFDUDYJgAACzvnptvVoYEL``)."""
+    return "msg_01" + _base62(22)
+
+
+def new_tool_use_id() -> str:
+    """Messages ``toolu_…``."""
+    return "toolu_01" + _base62(22)
+
+
+def new_chat_id() -> str:
+    """Chat Completions ``chatcmpl-…``."""
+    return "chatcmpl-" + _base62(29)
+
+
+def new_call_id() -> str:
+    """Chat/Responses tool-call ``call_…``."""
+    return "call_" + _base62(24)
+
+
+def new_response_id() -> str:
+    """Responses ``resp_…`` (hex, as the real API)."""
+    return "resp_" + _hex(48)
+
+
+def new_function_call_item_id() -> str:
+    """Responses ``function_call`` output item ``fc_…``."""
+    return "fc_" + _hex(48)
+
+
+def new_output_message_id() -> str:
+    """Responses ``message`` output item ``msg_…`` (hex, unlike the Messages ``msg_01…``)."""
+    return "msg_" + _hex(48)
+
+
+def new_request_id() -> str:
+    """Gateway request id ``req_…`` (sent as ``request-id`` / ``x-request-id``)."""
+    return "req_" + _base62(24)
