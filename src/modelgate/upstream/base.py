@@ -1,0 +1,108 @@
+"""The provider interface: send one request in a dialect, get back one reply of any status.
+
+Providers do no retrying and no error mapping: they report what happened (a reply with a status,
+or a transport failure raised as one of the exceptions below). The router decides what to do.
+An in-process provider (the simulator) implements the same two protocols without HTTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from modelgate import errors
+from modelgate.upstream.config import DeploymentConfig
+
+Dialect = Literal["messages", "chat", "responses"]
+
+
+class UpstreamReply(Protocol):
+    """One upstream response (or in-process equivalent). Owned by whoever holds it: it must be
+    closed, and ``close`` is the way to abandon it (it aborts the connection if unread)."""
+
+    status: int
+    #: Lower-case header names.
+    headers: Mapping[str, str]
+
+    async def read(self) -> bytes:
+        """The whole body, within the provider's total timeout."""
+        ...
+
+    def iter_chunks(self) -> AsyncIterator[bytes]:
+        """Body bytes as they arrive. Raises ``IdleTimeout`` when no byte arrives within the idle
+        timeout, ``UpstreamTimeout`` past the total timeout, ``StreamBroken`` on a reset or a
+        malformed transfer."""
+        ...
+
+    async def close(self) -> None:
+        """Idempotent. Aborts the underlying connection when the body was not fully read."""
+        ...
+
+
+class Provider(Protocol):
+    name: str
+    kind: str
+    dialects: frozenset[Dialect]
+
+    async def send(
+        self,
+        dialect: Dialect,
+        body: bytes,
+        *,
+        stream: bool,
+        client_headers: Mapping[str, str],
+        path_suffix: str = "",
+    ) -> UpstreamReply:
+        """Send ``body`` to the dialect's endpoint (``path_suffix`` "/count_tokens" selects the
+        Messages token counter). Returns replies of any status; raises ``ConnectFailed``,
+        ``ConnectTimeout``, ``FirstByteTimeout`` or ``UpstreamFailed`` when no reply came."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+@runtime_checkable
+class Redacts(Protocol):
+    """Optional: a provider holding secrets removes them (and its address) from upstream text
+    before the text can reach a client or a log."""
+
+    def redact(self, text: str) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """Runtime form of ``DeploymentConfig``; hashable, so it keys health state. Two gateway
+    models served by the same provider + upstream model share health, as they share the fault."""
+
+    provider: str
+    upstream_model: str
+    weight: int = 1
+
+    @classmethod
+    def from_config(cls, config: DeploymentConfig) -> Deployment:
+        return cls(config.provider, config.upstream_model, config.weight)
+
+
+# Transport failures. Subclasses of the gateway's error kinds, so an unmapped one still renders
+# correctly, but distinct so the router can tell a refused connection from a reset one.
+
+
+class ConnectFailed(errors.UpstreamFailed):
+    """No connection could be made (refused, DNS, TLS). Nothing reached the upstream."""
+
+
+class ConnectTimeout(errors.UpstreamTimeout):
+    """No connection within the connect timeout (includes waiting for a pool slot)."""
+
+
+class FirstByteTimeout(errors.UpstreamTimeout):
+    """Connected and sent, but no response headers within the first-byte timeout."""
+
+
+class IdleTimeout(errors.UpstreamTimeout):
+    """The body stalled for longer than the idle timeout."""
+
+
+class StreamBroken(errors.UpstreamFailed):
+    """The connection was reset or the transfer was malformed while reading the body."""

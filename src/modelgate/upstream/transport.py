@@ -1,0 +1,219 @@
+"""HTTP transport for upstream providers: one pooled aiohttp session per provider.
+
+aiohttp was chosen over httpx by measurement (bench/http_clients.py: for 50-chunk SSE streams it
+served 4-10x the requests/s at 5-10x less client CPU per request). Each provider gets one
+long-lived ``ClientSession`` whose ``TCPConnector(limit=max_concurrency)`` is the per-provider
+concurrency cap: requests beyond it wait for a pooled connection (bounded by the connect timeout).
+
+All deadlines use the event loop's monotonic clock. ``total`` is measured from the moment
+``request`` is called, and bounds header wait, body reads and every idle gap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from modelgate import errors
+from modelgate.upstream.base import (
+    ConnectFailed,
+    ConnectTimeout,
+    Dialect,
+    FirstByteTimeout,
+    IdleTimeout,
+    StreamBroken,
+)
+from modelgate.upstream.config import ProviderConfig, TimeoutConfig
+
+#: Read errors that mean the connection broke or the transfer was malformed.
+_BROKEN = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError)
+
+
+class HttpReply:
+    """``UpstreamReply`` over an aiohttp response; see base.UpstreamReply for the contract."""
+
+    __slots__ = ("_deadline", "_done", "_idle", "_label", "_response", "headers", "status")
+
+    def __init__(self, response: aiohttp.ClientResponse, *, idle: float, deadline: float, label: str) -> None:
+        self._response = response
+        self._idle = idle
+        self._deadline = deadline
+        self._label = label
+        # True once the body was read to EOF (connection reusable) or the reply was closed.
+        self._done = False
+        self.status: int = response.status
+        self.headers: Mapping[str, str] = {k.lower(): v for k, v in response.headers.items()}
+
+    def _remaining(self) -> float:
+        return self._deadline - asyncio.get_running_loop().time()
+
+    async def read(self) -> bytes:
+        remaining = self._remaining()
+        try:
+            async with asyncio.timeout(max(remaining, 0.0)):
+                body = await self._response.read()
+        except TimeoutError:
+            raise errors.UpstreamTimeout(f"upstream {self._label} exceeded its total timeout") from None
+        except _BROKEN as exc:
+            raise StreamBroken(f"upstream {self._label} connection broke: {type(exc).__name__}") from None
+        self._done = True
+        return body
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        content = self._response.content
+        while True:
+            remaining = self._remaining()
+            wait = min(self._idle, max(remaining, 0.0))
+            try:
+                async with asyncio.timeout(wait):
+                    chunk = await content.readany()
+            except TimeoutError:
+                if wait < self._idle:
+                    raise errors.UpstreamTimeout(
+                        f"upstream {self._label} exceeded its total timeout"
+                    ) from None
+                raise IdleTimeout(
+                    f"upstream {self._label} sent nothing for {self._idle:g}s mid-response"
+                ) from None
+            except _BROKEN as exc:
+                raise StreamBroken(
+                    f"upstream {self._label} connection broke mid-response: {type(exc).__name__}"
+                ) from None
+            if not chunk:
+                self._done = True
+                return
+            yield chunk
+
+    async def close(self) -> None:
+        if self._done:
+            self._response.release()
+            return
+        self._done = True
+        # Closing (not releasing) drops the connection: the upstream sees the disconnect and stops
+        # generating, instead of us draining a stream nobody will read.
+        self._response.close()
+
+
+class HttpClient:
+    """One provider's connection pool. Created by the provider, closed by ``aclose``."""
+
+    def __init__(self, *, label: str, timeouts: TimeoutConfig, max_concurrency: int) -> None:
+        self._label = label
+        self._timeouts = timeouts
+        self._max_concurrency = max_concurrency
+        # Created on first use: a ClientSession must be created inside the running event loop.
+        self._session: aiohttp.ClientSession | None = None
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self._max_concurrency, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=30
+            )
+            timeout = aiohttp.ClientTimeout(
+                total=None,
+                connect=self._timeouts.connect,
+                sock_connect=self._timeouts.connect,
+                sock_read=None,
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=timeout, auto_decompress=True, raise_for_status=False
+            )
+        return self._session
+
+    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> HttpReply:
+        loop = asyncio.get_running_loop()
+        timeouts = self._timeouts
+        deadline = loop.time() + timeouts.total
+        session = self._get_session()
+        try:
+            async with asyncio.timeout(min(timeouts.first_byte, timeouts.total)):
+                response = await session.post(url, data=body, headers=dict(headers))
+        except aiohttp.ConnectionTimeoutError:
+            raise ConnectTimeout(
+                f"upstream {self._label}: no connection within {timeouts.connect:g}s"
+            ) from None
+        except aiohttp.ClientConnectorError as exc:
+            # str(exc) names host and port; keep only the OS reason.
+            reason = exc.os_error.strerror or type(exc.os_error).__name__
+            raise ConnectFailed(f"upstream {self._label}: cannot connect ({reason})") from None
+        except TimeoutError:
+            raise FirstByteTimeout(
+                f"upstream {self._label}: no response within {timeouts.first_byte:g}s"
+            ) from None
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            raise errors.UpstreamFailed(
+                f"upstream {self._label}: connection failed before a response ({type(exc).__name__})"
+            ) from None
+        return HttpReply(response, idle=timeouts.idle, deadline=deadline, label=self._label)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class HttpProvider:
+    """Base of the HTTP provider kinds: URL per dialect, credentials, header policy, redaction.
+
+    Subclasses set ``kind``, ``dialects``, ``_paths`` and ``_suffixes`` and add their own
+    headers in ``_headers``. Client credentials are never forwarded: subclasses copy only the
+    client headers they name, and the provider's own credential is always set last.
+    """
+
+    kind: str
+    dialects: frozenset[Dialect]
+    _paths: Mapping[Dialect, str]
+    #: Allowed ``path_suffix`` values per dialect ("" is always allowed).
+    _suffixes: Mapping[Dialect, frozenset[str]] = {}
+
+    def __init__(self, config: ProviderConfig, api_key: str | None) -> None:
+        base = config.resolved_base_url()
+        if base is None:
+            raise ValueError(f"provider {config.name!r}: base_url is required")
+        base = base.rstrip("/")
+        self._base_url = base.removesuffix("/v1")
+        self.name = config.name
+        self._config = config
+        self._api_key = api_key
+        self._client = HttpClient(
+            label=repr(config.name), timeouts=config.timeouts, max_concurrency=config.max_concurrency
+        )
+        # Strings that must never leave the gateway in upstream text: the key and our address.
+        host = urlsplit(self._base_url).netloc
+        self._secrets = tuple(s for s in (api_key, self._base_url, host) if s)
+
+    def _headers(self, stream: bool, client_headers: Mapping[str, str]) -> dict[str, str]:
+        headers = {k.lower(): v for k, v in self._config.headers.items()}
+        headers["content-type"] = "application/json"
+        headers["accept"] = "text/event-stream" if stream else "application/json"
+        # Compressed SSE would be buffered by the compressor; ask for identity on streams.
+        headers["accept-encoding"] = "identity" if stream else "gzip, deflate"
+        headers["user-agent"] = "modelgate"
+        return headers
+
+    async def send(
+        self,
+        dialect: Dialect,
+        body: bytes,
+        *,
+        stream: bool,
+        client_headers: Mapping[str, str],
+        path_suffix: str = "",
+    ) -> HttpReply:
+        if dialect not in self.dialects:
+            raise ValueError(f"provider {self.name!r} ({self.kind}) does not speak {dialect!r}")
+        if path_suffix and path_suffix not in self._suffixes.get(dialect, frozenset()):
+            raise ValueError(f"provider {self.name!r}: no {dialect!r} endpoint {path_suffix!r}")
+        url = self._base_url + self._paths[dialect] + path_suffix
+        return await self._client.post(url, body, self._headers(stream, client_headers))
+
+    def redact(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "[redacted]")
+        return text
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
