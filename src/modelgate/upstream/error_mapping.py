@@ -11,7 +11,7 @@ import email.utils
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -60,15 +60,18 @@ class Failure:
         return "overloaded" in words.lower()
 
 
-def sanitise(text: str, secrets: tuple[str, ...] = ()) -> str:
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "[redacted]")
-    text = _SECRET_LIKE.sub("[redacted]", text)
+def _same(text: str) -> str:
+    return text
+
+
+def sanitise(text: str, redact: Callable[[str], str] = _same) -> str:
+    """``redact`` removes the provider's own secrets (key, base URL, host); anything else that
+    looks like an API key goes too."""
+    text = _SECRET_LIKE.sub("[redacted]", redact(text))
     return text[:_MAX_MESSAGE]
 
 
-def parse_error_body(body: bytes, secrets: tuple[str, ...] = ()) -> UpstreamError:
+def parse_error_body(body: bytes, redact: Callable[[str], str] = _same) -> UpstreamError:
     """Anthropic ``{"type":"error","error":{type,message}}``, OpenAI ``{"error":{message,type,
     param,code}}``, and the shapes compatible servers use (``{"error":"..."}``, ``{"detail":..}``,
     ``{"message":..}``). Non-JSON bodies yield no message (they are often proxy HTML pages)."""
@@ -88,7 +91,7 @@ def parse_error_body(body: bytes, secrets: tuple[str, ...] = ()) -> UpstreamErro
 
     def text(key: str) -> str | None:
         value = source.get(key)
-        return sanitise(value, secrets) if isinstance(value, str) and value else None
+        return sanitise(value, redact) if isinstance(value, str) and value else None
 
     message = text("message") or text("detail")
     return UpstreamError(message, type=text("type"), code=text("code"), param=text("param"))

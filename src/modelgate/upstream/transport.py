@@ -130,7 +130,7 @@ class HttpClient:
         session = self._get_session()
         try:
             async with asyncio.timeout(min(timeouts.first_byte, timeouts.total)):
-                response = await session.post(url, data=body, headers=dict(headers))
+                response = await session.post(url, data=body, headers=dict(headers), allow_redirects=False)
         except aiohttp.ConnectionTimeoutError:
             raise ConnectTimeout(
                 f"upstream {self._label}: no connection within {timeouts.connect:g}s"

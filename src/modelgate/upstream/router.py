@@ -1,0 +1,251 @@
+"""Choose a deployment for a model, call it, and retry or fail over until a 2xx reply is open.
+
+Invariant: retries happen only inside ``Router.open``, i.e. before the first byte reaches the
+client. ``open`` returns an ``Attempt`` whose reply has a 2xx status and an unread body; from
+then on nothing is retried (a failure mid-stream becomes the format's in-band error event).
+
+Per attempt: weighted random choice among deployments not cooling down (preferring ones not yet
+tried by this request; if every deployment is cooling, the one whose cooldown ends first, so
+nothing is refused while something could work) -> ``build`` the body for that deployment's
+dialect -> send. Connect failures, timeouts before the headers, and 429/500/502/503/504/529 are
+retried (subject to ``max_attempts`` and the retry budget) after a full-jitter backoff, or after
+the upstream's ``retry-after`` when retrying the same deployment and it is within the cap. Other
+4xx are the request's fault: relayed at once, never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from modelgate import errors
+from modelgate.upstream.base import (
+    ConnectFailed,
+    Deployment,
+    Dialect,
+    Provider,
+    Redacts,
+    UpstreamReply,
+)
+from modelgate.upstream.config import RoutingConfig
+from modelgate.upstream.error_mapping import (
+    RETRYABLE_STATUSES,
+    Failure,
+    UpstreamError,
+    client_error,
+    credentials_rejected,
+    give_up_error,
+    parse_error_body,
+    retry_after_seconds,
+    sanitise,
+)
+from modelgate.upstream.health import DeploymentHealth, RetryBudget
+
+#: Returns the dialect and request body for one attempt on a deployment.
+BuildRequest = Callable[[Deployment, Provider], tuple[Dialect, bytes]]
+
+#: An error body is read only to extract its message; a stalled one must not hold a retry up.
+_ERROR_BODY_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The successful attempt: the reply is 2xx and unread; the caller must close it."""
+
+    deployment: Deployment
+    provider: Provider
+    dialect: Dialect
+    reply: UpstreamReply
+    #: How many attempts ``open`` made, this one included.
+    attempts: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentStatus:
+    """A deployment's health as reported on ``/health``."""
+
+    model: str
+    provider: str
+    upstream_model: str
+    consecutive_failures: int
+    cooling_for: float
+
+
+class Router:
+    def __init__(
+        self,
+        providers: Mapping[str, Provider],
+        deployments: Mapping[str, Sequence[Deployment]],
+        config: RoutingConfig,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        for model, deps in deployments.items():
+            for dep in deps:
+                if dep.provider not in providers:
+                    raise ValueError(f"deployments[{model!r}]: unknown provider {dep.provider!r}")
+        self._providers = dict(providers)
+        self._deployments = {model: tuple(deps) for model, deps in deployments.items()}
+        self._config = config
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random()
+        self._sleep = sleep
+        self._health = DeploymentHealth(
+            cooldown=config.cooldown, failures_to_cooldown=config.failures_to_cooldown, clock=clock
+        )
+        self._budget = RetryBudget(
+            ratio=config.retry_budget_ratio,
+            min_per_second=config.retry_budget_min_per_second,
+            window=config.retry_budget_window,
+            clock=clock,
+        )
+
+    @property
+    def health(self) -> DeploymentHealth:
+        return self._health
+
+    @property
+    def budget(self) -> RetryBudget:
+        return self._budget
+
+    def deployments_for(self, model: str) -> tuple[Deployment, ...]:
+        return self._deployments.get(model, ())
+
+    async def open(
+        self,
+        model: str,
+        build: BuildRequest,
+        *,
+        stream: bool,
+        client_headers: Mapping[str, str],
+        path_suffix: str = "",
+    ) -> Attempt:
+        candidates = self._deployments.get(model)
+        if not candidates:
+            raise errors.Unavailable(f"no upstream deployment is configured for model {model}")
+        self._budget.deposit()
+        tried: list[Deployment] = []
+        last: Failure | None = None
+        for attempt in range(1, self._config.max_attempts + 1):
+            deployment = self._choose(candidates, tried)
+            if last is not None:
+                same = deployment == tried[-1]
+                if same and last.retry_after is not None and last.retry_after > self._config.retry_after_cap:
+                    break  # the upstream asked for a longer pause than we hold a client for
+                if not self._budget.try_withdraw():
+                    break
+                await self._sleep(self._delay(attempt - 1, last, same))
+            tried.append(deployment)
+            provider = self._providers[deployment.provider]
+            dialect, body = build(deployment, provider)
+            outcome = await self._try(
+                deployment, provider, dialect, body, stream, client_headers, path_suffix
+            )
+            if isinstance(outcome, Failure):
+                last = outcome
+                continue
+            return Attempt(deployment, provider, dialect, outcome, attempt)
+        raise give_up_error(last, len(tried))
+
+    async def _try(
+        self,
+        deployment: Deployment,
+        provider: Provider,
+        dialect: Dialect,
+        body: bytes,
+        stream: bool,
+        client_headers: Mapping[str, str],
+        path_suffix: str,
+    ) -> UpstreamReply | Failure:
+        """One attempt: a 2xx reply, a retryable ``Failure``, or a raised non-retryable error."""
+        health = self._health
+        health.begin(deployment)
+        name = provider.name
+        try:
+            reply = await provider.send(
+                dialect, body, stream=stream, client_headers=client_headers, path_suffix=path_suffix
+            )
+        except ConnectFailed as exc:
+            health.failed(deployment)
+            return Failure("connect", name, note=exc.message)
+        except errors.UpstreamTimeout as exc:
+            health.failed(deployment)
+            return Failure("timeout", name, note=exc.message)
+        except errors.UpstreamFailed as exc:
+            health.failed(deployment)
+            return Failure("broken", name, note=exc.message)
+        except BaseException:
+            health.abandoned(deployment)
+            raise
+        status = reply.status
+        if 200 <= status < 300:
+            health.succeeded(deployment)
+            return reply
+        try:
+            detail = await self._error_detail(provider, reply)
+        except BaseException:
+            health.abandoned(deployment)
+            raise
+        finally:
+            await reply.close()
+        if status in RETRYABLE_STATUSES:
+            retry_after = retry_after_seconds(reply.headers)
+            hold = min(retry_after, self._config.cooldown) if retry_after is not None else None
+            health.failed(deployment, hold=hold)
+            return Failure("status", name, status=status, detail=detail, retry_after=retry_after)
+        if 400 <= status < 500:
+            if credentials_rejected(status, detail) or status == 402:
+                health.failed(deployment)
+            else:
+                health.succeeded(deployment)  # the upstream works; the request was refused
+            raise client_error(status, detail, name)
+        # 1xx/3xx/other 5xx: a misconfigured or broken upstream; another try will not help.
+        health.failed(deployment)
+        raise give_up_error(Failure("status", name, status=status, detail=detail), 1)
+
+    async def _error_detail(self, provider: Provider, reply: UpstreamReply) -> UpstreamError:
+        redact = provider.redact if isinstance(provider, Redacts) else sanitise
+        try:
+            async with asyncio.timeout(_ERROR_BODY_TIMEOUT):
+                raw = await reply.read()
+        except (errors.GatewayError, TimeoutError):
+            return UpstreamError(None)
+        return parse_error_body(raw, redact)
+
+    def _choose(self, candidates: Sequence[Deployment], tried: Sequence[Deployment]) -> Deployment:
+        available = [d for d in candidates if self._health.available(d)]
+        pool = [d for d in available if d not in tried] or available
+        if not pool:
+            return min(candidates, key=self._health.available_at)
+        if len(pool) == 1:
+            return pool[0]
+        return self._rng.choices(pool, weights=[d.weight for d in pool])[0]
+
+    def _delay(self, retry: int, last: Failure, same: bool) -> float:
+        if same and last.retry_after is not None:
+            return last.retry_after
+        ceiling = min(self._config.backoff_max, self._config.backoff_base * 2 ** (retry - 1))
+        return self._rng.uniform(0.0, ceiling)
+
+    def status(self) -> list[DeploymentStatus]:
+        now = self._clock()
+        return [
+            DeploymentStatus(
+                model,
+                dep.provider,
+                dep.upstream_model,
+                self._health.consecutive_failures(dep),
+                max(0.0, self._health.available_at(dep) - now),
+            )
+            for model, deps in self._deployments.items()
+            for dep in deps
+        ]
+
+    async def aclose(self) -> None:
+        """Close every provider (their connection pools)."""
+        for provider in self._providers.values():
+            await provider.aclose()
