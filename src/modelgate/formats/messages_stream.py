@@ -1,0 +1,456 @@
+"""Messages-format streaming: IR events -> SSE, upstream SSE -> IR events, and the passthrough tap.
+
+Also holds the small wire helpers (usage, stop reasons, error objects) that ``messages`` shares
+with the stream code. Grammar (reference §1.6): ``message_start``, then per block
+``content_block_start``/``_delta*``/``_stop``, ``message_delta``, ``message_stop``; ``ping`` and
+``error`` may appear anywhere and every event carries an ``event:`` line (clients need it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from modelgate import errors, ir
+from modelgate.formats.sse import SSEEvent, SSEParser, frame
+
+_STOP_REASONS = {r.value: r for r in ir.StopReason}
+
+#: Anthropic ``error.type`` -> internal error kind (in-band upstream errors).
+_KIND_BY_TYPE = {
+    "invalid_request_error": "invalid_request",
+    "authentication_error": "authentication",
+    "billing_error": "billing",
+    "permission_error": "permission",
+    "not_found_error": "not_found",
+    "request_too_large": "request_too_large",
+    "rate_limit_error": "rate_limit",
+    "api_error": "upstream_error",
+    "overloaded_error": "overloaded",
+    "timeout_error": "timeout",
+}
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def usage_json(usage: ir.Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+        "cache_read_input_tokens": usage.cache_read_input_tokens,
+    }
+
+
+def _count(value: Any) -> int:
+    return value if is_int(value) and value > 0 else 0
+
+
+def decode_usage(raw: Any, into: ir.Usage | None = None) -> ir.Usage:
+    """Merge a usage object into ``into``; absent keys keep their value (stream usage is cumulative)."""
+    usage = into if into is not None else ir.Usage()
+    if isinstance(raw, dict):
+        if raw.get("input_tokens") is not None:
+            usage.input_tokens = _count(raw["input_tokens"])
+        if raw.get("output_tokens") is not None:
+            usage.output_tokens = _count(raw["output_tokens"])
+        if raw.get("cache_creation_input_tokens") is not None:
+            usage.cache_creation_input_tokens = _count(raw["cache_creation_input_tokens"])
+        if raw.get("cache_read_input_tokens") is not None:
+            usage.cache_read_input_tokens = _count(raw["cache_read_input_tokens"])
+    return usage
+
+
+def _copy(usage: ir.Usage) -> ir.Usage:
+    return ir.Usage(
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_creation_input_tokens,
+        usage.cache_read_input_tokens,
+        usage.reasoning_tokens,
+    )
+
+
+def stop_reason_of(value: Any) -> ir.StopReason:
+    """A Messages ``stop_reason``; unknown or missing values read as ``end_turn``."""
+    return (
+        _STOP_REASONS.get(value, ir.StopReason.END_TURN) if isinstance(value, str) else ir.StopReason.END_TURN
+    )
+
+
+def error_object(kind: str, message: str, code: str | None = None) -> dict[str, Any]:
+    spec = errors.ERROR_KINDS.get(kind, errors.ERROR_KINDS["api_error"])
+    obj: dict[str, Any] = {"type": spec.messages_type, "message": message}
+    if code:
+        obj["details"] = {"error_code": code}
+    return obj
+
+
+def stream_error_from(error: Any) -> ir.StreamError:
+    """An upstream ``error`` object (``{"type","message"}``) as an IR stream error."""
+    if not isinstance(error, dict):
+        return ir.StreamError("upstream_error", "upstream stream error")
+    kind = _KIND_BY_TYPE.get(str(error.get("type")), "upstream_error")
+    return ir.StreamError(kind, str(error.get("message") or "upstream stream error"))
+
+
+def json_string_len(buf: bytes, start: int) -> int:
+    """Approximate character count of the JSON string whose body starts at ``buf[start]``.
+
+    Finds the closing unescaped quote without parsing; escapes count as one character each
+    (``\\uXXXX`` counts a few more), which is close enough for output-token estimates.
+    """
+    pos = start
+    while True:
+        end = buf.find(b'"', pos)
+        if end < 0:
+            return 0
+        back = end - 1
+        while back >= start and buf[back] == 0x5C:
+            back -= 1
+        if (end - 1 - back) % 2 == 0:
+            break
+        pos = end + 1
+    raw = buf[start:end]
+    n = len(raw) if raw.isascii() else len(raw.decode("utf-8", "replace"))
+    return n - raw.count(b"\\") + raw.count(b"\\\\") if b"\\" in raw else n
+
+
+# ---------------------------------------------------------------------------------------------
+# IR events -> Messages SSE (for the client)
+# ---------------------------------------------------------------------------------------------
+
+_DELTA_HEAD = b'event: content_block_delta\ndata: {"type":"content_block_delta","index":'
+_EMPTY_BLOCKS: dict[str, dict[str, Any]] = {
+    "text": {"type": "text", "text": ""},
+    "thinking": {"type": "thinking", "thinking": "", "signature": ""},
+}
+
+
+def _delta(index: int, kind: bytes, value: str) -> bytes:
+    return _DELTA_HEAD + str(index).encode() + b',"delta":{"type":"' + kind + orjson.dumps(value) + b"}}\n\n"
+
+
+def _block_stop(index: int) -> bytes:
+    return frame(b'{"type":"content_block_stop","index":' + str(index).encode() + b"}", "content_block_stop")
+
+
+class StreamEncoder:
+    """IR events -> Messages SSE bytes. Indexes are the IR block indexes (positions, from 0).
+
+    A ``Finish`` closes a block left open; after ``Finish`` or ``StreamError`` nothing more is sent.
+    """
+
+    __slots__ = ("_done", "_open")
+
+    def __init__(self, include_usage: bool = False) -> None:
+        # ``include_usage`` is a Chat notion; Messages streams always report usage.
+        self._open: int | None = None
+        self._done = False
+
+    def encode(self, event: ir.Event) -> bytes:
+        if self._done:
+            return b""
+        if isinstance(event, ir.TextDelta):
+            return _delta(event.index, b'text_delta","text":', event.text)
+        if isinstance(event, ir.ToolArgsDelta):
+            return _delta(event.index, b'input_json_delta","partial_json":', event.partial_json)
+        if isinstance(event, ir.ThinkingDelta):
+            return _delta(event.index, b'thinking_delta","thinking":', event.thinking)
+        if isinstance(event, ir.SignatureDelta):
+            return _delta(event.index, b'signature_delta","signature":', event.signature)
+        if isinstance(event, ir.BlockStart):
+            prefix = _block_stop(self._open) if self._open is not None else b""
+            self._open = event.index
+            if event.kind == "tool_use":
+                block: dict[str, Any] = {
+                    "type": "tool_use",
+                    "id": event.tool_id,
+                    "name": event.tool_name,
+                    "input": {},
+                }
+            elif event.kind == "redacted_thinking":
+                block = {"type": "redacted_thinking", "data": event.data or ""}
+            else:
+                block = _EMPTY_BLOCKS[event.kind]
+            data = {"type": "content_block_start", "index": event.index, "content_block": block}
+            return prefix + frame(orjson.dumps(data), "content_block_start")
+        if isinstance(event, ir.BlockStop):
+            self._open = None
+            return _block_stop(event.index)
+        if isinstance(event, ir.Start):
+            message: dict[str, Any] = {
+                "id": event.id,
+                "type": "message",
+                "role": "assistant",
+                "model": event.model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": usage_json(event.usage),
+            }
+            return frame(orjson.dumps({"type": "message_start", "message": message}), "message_start")
+        if isinstance(event, ir.Finish):
+            self._done = True
+            prefix = _block_stop(self._open) if self._open is not None else b""
+            data = {
+                "type": "message_delta",
+                "delta": {"stop_reason": event.stop_reason.value, "stop_sequence": event.stop_sequence},
+                "usage": usage_json(event.usage),
+            }
+            return (
+                prefix
+                + frame(orjson.dumps(data), "message_delta")
+                + frame(b'{"type":"message_stop"}', "message_stop")
+            )
+        self._done = True
+        payload = {"type": "error", "error": error_object(event.kind, event.message)}
+        return frame(orjson.dumps(payload), "error")
+
+    def ping(self) -> bytes:
+        return b'event: ping\ndata: {"type":"ping"}\n\n'
+
+
+# ---------------------------------------------------------------------------------------------
+# Upstream Messages SSE -> IR events (translation path)
+# ---------------------------------------------------------------------------------------------
+
+_BLOCK_KINDS = ("text", "tool_use", "thinking", "redacted_thinking")
+
+
+class StreamDecoder:
+    """Upstream Messages SSE bytes -> IR events.
+
+    Block indexes are renumbered: blocks the IR cannot carry (server-tool blocks, future types)
+    are skipped with their deltas, so IR indexes stay dense. Usage from ``message_start`` is
+    merged with each (cumulative) ``message_delta`` usage.
+    """
+
+    __slots__ = ("_done", "_index", "_next", "_parser", "_saw_delta", "_stop", "_stop_sequence", "_usage")
+
+    def __init__(self) -> None:
+        self._parser = SSEParser()
+        self._usage = ir.Usage()
+        self._stop: ir.StopReason | None = None
+        self._stop_sequence: str | None = None
+        #: Upstream index -> IR index, for blocks open right now.
+        self._index: dict[int, int] = {}
+        self._next = 0
+        self._saw_delta = False
+        self._done = False
+
+    def feed(self, chunk: bytes) -> list[ir.Event]:
+        out: list[ir.Event] = []
+        if self._done:
+            return out
+        for sse in self._parser.feed(chunk):
+            self._handle(sse, out)
+            if self._done:
+                break
+        return out
+
+    def finish(self) -> list[ir.Event]:
+        out: list[ir.Event] = []
+        if self._done:
+            return out
+        for sse in self._parser.finish():
+            self._handle(sse, out)
+        if not self._done:
+            if self._saw_delta:
+                # message_delta carries the stop reason; a missing message_stop loses nothing.
+                self._finish(out)
+            else:
+                self._done = True
+                out.append(ir.StreamError("upstream_error", "upstream stream ended early"))
+        return out
+
+    def _finish(self, out: list[ir.Event]) -> None:
+        out.extend(ir.BlockStop(i) for i in self._index.values())
+        self._index.clear()
+        self._done = True
+        stop = self._stop or ir.StopReason.END_TURN
+        out.append(ir.Finish(stop, _copy(self._usage), self._stop_sequence))
+
+    def _handle(self, sse: SSEEvent, out: list[ir.Event]) -> None:
+        if not sse.data:
+            return
+        try:
+            data = orjson.loads(sse.data)
+        except orjson.JSONDecodeError:
+            self._done = True
+            out.append(ir.StreamError("upstream_error", "upstream sent malformed JSON in its stream"))
+            return
+        if not isinstance(data, dict):
+            return
+        kind = data.get("type", sse.event)
+        if kind == "content_block_delta":
+            index = self._index.get(data.get("index", -1))
+            delta = data.get("delta")
+            if index is None or not isinstance(delta, dict):
+                return
+            dtype = delta.get("type")
+            if dtype == "text_delta":
+                out.append(ir.TextDelta(index, str(delta.get("text", ""))))
+            elif dtype == "input_json_delta":
+                out.append(ir.ToolArgsDelta(index, str(delta.get("partial_json", ""))))
+            elif dtype == "thinking_delta":
+                out.append(ir.ThinkingDelta(index, str(delta.get("thinking", ""))))
+            elif dtype == "signature_delta":
+                out.append(ir.SignatureDelta(index, str(delta.get("signature", ""))))
+        elif kind == "content_block_start":
+            self._block_start(data, out)
+        elif kind == "content_block_stop":
+            index = self._index.pop(data.get("index", -1), None)
+            if index is not None:
+                out.append(ir.BlockStop(index))
+        elif kind == "message_start":
+            message = data.get("message")
+            message = message if isinstance(message, dict) else {}
+            decode_usage(message.get("usage"), self._usage)
+            out.append(
+                ir.Start(str(message.get("id", "")), str(message.get("model", "")), _copy(self._usage))
+            )
+        elif kind == "message_delta":
+            self._saw_delta = True
+            delta = data.get("delta")
+            if isinstance(delta, dict):
+                if delta.get("stop_reason") is not None:
+                    self._stop = stop_reason_of(delta["stop_reason"])
+                sequence = delta.get("stop_sequence")
+                self._stop_sequence = sequence if isinstance(sequence, str) else None
+            decode_usage(data.get("usage"), self._usage)
+        elif kind == "message_stop":
+            self._finish(out)
+        elif kind == "error":
+            self._done = True
+            out.append(stream_error_from(data.get("error")))
+
+    def _block_start(self, data: dict[str, Any], out: list[ir.Event]) -> None:
+        block = data.get("content_block")
+        upstream_index = data.get("index")
+        if not isinstance(block, dict) or not isinstance(upstream_index, int):
+            return
+        kind = block.get("type")
+        if kind not in _BLOCK_KINDS:
+            return
+        # Only one block is open at a time in the IR; close a block the upstream left open.
+        out.extend(ir.BlockStop(i) for i in self._index.values())
+        self._index.clear()
+        index = self._next
+        self._next += 1
+        self._index[upstream_index] = index
+        if kind == "tool_use":
+            out.append(ir.BlockStart(index, "tool_use", str(block.get("id", "")), str(block.get("name", ""))))
+            if block.get("input"):
+                out.append(ir.ToolArgsDelta(index, orjson.dumps(block["input"]).decode()))
+        elif kind == "redacted_thinking":
+            out.append(ir.BlockStart(index, "redacted_thinking", data=str(block.get("data", ""))))
+        elif kind == "thinking":
+            out.append(ir.BlockStart(index, "thinking"))
+            if block.get("thinking"):
+                out.append(ir.ThinkingDelta(index, str(block["thinking"])))
+        else:
+            out.append(ir.BlockStart(index, "text"))
+            if block.get("text"):
+                out.append(ir.TextDelta(index, str(block["text"])))
+
+
+# ---------------------------------------------------------------------------------------------
+# Same-dialect passthrough
+# ---------------------------------------------------------------------------------------------
+
+_VALUE_KEYS = (b'"text":"', b'"partial_json":"', b'"thinking":"')
+
+
+def _data_of(block: bytes) -> bytes:
+    return b"\n".join(
+        line[6:] if line.startswith(b"data: ") else line[5:]
+        for line in block.split(b"\n")
+        if line.startswith(b"data:")
+    )
+
+
+class StreamTap:
+    """Relays upstream Messages SSE bytes unchanged except the model id, reading what billing needs.
+
+    Only whole events are forwarded (a partial trailing event waits for the next chunk), so a
+    rewrite never straddles a chunk boundary. Only ``message_start``, ``message_delta``,
+    ``message_stop`` and ``error`` are parsed; deltas are measured by scanning bytes.
+    """
+
+    __slots__ = ("_buf", "_rewrites", "error", "finished", "output_chars", "stop_reason", "usage")
+
+    def __init__(self, upstream_model: str, client_model: str, strip_usage_chunk: bool = False) -> None:
+        # ``strip_usage_chunk`` is a Chat notion: Messages streams always carry usage.
+        self._buf = b""
+        self._rewrites: list[tuple[bytes, bytes]] = []
+        if upstream_model != client_model:
+            old, new = orjson.dumps(upstream_model), orjson.dumps(client_model)
+            self._rewrites = [
+                (b'"model":' + old, b'"model":' + new),
+                (b'"model": ' + old, b'"model": ' + new),
+            ]
+        self.usage: ir.Usage | None = None
+        self.stop_reason: ir.StopReason | None = None
+        self.finished = False
+        self.error: ir.StreamError | None = None
+        self.output_chars = 0
+
+    def feed(self, chunk: bytes) -> bytes:
+        buf = self._buf + chunk if self._buf else chunk
+        end = buf.rfind(b"\n\n") + 2
+        if b"\r" in buf:
+            end = max(end, buf.rfind(b"\r\n\r\n") + 4, buf.rfind(b"\r\r") + 2)
+        if end < 2:
+            self._buf = buf
+            return b""
+        self._buf = buf[end:]
+        return self._inspect(buf[:end] if end < len(buf) else buf)
+
+    def finish(self) -> bytes:
+        rest, self._buf = self._buf, b""
+        return self._inspect(rest) if rest.strip() else rest
+
+    def _inspect(self, out: bytes) -> bytes:
+        text = out.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if b"\r" in out else out
+        rewrite = False
+        for block in text.split(b"\n\n"):
+            if block.startswith(b"event: content_block_delta"):
+                for key in _VALUE_KEYS:
+                    at = block.find(key)
+                    if at >= 0:
+                        self.output_chars += json_string_len(block, at + len(key))
+                        break
+            elif block and not block.startswith((b"event: ping", b"event: content_block_")):
+                rewrite = self._event(block) or rewrite
+        if rewrite:
+            for old, new in self._rewrites:
+                out = out.replace(old, new)
+        return out
+
+    def _event(self, block: bytes) -> bool:
+        """Parse one metadata event; True when it is ``message_start`` (the one naming the model)."""
+        try:
+            data = orjson.loads(_data_of(block))
+        except orjson.JSONDecodeError:
+            return False  # relayed as is: the client sees exactly what the upstream sent
+        if not isinstance(data, dict):
+            return False
+        kind = data.get("type")
+        if kind == "message_start":
+            message = data.get("message")
+            self.usage = decode_usage(message.get("usage") if isinstance(message, dict) else None)
+            return bool(self._rewrites)
+        if kind == "message_delta":
+            self.usage = decode_usage(data.get("usage"), self.usage)
+            delta = data.get("delta")
+            if isinstance(delta, dict) and delta.get("stop_reason") is not None:
+                self.stop_reason = stop_reason_of(delta["stop_reason"])
+        elif kind == "message_stop":
+            self.finished = True
+        elif kind == "error":
+            self.error = stream_error_from(data.get("error"))
+        return False
