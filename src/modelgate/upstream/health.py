@@ -30,9 +30,7 @@ class DeploymentHealth:
     below the failure threshold.
     """
 
-    def __init__(
-        self, *, cooldown: float, failures_to_cooldown: int, clock: Callable[[], float]
-    ) -> None:
+    def __init__(self, *, cooldown: float, failures_to_cooldown: int, clock: Callable[[], float]) -> None:
         self._cooldown = cooldown
         self._threshold = failures_to_cooldown
         self._clock = clock

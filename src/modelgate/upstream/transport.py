@@ -12,7 +12,9 @@ All deadlines use the event loop's monotonic clock. ``total`` is measured from t
 from __future__ import annotations
 
 import asyncio
+import errno
 from collections.abc import AsyncIterator, Mapping
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -97,6 +99,27 @@ class HttpReply:
         self._response.close()
 
 
+class _FirstByteClock:
+    __slots__ = ("_deadline", "_first_byte", "_scope")
+
+    def __init__(self, scope: asyncio.Timeout, first_byte: float, deadline: float) -> None:
+        self._scope = scope
+        self._first_byte = first_byte
+        self._deadline = deadline
+
+    def start(self) -> None:
+        now = asyncio.get_running_loop().time()
+        self._scope.reschedule(min(now + self._first_byte, self._deadline))
+
+
+async def _start_first_byte_clock(
+    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object
+) -> None:
+    clock = getattr(ctx, "trace_request_ctx", None)
+    if isinstance(clock, _FirstByteClock):
+        clock.start()
+
+
 class HttpClient:
     """One provider's connection pool. Created by the provider, closed by ``aclose``."""
 
@@ -118,8 +141,15 @@ class HttpClient:
                 sock_connect=self._timeouts.connect,
                 sock_read=None,
             )
+            trace = aiohttp.TraceConfig()
+            trace.on_connection_create_end.append(_start_first_byte_clock)
+            trace.on_connection_reuseconn.append(_start_first_byte_clock)
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=timeout, auto_decompress=True, raise_for_status=False
+                connector=connector,
+                timeout=timeout,
+                auto_decompress=True,
+                raise_for_status=False,
+                trace_configs=[trace],
             )
         return self._session
 
@@ -129,15 +159,26 @@ class HttpClient:
         deadline = loop.time() + timeouts.total
         session = self._get_session()
         try:
-            async with asyncio.timeout(min(timeouts.first_byte, timeouts.total)):
-                response = await session.post(url, data=body, headers=dict(headers), allow_redirects=False)
+            # Until a connection is held only the total deadline applies here (pool wait and
+            # connect are bounded by ClientTimeout.connect); once it is held, the first-byte
+            # clock starts, so requests queued for a pooled connection do not time out early.
+            async with asyncio.timeout_at(deadline) as scope:
+                armed = _FirstByteClock(scope, timeouts.first_byte, deadline)
+                response = await session.post(
+                    url,
+                    data=body,
+                    headers=dict(headers),
+                    allow_redirects=False,
+                    trace_request_ctx=armed,
+                )
         except aiohttp.ConnectionTimeoutError:
             raise ConnectTimeout(
                 f"upstream {self._label}: no connection within {timeouts.connect:g}s"
             ) from None
         except aiohttp.ClientConnectorError as exc:
-            # str(exc) names host and port; keep only the OS reason.
-            reason = exc.os_error.strerror or type(exc.os_error).__name__
+            # str(exc) and strerror name host and port; keep only the errno name.
+            os_error = exc.os_error
+            reason = errno.errorcode.get(os_error.errno or 0) or type(os_error).__name__
             raise ConnectFailed(f"upstream {self._label}: cannot connect ({reason})") from None
         except TimeoutError:
             raise FirstByteTimeout(
