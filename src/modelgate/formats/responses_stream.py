@@ -383,6 +383,8 @@ class StreamEncoder:
         if item is None or item.block != event.index:
             return b""
         if isinstance(event, ir.TextDelta):
+            if not event.text:
+                return b""
             item.parts.append(event.text)
             return self._emit(
                 "response.output_text.delta",
@@ -395,6 +397,8 @@ class StreamEncoder:
                 },
             )
         if isinstance(event, ir.ToolArgsDelta):
+            if not event.partial_json:
+                return b""  # Messages upstreams open with an empty input_json_delta
             item.parts.append(event.partial_json)
             return self._emit(
                 "response.function_call_arguments.delta",
@@ -521,7 +525,9 @@ class StreamDecoder:
     def finish(self) -> list[ir.Event]:
         out: list[ir.Event] = []
         for event in self._parser.finish():
-            if not self._done:
+            # A final event without its blank line counts only if it is whole; a cut one means
+            # the connection dropped, reported below as an early end rather than bad JSON.
+            if not self._done and _is_whole_event(event.raw):
                 self._handle(event, out)
         if not self._done:
             self._done = True
@@ -555,11 +561,13 @@ class StreamDecoder:
             if self._open is not None and self._open[0] == data.get("output_index"):
                 self._close(out)
         elif kind in _TERMINAL:
-            self._close(out)
             self._done = True
             if kind == "response.failed":
+                # Ended early: an open block stays open (IR allows StreamError anywhere), so no
+                # encoder reports a half-written item as complete.
                 out.append(ir.StreamError(*_error_kind(response.get("error"))))
                 return
+            self._close(out)
             has_call = self._saw_function_call or any(
                 isinstance(item, dict) and item.get("type") == "function_call"
                 for item in response.get("output") or ()
@@ -623,10 +631,19 @@ class StreamDecoder:
 
 #: The JSON string of a delta event's ``delta`` (escapes kept); only delta events are matched.
 _DELTA_RE = re.compile(
-    rb'event: response\.(?:output_text|function_call_arguments)\.delta\n[^\n]*?"delta":"((?:[^"\\]|\\.)*)"'
+    rb"event: response\.(?:output_text|function_call_arguments)\.delta\n"
+    rb'[^\n]*?"delta": ?"((?:[^"\\]|\\.)*)"'
 )
-_SEQ_RE = re.compile(rb'"sequence_number":(\d+)')
-_TERMINAL_MARKS = (b"response.completed", b"response.incomplete", b"response.failed", b"error")
+_SEQ_RE = re.compile(rb'"sequence_number": ?(\d+)')
+# ``"error":null`` sits in every response object, so match the error *event* only.
+_TERMINAL_MARKS = (
+    b"response.completed",
+    b"response.incomplete",
+    b"response.failed",
+    b"event: error",
+    b'"type":"error"',
+    b'"type": "error"',
+)
 
 
 class StreamTap:
@@ -668,8 +685,13 @@ class StreamTap:
         return self._process(complete)
 
     def finish(self) -> bytes:
-        rest, self._pending = self._pending, b""
-        out = self._process(rest + b"\n\n") if rest.strip() else b""
+        """Flush a final event the upstream sent without its blank line. A *cut* event (the
+        connection dropped mid-JSON) is dropped instead: forwarded, it would make the client's
+        parser fail before the gateway's in-band failure frame could explain what happened."""
+        rest, self._pending = self._pending.rstrip(b"\n"), b""
+        out = b""
+        if rest.strip() and _is_whole_event(rest):
+            out = self._process(rest + b"\n\n")
         if not self.finished and self.error is None:
             self.error = ir.StreamError("upstream_error", "upstream stream ended early")
         return out
@@ -721,6 +743,17 @@ class StreamTap:
                 self.finished = True
                 nested = data.get("error")
                 self.error = ir.StreamError(*_error_kind(nested if isinstance(nested, dict) else data))
+
+
+def _is_whole_event(raw: bytes) -> bool:
+    events = sse.SSEParser().feed(raw + b"\n\n")
+    if not events:
+        return False
+    try:
+        orjson.loads(events[0].data)
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def _dict(value: Any) -> Json:
