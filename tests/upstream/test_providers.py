@@ -27,9 +27,8 @@ BODY = b'{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content"
 
 
 def anthropic(base_url: str, **kw: object) -> AnthropicProvider:
-    cfg = ProviderConfig.model_validate(
-        {"name": "anth", "kind": "anthropic", "base_url": base_url, "api_key_env": "K", "timeouts": FAST, **kw}
-    )
+    fields = {"name": "anth", "kind": "anthropic", "base_url": base_url, "api_key_env": "K"}
+    cfg = ProviderConfig.model_validate({**fields, "timeouts": FAST, **kw})
     return AnthropicProvider(cfg, KEY)
 
 
