@@ -1,7 +1,7 @@
 """Golden transcripts for the Responses stream machines.
 
-* IR events -> client SSE (``encode_*.sse``): ids minted at random are replaced by ``msg_1``,
-  ``fc_1``, ``rs_1`` … in order of appearance; ``created_at`` is fixed.
+* IR events -> client SSE (``encode_*.sse``): ids minted at random are replaced by ``resp_1``,
+  ``msg_1``, ``fc_1``, ``rs_1`` … in order of appearance; ``created_at`` is fixed.
 * upstream Responses SSE (``upstream_*.sse``, recorded-shape fixtures) -> IR events
   (``upstream_*.events.json``), and the same fixtures through ``StreamTap`` under every split.
 
@@ -30,7 +30,7 @@ from modelgate.formats.sse import SSEParser
 GOLDEN = Path(__file__).parent / "golden" / "responses"
 UPDATE = os.environ.get("MODELGATE_UPDATE_GOLDEN") == "1"
 STREAM_EVENT = TypeAdapter(ResponseStreamEvent)
-_MINTED = re.compile(rb"\b(msg|fc|rs)_[0-9a-f]{48}\b")
+_MINTED = re.compile(rb"\b(resp|msg|fc|rs)_[0-9a-f]{48}\b")
 
 
 def _normalise(data: bytes) -> bytes:
@@ -316,3 +316,31 @@ def test_tap_text_mentioning_terminal_names() -> None:
     assert tap.feed(chunk) == chunk
     assert not tap.finished and tap.error is None
     assert tap.output_chars == len(delta["delta"]) and tap.next_sequence_number == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-format: recorded Chat upstream stream -> Responses client stream
+# ---------------------------------------------------------------------------------------------
+
+CHAT_CASES = ["chat_text", "chat_parallel_tools", "chat_interleaved_tools", "chat_error"]
+
+
+@pytest.mark.parametrize("name", CHAT_CASES)
+def test_chat_upstream_to_responses_client(name: str) -> None:
+    from modelgate.formats import chat
+
+    raw = (GOLDEN / f"{name}.upstream.sse").read_bytes()
+    decoder = chat.StreamDecoder()
+    encoder = responses.StreamEncoder(REQUEST, created_at=1_700_000_000)
+    out = b""
+    for start in range(0, len(raw), 37):  # arbitrary network-like chunking
+        out += b"".join(encoder.encode(e) for e in decoder.feed(raw[start : start + 37]))
+    out += b"".join(encoder.encode(e) for e in decoder.finish())
+    payloads = [orjson.loads(e.data) for e in SSEParser().feed(out)]
+    assert [p["sequence_number"] for p in payloads] == list(range(len(payloads)))
+    for payload in payloads:
+        STREAM_EVENT.validate_python(payload)
+    assert payloads[-1]["type"] in ("response.completed", "response.incomplete", "response.failed")
+    assert b"chatcmpl-" not in out  # the upstream's id is replaced by a minted resp_ id
+    assert all(p["response"]["model"] == "nova-5.5" for p in payloads if "response" in p)
+    _check(f"{name}.responses.sse", _normalise(out))

@@ -470,7 +470,8 @@ def encode_response(
     created_at: int | None = None,
 ) -> dict[str, Any]:
     """The full §3.5 object. Adjacent text parts share one ``message`` item; thinking becomes a
-    ``reasoning`` item with the text as its summary; redacted thinking is dropped."""
+    ``reasoning`` item with the text as its summary; redacted thinking is dropped. ``model`` is
+    ``request.model`` (the client-facing id) when a request is given, else ``resp.model``."""
     output: list[Json] = []
     text: list[str] = []
 
@@ -494,7 +495,7 @@ def encode_response(
     status, details = status_for(resp.stop_reason)
     return response_object(
         response_id=resp.id,
-        model=resp.model,
+        model=request.model if request is not None else resp.model,
         created_at=int(time.time()) if created_at is None else created_at,
         status=status,
         output=output,

@@ -273,7 +273,8 @@ class StreamEncoder:
 
     Thinking blocks become ``reasoning`` items whose summary is the thinking text; the item is
     emitted lazily on the first non-empty thinking delta, so empty and redacted thinking produce
-    no item. Usage always travels in the terminal response object, as on the real API;
+    no item. The response ``model`` is ``request.model`` when a request is given, else
+    ``Start.model``. Usage always travels in the terminal response object, as on the real API;
     ``include_usage`` is accepted for signature parity with the other codecs and has no effect.
     """
 
@@ -344,8 +345,10 @@ class StreamEncoder:
 
     def _start(self, response_id: str | None, model: str | None) -> bytes:
         self._started = True
-        self._id = response_id or ids.new_response_id()
-        self._model = model or self._model
+        # Start.id from another dialect's decoder is e.g. chatcmpl-…; a Responses id is resp_….
+        self._id = response_id if response_id and response_id.startswith("resp_") else ids.new_response_id()
+        # The client-facing id (request.model) wins over the upstream's: upstream ids never leak.
+        self._model = self._model or model or ""
         snapshot = self._response("in_progress", None)
         return self._emit("response.created", {"response": snapshot}) + self._emit(
             "response.in_progress", {"response": snapshot}
