@@ -1,0 +1,130 @@
+"""Authentication against an in-memory view of the keys, kept fresh from the database.
+
+No database round trip per request: the view loads every key at start, then polls for keys whose
+``version`` went up (every ``keys.refresh_interval`` seconds, default 0.25 s) and reloads fully
+every ``FULL_RELOAD_SECONDS`` as a safety net. A revocation or rotation made by any process (CLI,
+admin API, another instance) is therefore honoured within one refresh interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+from collections.abc import Mapping
+
+from modelgate.errors import AuthenticationFailed
+from modelgate.keys import KEY_PREFIX, Digester, is_well_formed_key
+from modelgate.storage.base import KeyRecord, Store
+
+log = logging.getLogger("modelgate.auth")
+FULL_RELOAD_SECONDS = 30.0
+
+_SEND_GATEWAY_KEY = (
+    "send your modelgate key (sk-cs4-…) as the x-api-key header (ALPHA_API_KEY / ANTHROPIC_API_KEY) "
+    "or as Authorization: Bearer"
+)
+
+
+class KeyView:
+    def __init__(self, store: Store, digester: Digester) -> None:
+        self._store = store
+        self._digester = digester
+        self._by_id: dict[str, KeyRecord] = {}
+        self._by_digest: dict[bytes, str] = {}
+        self._version = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def get(self, key_id: str) -> KeyRecord | None:
+        return self._by_id.get(key_id)
+
+    def _apply(self, records: list[KeyRecord]) -> None:
+        for record in records:
+            old = self._by_id.get(record.id)
+            if old is not None:
+                self._by_digest.pop(old.digest, None)
+                if old.previous_digest is not None:
+                    self._by_digest.pop(old.previous_digest, None)
+            self._by_id[record.id] = record
+            self._by_digest[record.digest] = record.id
+            if record.previous_digest is not None:
+                self._by_digest[record.previous_digest] = record.id
+            self._version = max(self._version, record.version)
+
+    async def reload(self) -> None:
+        records = await self._store.keys_changed_since(0)
+        self._by_id.clear()
+        self._by_digest.clear()
+        self._version = 0
+        self._apply(records)
+
+    async def refresh(self) -> None:
+        self._apply(await self._store.keys_changed_since(self._version))
+
+    def apply(self, record: KeyRecord) -> None:
+        """Take a change this process made (or heard of) without waiting for the next poll."""
+        self._apply([record])
+
+    async def start(self, interval: float) -> None:
+        await self.reload()
+        self._task = asyncio.create_task(self._poll(interval), name="modelgate-key-refresh")
+
+    async def _poll(self, interval: float) -> None:
+        loop = asyncio.get_running_loop()
+        next_full = loop.time() + FULL_RELOAD_SECONDS
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                if loop.time() >= next_full:
+                    await self.reload()
+                    next_full = loop.time() + FULL_RELOAD_SECONDS
+                else:
+                    await self.refresh()
+            except Exception:  # the view keeps serving what it has; the next poll retries
+                log.warning("key refresh failed; serving the last known keys", exc_info=True)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def authenticate(self, headers: Mapping[str, str], now: float) -> KeyRecord:
+        """The active key presented in ``x-api-key`` (preferred) or ``Authorization: Bearer``."""
+        secret = headers.get("x-api-key")
+        if not secret:
+            authorization = headers.get("authorization", "")
+            scheme, _, value = authorization.partition(" ")
+            if scheme.lower() == "bearer" and value.strip():
+                secret = value.strip()
+                if not secret.startswith(KEY_PREFIX):
+                    raise AuthenticationFailed(
+                        "the bearer token is not a modelgate API key (OAuth tokens and ALPHA_AUTH_TOKEN "
+                        f"are not accepted); {_SEND_GATEWAY_KEY}"
+                    )
+        if not secret:
+            raise AuthenticationFailed(f"missing API key: {_SEND_GATEWAY_KEY}")
+        secret = secret.strip()
+        if not is_well_formed_key(secret):
+            raise AuthenticationFailed("invalid API key: not a well-formed sk-cs4- key (check for typos)")
+        digest = self._digester.digest(secret)
+        key_id = self._by_digest.get(digest)
+        record = self._by_id.get(key_id) if key_id is not None else None
+        if record is None:
+            raise AuthenticationFailed("invalid API key")
+        if hmac.compare_digest(record.digest, digest):
+            pass
+        elif record.previous_digest is not None and hmac.compare_digest(record.previous_digest, digest):
+            if record.previous_expires_at is None or record.previous_expires_at <= now:
+                raise AuthenticationFailed("invalid API key: this secret was rotated and its grace period is over")
+        else:  # pragma: no cover - the digest maps to this key, so one of the two matches
+            raise AuthenticationFailed("invalid API key")
+        if record.state != "active":
+            raise AuthenticationFailed("this API key has been revoked")
+        return record

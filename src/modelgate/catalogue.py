@@ -1,0 +1,149 @@
+"""The model catalogue: canonical ids, families, published limits, prices and aliases.
+
+The defaults live in ``catalogue.toml`` beside this module; the config file's ``[catalogue]``
+section overrides or adds models and aliases. Prices are held as integer micro-credits per
+million tokens so that every cost computation is exact integer arithmetic (see ``billing``).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from importlib import resources
+from typing import Any, Literal
+
+Family = Literal["aria", "nova"]
+FAMILIES: tuple[Family, ...] = ("aria", "nova")
+
+MICRO = 1_000_000
+
+
+def credits_to_micro(value: float | int | str | Decimal, *, what: str) -> int:
+    """Credits (a decimal number) to integer micro-credits; more than 6 decimals is an error."""
+    micro = Decimal(str(value)) * MICRO
+    if micro != micro.to_integral_value():
+        raise ValueError(f"{what}: {value} has more than 6 decimal places of a credit")
+    return int(micro)
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """Micro-credits per million tokens, per token kind."""
+
+    input: int
+    output: int
+    cache_write: int
+    cache_read: int
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    id: str
+    family: Family
+    display_name: str
+    created: int
+    price: Price
+    #: Published in /v1/models only when the spec gives it.
+    context_length: int | None
+    max_output_tokens: int | None
+    #: Clamp for ``max_tokens``: the published maximum or the catalogue default.
+    output_limit: int
+
+    def listing(self) -> dict[str, Any]:
+        """The union item shape that satisfies both SDKs (DESIGN.md §2, reference §1.9)."""
+        item: dict[str, Any] = {
+            "id": self.id,
+            "object": "model",
+            "type": "model",
+            "display_name": self.display_name,
+            "created": self.created,
+            "created_at": datetime.fromtimestamp(self.created, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "owned_by": "modelgate",
+        }
+        if self.context_length is not None:
+            item["context_length"] = self.context_length
+        if self.max_output_tokens is not None:
+            item["max_output_tokens"] = self.max_output_tokens
+        return item
+
+
+class Catalogue:
+    def __init__(self, models: dict[str, Model], aliases: dict[str, str]) -> None:
+        for alias, target in aliases.items():
+            if target not in models:
+                raise ValueError(f"catalogue.aliases.{alias}: target {target!r} is not a catalogue model")
+            if alias in models:
+                raise ValueError(f"catalogue.aliases.{alias}: an alias cannot shadow a model id")
+        self.models = models
+        self.aliases = aliases
+
+    def resolve(self, name: str) -> Model | None:
+        """Canonical model for an id or alias, or None when unknown."""
+        model = self.models.get(name)
+        if model is None:
+            target = self.aliases.get(name)
+            if target is not None:
+                model = self.models[target]
+        return model
+
+    def in_family(self, family: Family) -> list[Model]:
+        return [m for m in self.models.values() if m.family == family]
+
+
+def _load_default() -> dict[str, Any]:
+    text = resources.files("modelgate").joinpath("catalogue.toml").read_text("utf-8")
+    return tomllib.loads(text)
+
+
+def build_catalogue(overrides: dict[str, Any] | None = None) -> Catalogue:
+    """The packaged catalogue with ``overrides`` (the config's ``[catalogue]`` table) applied.
+
+    ``overrides`` may hold ``default_max_output_tokens``, ``aliases`` (merged) and ``models``
+    (each entry merged field by field into the default entry, or added when new).
+    """
+    data = _load_default()
+    overrides = overrides or {}
+    default_limit = int(overrides.get("default_max_output_tokens", data["default_max_output_tokens"]))
+    raw_models: dict[str, dict[str, Any]] = {k: dict(v) for k, v in data["models"].items()}
+    for model_id, fields in (overrides.get("models") or {}).items():
+        merged = raw_models.setdefault(model_id, {})
+        for field, value in fields.items():
+            if field == "price" and isinstance(value, dict):
+                merged["price"] = {**merged.get("price", {}), **value}
+            else:
+                merged[field] = value
+    aliases = {**data["aliases"], **(overrides.get("aliases") or {})}
+    models = {mid: _model(mid, fields, default_limit) for mid, fields in raw_models.items()}
+    return Catalogue(models, aliases)
+
+
+def _model(model_id: str, fields: dict[str, Any], default_limit: int) -> Model:
+    where = f"catalogue.models.{model_id}"
+    family = fields.get("family") or model_id.split("-", 1)[0]
+    if family not in FAMILIES:
+        raise ValueError(f"{where}.family: must be one of {', '.join(FAMILIES)}, got {family!r}")
+    if not model_id.startswith(f"{family}-"):
+        raise ValueError(f"{where}: ids of family {family!r} start with '{family}-'")
+    price = fields.get("price")
+    if not isinstance(price, dict) or "input" not in price or "output" not in price:
+        raise ValueError(f"{where}.price: needs at least input and output (credits per million tokens)")
+    created_raw = fields.get("created", "2026-01-01")
+    created = int(datetime.fromisoformat(str(created_raw)).replace(tzinfo=UTC).timestamp())
+    max_output = fields.get("max_output_tokens")
+    return Model(
+        id=model_id,
+        family=family,
+        display_name=str(fields.get("display_name") or model_id),
+        created=created,
+        price=Price(
+            input=credits_to_micro(price["input"], what=f"{where}.price.input"),
+            output=credits_to_micro(price["output"], what=f"{where}.price.output"),
+            cache_write=credits_to_micro(price.get("cache_write") or price["input"], what=f"{where}.price.cache_write"),
+            cache_read=credits_to_micro(price.get("cache_read") or price["input"], what=f"{where}.price.cache_read"),
+        ),
+        context_length=fields.get("context_length"),
+        max_output_tokens=max_output,
+        output_limit=int(max_output or default_limit),
+    )

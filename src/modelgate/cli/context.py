@@ -1,0 +1,93 @@
+"""What every CLI command needs: settings from the same sources as the server, an open store,
+and output as a human table or as JSON (``--json``)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from modelgate.catalogue import build_catalogue
+from modelgate.clock import SystemClock
+from modelgate.config import ConfigError, Settings, load_settings
+from modelgate.gateway.services import load_secret
+from modelgate.keys import Digester
+from modelgate.management import Management, ManagementError
+from modelgate.storage import StorageError, open_store
+
+T = TypeVar("T")
+console = Console()
+err_console = Console(stderr=True)
+
+
+@dataclass
+class Options:
+    config: Path | None = None
+    data_dir: Path | None = None
+    json: bool = False
+
+    def settings(self, **overrides: Any) -> Settings:
+        try:
+            return load_settings(self.config, data_dir=self.data_dir, **overrides)
+        except ConfigError as exc:
+            return fail(str(exc))  # type: ignore[no-any-return]
+
+
+def fail(message: str, code: int = 1) -> Any:
+    err_console.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def with_management(options: Options, work: Callable[[Management], Awaitable[T]]) -> T:
+    """Run ``work`` against the configured database (usable while the server runs)."""
+    settings = options.settings()
+
+    async def run() -> T:
+        store = open_store(settings.resolved_database_url)
+        try:
+            await store.migrate()
+            management = Management(
+                store, build_catalogue(settings.catalogue), Digester(load_secret(settings)), SystemClock(),
+                settings.keys.default_rpm,
+            )  # fmt: skip
+            return await work(management)
+        finally:
+            await store.close()
+
+    try:
+        return run_async(run())
+    except ManagementError as exc:
+        return fail(str(exc))  # type: ignore[no-any-return]
+    except StorageError as exc:
+        return fail(f"database: {exc}")  # type: ignore[no-any-return]
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def emit(options: Options, rows: list[dict[str, Any]], columns: list[str], title: str | None = None) -> None:
+    if options.json:
+        sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+    console.print(table)
+
+
+def emit_one(options: Options, data: dict[str, Any], message: str) -> None:
+    if options.json:
+        sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        console.print(message, highlight=False)

@@ -1,0 +1,267 @@
+"""The ``modelgate`` command: serve the gateway and manage accounts, credits and keys.
+
+Management commands work on the configured database directly, so they can be used while the
+server runs; a running server sees key changes within its refresh interval (0.25 s default).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from modelgate.cli.context import Options, emit, emit_one, fail, with_management
+from modelgate.cli.serve import serve_command
+from modelgate.clock import month_of
+from modelgate.management import Management, format_credits, parse_credits
+from modelgate.storage.base import Account, KeyRecord
+
+app = typer.Typer(help="modelgate: a self-hosted LLM API gateway.", no_args_is_help=True, add_completion=False)
+accounts_app = typer.Typer(help="Accounts and their shared credit balance.", no_args_is_help=True)
+credits_app = typer.Typer(help="Top up an account's balance.", no_args_is_help=True)
+keys_app = typer.Typer(help="API keys: create, list, update, rotate, revoke.", no_args_is_help=True)
+app.add_typer(accounts_app, name="accounts")
+app.add_typer(credits_app, name="credits")
+app.add_typer(keys_app, name="keys")
+app.command("serve")(serve_command)
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML); or MODELGATE_CONFIG.")]
+DataDirOpt = Annotated[Path | None, typer.Option("--data-dir", help="Data directory (SQLite database, secret).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
+
+
+def _when(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def account_row(account: Account) -> dict[str, Any]:
+    return {
+        "id": account.id,
+        "name": account.name,
+        "balance": format_credits(account.balance_uc),
+        "balance_uc": account.balance_uc,
+        "reserved_uc": account.reserved_uc,
+        "created": _when(account.created_at),
+    }
+
+
+def key_row(key: KeyRecord) -> dict[str, Any]:
+    return {
+        "id": key.id,
+        "account_id": key.account_id,
+        "name": key.name,
+        "group": key.group,
+        "key": f"{key.prefix}…{key.last4}",
+        "state": key.state,
+        "rpm": key.rpm,
+        "models": ",".join(key.allowed_models) if key.allowed_models else "(all of group)",
+        "monthly_cap": format_credits(key.monthly_cap_uc) if key.monthly_cap_uc is not None else "none",
+        "monthly_cap_uc": key.monthly_cap_uc,
+        "created": _when(key.created_at),
+        "rotated": _when(key.rotated_at),
+        "revoked": _when(key.revoked_at),
+        "previous_secret_valid_until": _when(key.previous_expires_at),
+    }
+
+
+KEY_COLUMNS = ["id", "name", "group", "key", "state", "rpm", "models", "monthly_cap", "created", "revoked"]
+
+
+@accounts_app.command("create")
+def accounts_create(
+    name: str,
+    credits: Annotated[str, typer.Option("--credits", help="Opening balance in credits.")] = "0",
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Create an account with an optional opening balance."""
+    options = Options(config, data_dir, json)
+    amount = _credits(credits, "credits")
+
+    async def work(m: Management) -> Account:
+        return await m.create_account(name, amount)
+
+    account = with_management(options, work)
+    emit_one(options, account_row(account), f"created account {account.name} (id {account.id}) with "
+             f"{format_credits(account.balance_uc)} credits")  # fmt: skip
+
+
+@accounts_app.command("list")
+def accounts_list(config: ConfigOpt = None, data_dir: DataDirOpt = None, json: JsonOpt = False) -> None:
+    """List accounts and balances."""
+    options = Options(config, data_dir, json)
+
+    async def work(m: Management) -> list[Account]:
+        return await m.store.list_accounts()
+
+    rows = [account_row(a) for a in with_management(options, work)]
+    emit(options, rows, ["id", "name", "balance", "reserved_uc", "created"], "accounts")
+
+
+@credits_app.command("add")
+def credits_add(
+    account: str,
+    amount: str,
+    note: Annotated[str, typer.Option("--note", help="Free text kept with the top-up.")] = "",
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Add AMOUNT credits to ACCOUNT (name or id)."""
+    options = Options(config, data_dir, json)
+    micro = _credits(amount, "amount")
+
+    async def work(m: Management) -> Account:
+        return await m.add_credits(await m.account(account), micro, note)
+
+    updated = with_management(options, work)
+    emit_one(options, account_row(updated), f"{updated.name}: balance {format_credits(updated.balance_uc)} credits")
+
+
+def _credits(value: str, field: str) -> int:
+    try:
+        return parse_credits(value, field)
+    except ValueError as exc:
+        return fail(str(exc))  # type: ignore[no-any-return]
+
+
+def _models(value: str | None) -> list[str] | None:
+    return None if value is None else [m for m in value.split(",") if m.strip()]
+
+
+@keys_app.command("create")
+def keys_create(
+    account: Annotated[str, typer.Option("--account", help="Account name or id.")],
+    group: Annotated[str, typer.Option("--group", help="Basic, Pro (aria-* models) or Nova (nova-*).")],
+    name: Annotated[str, typer.Option("--name", help="A label for the key.")] = "",
+    rpm: Annotated[int | None, typer.Option("--rpm", help="Requests per minute (default from config).")] = None,
+    models: Annotated[str | None, typer.Option("--models", help="Allowed model ids or aliases, comma-separated.")] = None,
+    monthly_cap: Annotated[str | None, typer.Option("--monthly-cap", help="Monthly credit cap (UTC month).")] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Create a key; its secret is printed once and cannot be shown again."""
+    options = Options(config, data_dir, json)
+    cap = _credits(monthly_cap, "monthly-cap") if monthly_cap is not None else None
+
+    async def work(m: Management) -> Any:
+        return await m.create_key(await m.account(account), group, name=name, rpm=rpm, models=_models(models),
+                                  monthly_cap_uc=cap)  # fmt: skip
+
+    issued = with_management(options, work)
+    row = {**key_row(issued.record), "secret": issued.secret}
+    emit_one(options, row, f"created key {issued.record.id} ({issued.record.group}) for account {account}\n"
+             f"secret (shown once, store it now): {issued.secret}")  # fmt: skip
+
+
+@keys_app.command("list")
+def keys_list(
+    account: Annotated[str | None, typer.Option("--account", help="Only this account's keys.")] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """List keys (never their secrets)."""
+    options = Options(config, data_dir, json)
+
+    async def work(m: Management) -> list[KeyRecord]:
+        account_id = (await m.account(account)).id if account else None
+        return await m.store.list_keys(account_id)
+
+    emit(options, [key_row(k) for k in with_management(options, work)], KEY_COLUMNS, "keys")
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: str, config: ConfigOpt = None, data_dir: DataDirOpt = None, json: JsonOpt = False) -> None:
+    """Disable a key at once (running servers refuse it within a second)."""
+    options = Options(config, data_dir, json)
+
+    async def work(m: Management) -> KeyRecord:
+        return await m.revoke_key(await m.key(key_id))
+
+    record = with_management(options, work)
+    emit_one(options, key_row(record), f"revoked key {record.id}")
+
+
+@keys_app.command("rotate")
+def keys_rotate(
+    key_id: str,
+    grace: Annotated[float | None, typer.Option("--grace", help="Seconds the old secret keeps working.")] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Give a key a new secret; the old one works for the grace period (default from config)."""
+    options = Options(config, data_dir, json)
+    settings = options.settings()
+    grace_seconds = settings.keys.rotation_grace_seconds if grace is None else grace
+
+    async def work(m: Management) -> Any:
+        return await m.rotate_key(await m.key(key_id), grace_seconds)
+
+    issued = with_management(options, work)
+    emit_one(options, {**key_row(issued.record), "secret": issued.secret},
+             f"rotated key {key_id}; old secret valid for {grace_seconds:g} s\nnew secret (shown once): {issued.secret}")  # fmt: skip
+
+
+@keys_app.command("update")
+def keys_update(
+    key_id: str,
+    rpm: Annotated[int | None, typer.Option("--rpm", help="Requests per minute.")] = None,
+    models: Annotated[str | None, typer.Option("--models", help="Allowed models, comma-separated; '' for all.")] = None,
+    monthly_cap: Annotated[str | None, typer.Option("--monthly-cap", help="Credits per UTC month; 'none' to clear.")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="New label.")] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Change a key's controls; the change applies to running servers within a second."""
+    options = Options(config, data_dir, json)
+    clear = monthly_cap is not None and monthly_cap.lower() == "none"
+    cap = _credits(monthly_cap, "monthly-cap") if monthly_cap is not None and not clear else None
+
+    async def work(m: Management) -> KeyRecord:
+        return await m.update_key(await m.key(key_id), name=name, rpm=rpm, models=_models(models),
+                                  monthly_cap_uc=cap, clear_cap=clear)  # fmt: skip
+
+    record = with_management(options, work)
+    emit_one(options, key_row(record), f"updated key {record.id}")
+
+
+@app.command("usage")
+def usage(
+    account: Annotated[str | None, typer.Option("--account", help="Account name or id.")] = None,
+    key: Annotated[str | None, typer.Option("--key", help="Key id.")] = None,
+    month: Annotated[str | None, typer.Option("--month", help="YYYY-MM (UTC); default this month.")] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Usage and spend per month, for an account or a key."""
+    options = Options(config, data_dir, json)
+    if (account is None) == (key is None):
+        fail("give exactly one of --account or --key")
+    period = month or month_of(datetime.now(UTC).timestamp())
+    if len(period) != 7 or period[4] != "-":
+        fail("--month: use YYYY-MM")
+
+    async def work(m: Management) -> Any:
+        account_id = (await m.account(account)).id if account else None
+        key_id = (await m.key(key)).id if key else None
+        return await m.store.usage_summary(period, account_id=account_id, key_id=key_id)
+
+    summary = with_management(options, work)
+    row = {
+        "month": summary.month, "requests": summary.requests, "input_tokens": summary.input_tokens,
+        "output_tokens": summary.output_tokens, "cache_creation_tokens": summary.cache_creation_tokens,
+        "cache_read_tokens": summary.cache_read_tokens, "charged": format_credits(summary.charged_uc),
+        "charged_uc": summary.charged_uc, "by_model_uc": summary.by_model,
+    }  # fmt: skip
+    if options.json:
+        emit_one(options, row, "")
+    else:
+        emit(options, [row], ["month", "requests", "input_tokens", "output_tokens", "charged"], "usage")

@@ -1,0 +1,86 @@
+"""``modelgate serve``: first-start bootstrap, then the HTTP server."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from modelgate.cli.context import Options, console, fail, with_management
+from modelgate.config import ConfigError, Settings
+from modelgate.gateway.app import create_app
+from modelgate.management import Management
+
+DEMO_ACCOUNT = "demo"
+DEMO_CREDITS_UC = 100 * 1_000_000
+
+
+async def bootstrap(m: Management) -> dict[str, str] | None:
+    """On an empty database: an operator admin token and a demo account with one key per group."""
+    if await m.store.count_admin_tokens() or await m.store.list_accounts():
+        return None
+    issued = {"admin_token": await m.create_admin_token(None)}
+    account = await m.create_account(DEMO_ACCOUNT, DEMO_CREDITS_UC)
+    for group in ("Basic", "Pro", "Nova"):
+        issued[group] = (await m.create_key(account, group, name=f"demo-{group.lower()}")).secret
+    return issued
+
+
+def _print_bootstrap(issued: dict[str, str], settings: Settings) -> None:
+    base = f"http://{settings.server.host}:{settings.server.port}"
+    console.print(
+        "\n[bold]modelgate first start[/bold]: these secrets are shown ONCE; store them now.\n"
+        f"  operator admin token : {issued['admin_token']}\n"
+        f"  demo account         : {DEMO_ACCOUNT} ({DEMO_CREDITS_UC // 1_000_000} credits)\n"
+        f"  Basic key            : {issued['Basic']}\n"
+        f"  Pro key              : {issued['Pro']}\n"
+        f"  Nova key             : {issued['Nova']}\n\n"
+        "Try it (served by the built-in simulator, not a real model):\n"
+        f"  curl -s {base}/v1/messages -H 'x-api-key: {issued['Basic']}' \\\n"
+        "    -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' \\\n"
+        "    -d '{\"model\":\"aria-sonnet-4.6\",\"max_tokens\":64,\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def serve_command(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML).")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Listen address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="Listen port (default 8080).")] = None,
+    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Data directory (default ./data).")] = None,
+    no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="Skip first-start demo data.")] = False,
+) -> None:
+    """Run the gateway."""
+    options = Options(config, data_dir)
+    server: dict[str, object] = {}
+    if host is not None:
+        server["host"] = host
+    if port is not None:
+        server["port"] = port
+    settings = options.settings(server=server or None)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if not no_bootstrap:
+        issued = with_management(options, bootstrap)
+        if issued:
+            _print_bootstrap(issued, settings)
+    try:
+        app = create_app(settings)
+    except ConfigError as exc:
+        fail(str(exc))
+    if any(p.kind == "simulator" for p in settings.providers):
+        logging.getLogger("modelgate").info("the 'simulator' provider is the built-in simulator, not a real model")
+    uvicorn.run(
+        app,
+        host=settings.server.host,
+        port=settings.server.port,
+        loop="auto",
+        http="auto",
+        access_log=settings.server.access_log,
+        log_level=settings.log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+    )

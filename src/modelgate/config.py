@@ -1,0 +1,169 @@
+"""Gateway configuration: one TOML file plus ``MODELGATE_*`` environment overrides.
+
+Precedence: built-in defaults < config file (``--config`` or ``MODELGATE_CONFIG``) < environment.
+Environment names map onto the file's keys with ``__`` between levels, e.g.
+``MODELGATE_SERVER__PORT=9000`` or ``MODELGATE_DATABASE_URL=postgresql://…``; values are parsed as
+JSON when they parse (numbers, booleans, lists) and taken as strings otherwise. Every problem is
+reported at start with the dotted path of the offending key.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from modelgate.upstream.config import DeploymentConfig, ProviderConfig, RoutingConfig
+
+ENV_PREFIX = "MODELGATE_"
+MIB = 1024 * 1024
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message names the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    #: Requests larger than this get 413 (checked while reading, chunked uploads too).
+    max_body_bytes: int = Field(32 * MIB, ge=1024)
+    #: Protective limiter: requests in flight on this instance before fast 429s.
+    max_in_flight: int = Field(2048, ge=1)
+    #: Seconds a 429 from the protective limiter asks clients to wait.
+    overload_retry_after: int = Field(1, ge=1)
+    access_log: bool = False
+
+
+class SimulatorConfig(_Section):
+    """The built-in simulator upstream (deterministic text; labelled as a simulator everywhere)."""
+
+    #: Milliseconds before the first byte.
+    latency_ms: float = Field(0.0, ge=0)
+    #: Output pacing; 0 means as fast as possible.
+    tokens_per_second: float = Field(0.0, ge=0)
+    #: Words of reply text when the request's max_tokens allows.
+    reply_words: int = Field(24, ge=1)
+
+
+class KeysConfig(_Section):
+    #: Default requests per minute of new keys.
+    default_rpm: int = Field(60, ge=1)
+    #: Seconds the old secret keeps working after a rotation (0: stops at once).
+    rotation_grace_seconds: float = Field(86400.0, ge=0)
+    #: How often the in-memory key view polls the database for changes (revocations show within).
+    refresh_interval: float = Field(0.25, gt=0, le=1.0)
+
+
+class BillingConfig(_Section):
+    #: A reservation older than this is treated as abandoned by a crashed request and released.
+    reservation_ttl_seconds: float = Field(1800.0, ge=60)
+    sweep_interval_seconds: float = Field(30.0, gt=0)
+    #: Upper bound on input tokens added to the body size (tool and per-message overheads).
+    input_overhead_tokens: int = Field(1024, ge=0)
+    #: Upper bound on tokens of one image referenced by URL (inline images count their bytes).
+    tokens_per_image_url: int = Field(1600, ge=0)
+
+
+class Settings(_Section):
+    data_dir: Path = Path("data")
+    #: ``sqlite:///…`` (default: ``<data_dir>/modelgate.db``) or ``postgresql://…``.
+    database_url: str | None = None
+    #: ``redis://…`` to share rate-limit windows and revocations between instances.
+    redis_url: str | None = None
+    #: HMAC secret for key digests; default: generated once into ``<data_dir>/secret``.
+    secret: str | None = None
+    #: Accepted values of the ``alpha-version`` / ``anthropic-version`` header.
+    api_versions: list[str] = Field(default_factory=lambda: ["2023-06-01", "2026-10-21"])
+    server: ServerConfig = ServerConfig()
+    simulator: SimulatorConfig = SimulatorConfig()
+    keys: KeysConfig = KeysConfig()
+    billing: BillingConfig = BillingConfig()
+    routing: RoutingConfig = RoutingConfig()
+    providers: list[ProviderConfig] = Field(
+        default_factory=lambda: [ProviderConfig(name="simulator", kind="simulator")]
+    )
+    #: Model id -> deployments. Models absent here go to ``default_provider``.
+    deployments: dict[str, list[DeploymentConfig]] = Field(default_factory=dict)
+    #: Provider serving every catalogue model without explicit deployments ("" = none).
+    default_provider: str = "simulator"
+    #: Overrides of the packaged catalogue: ``models``, ``aliases``, ``default_max_output_tokens``.
+    catalogue: dict[str, Any] = Field(default_factory=dict)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _check_default_provider(self) -> Settings:
+        names = {p.name for p in self.providers}
+        if self.default_provider and self.default_provider not in names:
+            raise ValueError(f"default_provider: {self.default_provider!r} is not a configured provider")
+        return self
+
+    @property
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'modelgate.db'}"
+
+
+def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
+    tree: dict[str, Any] = {}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX + "CONFIG":
+            continue
+        path = name[len(ENV_PREFIX) :].lower().split("__")
+        try:
+            value: Any = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            value = raw
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return tree
+
+
+def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        lines.append(f"{where}: {err['msg']}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def load_settings(
+    path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Defaults, then the file, then ``MODELGATE_*``, then explicit ``overrides`` (CLI flags)."""
+    environ = os.environ if environ is None else environ
+    if path is None and environ.get(ENV_PREFIX + "CONFIG"):
+        path = Path(environ[ENV_PREFIX + "CONFIG"])
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text("utf-8"))
+        except FileNotFoundError as exc:
+            raise ConfigError(f"config file {path} does not exist") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path}: {exc}") from exc
+    data = _merge(data, _env_overrides(environ))
+    data = _merge(data, {k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from exc

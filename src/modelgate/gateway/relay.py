@@ -1,0 +1,244 @@
+"""Carrying the upstream reply back to the client, whole or streamed, and learning its usage.
+
+Passthrough (same dialect) relays the upstream's bytes with the model id rewritten, reading only
+the events that carry usage and stop reasons (the format's ``StreamTap``). Translation decodes
+upstream events into the IR and encodes them in the client's format.
+
+Streams: nothing is retried once a byte was sent. A failure mid-stream ends the stream with the
+client format's in-band error event. A client disconnect cancels the relay, which closes (aborts)
+the upstream request at once. Whatever ends the stream, the usage learned so far is settled: the
+upstream's report when it came, otherwise input from the stream start (or estimated from the
+body) and output estimated from what was relayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from modelgate import errors, ir
+from modelgate.formats import CODECS, ids
+from modelgate.upstream.router import Attempt
+
+if TYPE_CHECKING:
+    from modelgate.gateway.pipeline import Call
+    from modelgate.gateway.services import Services
+    from modelgate.gateway.translate import Translation
+
+_NEW_ID = {"messages": ids.new_message_id, "chat": ids.new_chat_id, "responses": ids.new_response_id}
+_WORDS = re.compile(r"\w+|[^\w\s]")
+
+
+def estimate_tokens(text_chars: int) -> int:
+    """Tokens in text of this many characters when nobody counted them (about 4 per token)."""
+    return math.ceil(text_chars / 4)
+
+
+def _rewrite_model(data: bytes, upstream: str, client: str) -> bytes:
+    if upstream == client:
+        return data
+    old, new = orjson.dumps(upstream), orjson.dumps(client)
+    for sep in (b":", b": "):
+        if b'"model"' + sep + old in data:
+            return data.replace(b'"model"' + sep + old, b'"model"' + sep + new, 1)
+    return data
+
+
+class Relay:
+    def __init__(self, call: Call, translation: Translation, attempt: Attempt, services: Services) -> None:
+        self.call = call
+        self.translation = translation
+        self.attempt = attempt
+        self.services = services
+        self.passthrough = attempt.dialect == call.fmt
+        self.usage: ir.Usage | None = None
+        self.status = "incomplete"
+        # Streaming state: what was relayed, for estimates when the upstream never reports usage.
+        self._input_seen: int | None = None
+        self._output_chars = 0
+        self._output_words = 0
+
+    @property
+    def client_model(self) -> str:
+        assert self.call.model is not None
+        return self.call.model.id
+
+    # whole responses ------------------------------------------------------------------------
+
+    async def whole(self) -> tuple[bytes, ir.Usage, str]:
+        reply = self.attempt.reply
+        try:
+            data = await reply.read()
+        finally:
+            await reply.close()
+        try:
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise errors.UpstreamFailed("the upstream returned a malformed JSON body") from exc
+        upstream = CODECS[self.attempt.dialect].decode_response(parsed)
+        if self.passthrough:
+            body = _rewrite_model(data, self.attempt.deployment.upstream_model, self.client_model)
+        else:
+            upstream.id = _NEW_ID[self.call.fmt]()
+            upstream.model = self.client_model
+            if self.call.fmt == "responses":
+                encoded = CODECS["responses"].encode_response(upstream, self.translation.request())
+            else:
+                encoded = CODECS[self.call.fmt].encode_response(upstream)
+            body = orjson.dumps(encoded)
+        return body, upstream.usage, "ok"
+
+    # streams --------------------------------------------------------------------------------
+
+    async def pump(self, send: Callable[[bytes], Awaitable[None]]) -> None:
+        """Relay the upstream stream to ``send``; ends with an in-band error on upstream failure."""
+        convert, flush, error_frame = self._stream_codec()
+        reply = self.attempt.reply
+        try:
+            async for chunk in reply.iter_chunks():
+                out = convert(chunk)
+                if out:
+                    await send(out)
+            out = flush()
+            if out:
+                await send(out)
+            if self.status == "incomplete":
+                self.status = "ok" if self.usage is not None else "upstream_incomplete"
+        except errors.GatewayError as exc:
+            self.status = "upstream_failed_mid_stream"
+            await send(error_frame(exc))
+        except asyncio.CancelledError:
+            self.status = "client_disconnected"
+            raise
+        finally:
+            await reply.close()
+
+    def _stream_codec(
+        self,
+    ) -> tuple[Callable[[bytes], bytes], Callable[[], bytes], Callable[[errors.GatewayError], bytes]]:
+        client = CODECS[self.call.fmt]
+        if self.passthrough:
+            tap = client.StreamTap(
+                self.attempt.deployment.upstream_model,
+                self.client_model,
+                strip_usage_chunk=self.call.fmt == "chat" and not self.translation.client_wants_usage,
+            )
+
+            def observe(out: bytes) -> bytes:
+                self._output_chars = tap.output_chars
+                if tap.usage is not None:
+                    if self._input_seen is None and tap.usage.total_input:
+                        self._input_seen = tap.usage.total_input
+                    if tap.finished or tap.stop_reason is not None:
+                        self.usage = tap.usage
+                if tap.error is not None and self.status == "incomplete":
+                    self.status = "upstream_error_in_band"
+                return out
+
+            return (lambda chunk: observe(tap.feed(chunk))), (lambda: observe(tap.finish())), client.stream_error_frame
+
+        decoder = CODECS[self.attempt.dialect].StreamDecoder()
+        if self.call.fmt == "responses":
+            encoder = client.StreamEncoder(request=self.translation.request(),
+                                           include_usage=True)  # fmt: skip
+        else:
+            encoder = client.StreamEncoder(include_usage=self.translation.client_wants_usage)
+
+        def encode(events: list[ir.Event]) -> bytes:
+            frames = []
+            for event in events:
+                if isinstance(event, ir.Start):
+                    event.id = _NEW_ID[self.call.fmt]()
+                    event.model = self.client_model
+                    if event.usage.total_input:
+                        self._input_seen = event.usage.total_input
+                elif isinstance(event, ir.TextDelta | ir.ThinkingDelta):
+                    text = event.text if isinstance(event, ir.TextDelta) else event.thinking
+                    self._output_chars += len(text)
+                    self._output_words += len(_WORDS.findall(text))
+                elif isinstance(event, ir.ToolArgsDelta):
+                    self._output_chars += len(event.partial_json)
+                elif isinstance(event, ir.Finish):
+                    self.usage = event.usage
+                elif isinstance(event, ir.StreamError):
+                    self.status = "upstream_error_in_band"
+                frames.append(encoder.encode(event))
+            return b"".join(frames)
+
+        def error_frame(exc: errors.GatewayError) -> bytes:
+            return bytes(encoder.encode(ir.StreamError(exc.kind, exc.message)))
+
+        return (lambda chunk: encode(decoder.feed(chunk))), (lambda: encode(decoder.finish())), error_frame
+
+    def outcome(self) -> tuple[ir.Usage, str]:
+        """Usage to settle: reported, or estimated from what was relayed when the stream was cut."""
+        if self.usage is not None:
+            return self.usage, self.status
+        input_tokens = self._input_seen if self._input_seen is not None else estimate_tokens(len(self.call.raw))
+        output = max(self._output_words, estimate_tokens(self._output_chars)) if self._output_chars else 0
+        return ir.Usage(input_tokens=input_tokens, output_tokens=output), self.status
+
+
+SettleStream = Callable[[ir.Usage, str], Awaitable[Any]]
+
+
+class StreamResponse(Response):
+    """An SSE response that notices a client disconnect at once, even while the upstream is silent.
+
+    The relay runs as one task and a listener waits for ``http.disconnect``; whichever ends first
+    stops the other. Settlement then runs on the gateway's settlement runner, shielded, so a
+    cancelled request still leaves exactly one usage record.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self, relay: Relay, *, headers: dict[str, str], settle: SettleStream, on_done: Callable[[], None]
+    ) -> None:
+        # Like Starlette's StreamingResponse: no body attribute, so no content-length header.
+        self.status_code = 200
+        self.background = None
+        self.init_headers({**headers, "cache-control": "no-cache", "x-accel-buffering": "no"})
+        self.relay = relay
+        self.settle = settle
+        self.on_done = on_done
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_body(chunk: bytes) -> None:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+        async def wait_disconnect() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            pump = asyncio.ensure_future(self.relay.pump(send_body))
+            listener = asyncio.ensure_future(wait_disconnect())
+            try:
+                await asyncio.wait({pump, listener}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (pump, listener):
+                    task.cancel()
+                await asyncio.gather(pump, listener, return_exceptions=True)
+            if pump.cancelled():
+                self.relay.status = "client_disconnected"
+            elif pump.exception() is None:
+                with contextlib.suppress(OSError):
+                    await send({"type": "http.response.body", "body": b"", "more_body": False})
+            elif not isinstance(pump.exception(), OSError):
+                raise pump.exception()  # type: ignore[misc]
+        finally:
+            try:
+                usage, status = self.relay.outcome()
+                await self.settle(usage, status)
+            finally:
+                self.on_done()

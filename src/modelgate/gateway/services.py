@@ -1,0 +1,165 @@
+"""Everything the request path uses, built once by the app factory and handed down.
+
+No module-level mutable state: tests build as many independent gateways as they like.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from modelgate.auth import KeyView
+from modelgate.catalogue import Catalogue, build_catalogue
+from modelgate.clock import Clock, SystemClock
+from modelgate.config import ConfigError, Settings
+from modelgate.formats import messages
+from modelgate.gateway.body import splice_top_level
+from modelgate.keys import Digester
+from modelgate.limits.inflight import InFlightLimiter
+from modelgate.limits.rpm import RollingWindowLimiter
+from modelgate.storage import Store, open_store
+from modelgate.upstream.base import Deployment, Provider
+from modelgate.upstream.config import validate_upstreams
+from modelgate.upstream.providers import build_providers
+from modelgate.upstream.router import Router
+from modelgate.upstream.simulator import SimulatorProvider, count_tokens, prompt_text
+
+log = logging.getLogger("modelgate")
+T = TypeVar("T")
+
+
+class Settlements:
+    """Runs ledger settlements to completion even when the request that started one is cancelled."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Future[Any]] = set()
+
+    async def run(self, operation: Awaitable[T]) -> T:
+        task = asyncio.ensure_future(operation)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(task)
+
+    async def drain(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def load_secret(settings: Settings) -> bytes:
+    """The HMAC secret: configured, or generated once into ``<data_dir>/secret`` (mode 0600)."""
+    if settings.secret:
+        if len(settings.secret) < 32:
+            raise ConfigError("secret: must be at least 32 characters")
+        return settings.secret.encode()
+    path = Path(settings.data_dir) / "secret"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(48))
+    return path.read_text().strip().encode()
+
+
+def deployments_of(settings: Settings, catalogue: Catalogue) -> dict[str, list[Deployment]]:
+    """Configured deployments, plus the default provider for every other catalogue model."""
+    out: dict[str, list[Deployment]] = {}
+    for model_id, configs in settings.deployments.items():
+        if catalogue.resolve(model_id) is None or model_id in catalogue.aliases:
+            raise ConfigError(f"deployments.{model_id}: not a catalogue model id")
+        out[model_id] = [Deployment.from_config(c) for c in configs]
+    for model_id in catalogue.models:
+        if model_id not in out and settings.default_provider:
+            out[model_id] = [Deployment(settings.default_provider, model_id)]
+    return out
+
+
+class TokenCounter:
+    """``count_tokens``: asked of a Messages-dialect upstream when every deployment has one,
+    otherwise counted locally with the simulator's tokenizer (an estimate, documented)."""
+
+    def __init__(self, router: Router, providers: Mapping[str, Provider]) -> None:
+        self._router = router
+        self._providers = providers
+
+    async def count(self, model_id: str, raw: bytes, body: dict[str, Any], headers: Mapping[str, str]) -> int:
+        deployments = self._router.deployments_for(model_id)
+        providers = [self._providers[d.provider] for d in deployments]
+        if providers and all("messages" in p.dialects for p in providers):
+            attempt = await self._router.open(
+                model_id,
+                lambda d, p: ("messages", splice_top_level(raw, {"model": d.upstream_model})),
+                stream=False,
+                client_headers=headers,
+                path_suffix="/count_tokens",
+            )
+            try:
+                data = orjson.loads(await attempt.reply.read())
+            finally:
+                await attempt.reply.close()
+            return int(data["input_tokens"])
+        return count_tokens(prompt_text(messages.decode_request(body, require_max_tokens=False)))
+
+
+@dataclass
+class Services:
+    settings: Settings
+    clock: Clock
+    catalogue: Catalogue
+    store: Store
+    keys: KeyView
+    digester: Digester
+    router: Router
+    token_counter: TokenCounter
+    rate_limiter: RollingWindowLimiter = field(default_factory=RollingWindowLimiter)
+    inflight: InFlightLimiter = field(default_factory=lambda: InFlightLimiter(2048))
+    settlements: Settlements = field(default_factory=Settlements)
+
+    @classmethod
+    def build(cls, settings: Settings, *, clock: Clock | None = None, env: Mapping[str, str] | None = None) -> Services:
+        env = os.environ if env is None else env
+        try:
+            catalogue = build_catalogue(settings.catalogue)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        deployments = deployments_of(settings, catalogue)
+        try:
+            validate_upstreams(
+                settings.providers, {m: [c for c in settings.deployments[m]] for m in settings.deployments}, env
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        providers = build_providers(
+            settings.providers, env, factories={"simulator": lambda c: SimulatorProvider(c.name, settings.simulator)}
+        )
+        router = Router(providers, deployments, settings.routing)
+        store = open_store(settings.resolved_database_url)
+        digester = Digester(load_secret(settings))
+        return cls(
+            settings=settings,
+            clock=clock or SystemClock(),
+            catalogue=catalogue,
+            store=store,
+            keys=KeyView(store, digester),
+            digester=digester,
+            router=router,
+            token_counter=TokenCounter(router, providers),
+            inflight=InFlightLimiter(settings.server.max_in_flight),
+        )
+
+    async def start(self) -> None:
+        await self.store.migrate()
+        await self.keys.start(self.settings.keys.refresh_interval)
+
+    async def stop(self) -> None:
+        await self.keys.stop()
+        await self.settlements.drain()
+        await self.router.aclose()
+        await self.store.close()

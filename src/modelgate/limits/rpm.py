@@ -1,0 +1,60 @@
+"""Per-key requests per minute over an exact rolling 60-second window (sliding log).
+
+Each key keeps the admission times of its last ``limit`` requests. A request at ``now`` is
+admitted when fewer than ``limit`` admissions lie in ``(now - 60, now]``; otherwise it is refused
+with the wait until the oldest of them leaves the window. Refused requests are not logged, so
+they consume no units. Memory is O(limit) per active key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+WINDOW_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    admitted: bool
+    limit: int
+    remaining: int
+    #: Seconds until the window has room for one more request (0 when it has room now).
+    reset_after: float
+
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds, rounded up, at least 1: sleeping this long is enough to be admitted."""
+        return max(1, math.ceil(self.reset_after))
+
+    def headers(self) -> dict[str, str]:
+        """IETF draft RateLimit fields (draft-ietf-httpapi-ratelimit-headers-07 syntax)."""
+        return {
+            "ratelimit-policy": f"{self.limit};w={int(WINDOW_SECONDS)}",
+            "ratelimit": f"limit={self.limit}, remaining={self.remaining}, reset={math.ceil(self.reset_after)}",
+        }
+
+
+class RollingWindowLimiter:
+    def __init__(self, window: float = WINDOW_SECONDS) -> None:
+        self._window = window
+        self._log: dict[str, deque[float]] = {}
+
+    def admit(self, key_id: str, limit: int, now: float) -> Decision:
+        log = self._log.get(key_id)
+        if log is None:
+            log = self._log[key_id] = deque()
+        horizon = now - self._window
+        while log and log[0] <= horizon:
+            log.popleft()
+        if len(log) >= limit:
+            # Admission needs fewer than `limit` entries in the window, so the entry at
+            # len - limit must leave it (after a lowered limit, older ones go first).
+            wait = log[len(log) - limit] + self._window - now
+            return Decision(False, limit, 0, max(wait, 0.0))
+        log.append(now)
+        return Decision(True, limit, limit - len(log), max(log[0] + self._window - now, 0.0))
+
+    def forget(self, key_id: str) -> None:
+        self._log.pop(key_id, None)

@@ -1,0 +1,189 @@
+"""Account and key management shared by the CLI, the admin API and the dashboard.
+
+Every operation validates its input against the catalogue and the key rules and returns plain
+records; secrets are returned only by the calls that create them (shown once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from modelgate.catalogue import Catalogue, credits_to_micro
+from modelgate.clock import Clock
+from modelgate.keys import Digester, display_of, new_admin_token, new_api_key, new_key_id, random_base62
+from modelgate.storage.base import GROUPS, Account, Group, KeyControls, KeyRecord, NewKey, Store
+
+_FAMILY = {"Basic": "aria", "Pro": "aria", "Nova": "nova"}
+
+
+class ManagementError(ValueError):
+    """Bad input to a management operation; the message names the field."""
+
+
+class NotFoundError(ManagementError):
+    """No such account or key (or not visible to the caller)."""
+
+
+def parse_credits(value: str | float | int | Decimal, field: str) -> int:
+    try:
+        micro = credits_to_micro(Decimal(str(value)), what=field)
+    except (InvalidOperation, ValueError) as exc:
+        raise ManagementError(f"{field}: {value!r} is not an amount of credits (up to 6 decimals)") from exc
+    if micro < 0:
+        raise ManagementError(f"{field}: must not be negative")
+    return micro
+
+
+def format_credits(micro: int | None) -> str:
+    if micro is None:
+        return "-"
+    return f"{Decimal(micro) / 1_000_000:.6f}".rstrip("0").rstrip(".") if micro % 1_000_000 else str(micro // 1_000_000)
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedKey:
+    record: KeyRecord
+    secret: str
+
+
+class Management:
+    def __init__(self, store: Store, catalogue: Catalogue, digester: Digester, clock: Clock, default_rpm: int) -> None:
+        self.store = store
+        self.catalogue = catalogue
+        self.digester = digester
+        self.clock = clock
+        self.default_rpm = default_rpm
+
+    # accounts -----------------------------------------------------------------------------
+
+    async def create_account(self, name: str, credits_uc: int = 0) -> Account:
+        name = name.strip()
+        if not name or len(name) > 100:
+            raise ManagementError("name: 1 to 100 characters")
+        if await self.store.find_account(name) is not None:
+            raise ManagementError(f"name: an account named {name!r} already exists")
+        return await self.store.create_account(name, credits_uc, self.clock.time())
+
+    async def account(self, name_or_id: str | int) -> Account:
+        account = None
+        if isinstance(name_or_id, int) or (isinstance(name_or_id, str) and name_or_id.isdigit()):
+            account = await self.store.get_account(int(name_or_id))
+        if account is None and isinstance(name_or_id, str):
+            account = await self.store.find_account(name_or_id)
+        if account is None:
+            raise NotFoundError(f"account {name_or_id} not found")
+        return account
+
+    async def add_credits(self, account: Account, amount_uc: int, note: str = "") -> Account:
+        if amount_uc <= 0:
+            raise ManagementError("amount: must be positive")
+        return await self.store.top_up(account.id, amount_uc, note, self.clock.time())
+
+    # keys ---------------------------------------------------------------------------------
+
+    def _canonical_models(self, group: Group, models: list[str] | None) -> tuple[str, ...] | None:
+        if not models:
+            return None
+        out: list[str] = []
+        for name in models:
+            model = self.catalogue.resolve(name.strip())
+            if model is None:
+                raise ManagementError(f"models: unknown model {name!r}")
+            if model.family != _FAMILY[group]:
+                raise ManagementError(f"models: {model.id} is not a model of group {group}")
+            if model.id not in out:
+                out.append(model.id)
+        return tuple(out)
+
+    async def create_key(
+        self,
+        account: Account,
+        group: str,
+        *,
+        name: str = "",
+        rpm: int | None = None,
+        models: list[str] | None = None,
+        monthly_cap_uc: int | None = None,
+    ) -> IssuedKey:
+        if group not in GROUPS:
+            raise ManagementError(f"group: must be one of {', '.join(GROUPS)}")
+        typed_group: Group = group  # type: ignore[assignment]
+        if rpm is not None and rpm < 1:
+            raise ManagementError("rpm: must be at least 1")
+        secret = new_api_key()
+        display = display_of(secret)
+        record = await self.store.create_key(
+            NewKey(
+                id=new_key_id(),
+                account_id=account.id,
+                name=name,
+                group=typed_group,
+                rpm=rpm or self.default_rpm,
+                allowed_models=self._canonical_models(typed_group, models),
+                monthly_cap_uc=monthly_cap_uc,
+                digest=self.digester.digest(secret),
+                prefix=display.prefix,
+                last4=display.last4,
+            ),
+            self.clock.time(),
+        )
+        return IssuedKey(record, secret)
+
+    async def key(self, key_id: str, *, account_id: int | None = None) -> KeyRecord:
+        record = await self.store.get_key(key_id)
+        if record is None or (account_id is not None and record.account_id != account_id):
+            raise NotFoundError(f"key {key_id} not found")
+        return record
+
+    async def update_key(
+        self,
+        record: KeyRecord,
+        *,
+        name: str | None = None,
+        rpm: int | None = None,
+        models: list[str] | None = None,
+        monthly_cap_uc: int | None = None,
+        clear_cap: bool = False,
+    ) -> KeyRecord:
+        if rpm is not None and rpm < 1:
+            raise ManagementError("rpm: must be at least 1")
+        allowed = None
+        if models is not None:
+            allowed = self._canonical_models(record.group, models) or ()
+        cap = -1 if clear_cap else monthly_cap_uc
+        updated = await self.store.update_key(
+            record.id, KeyControls(name=name, rpm=rpm, allowed_models=allowed, monthly_cap_uc=cap), self.clock.time()
+        )
+        if updated is None:
+            raise NotFoundError(f"key {record.id} not found")
+        return updated
+
+    async def rotate_key(self, record: KeyRecord, grace_seconds: float) -> IssuedKey:
+        if grace_seconds < 0:
+            raise ManagementError("grace: must not be negative")
+        if record.state != "active":
+            raise ManagementError(f"key {record.id} is revoked and cannot be rotated")
+        secret = new_api_key()
+        display = display_of(secret)
+        updated = await self.store.rotate_key(
+            record.id, self.digester.digest(secret), display.prefix, display.last4, grace_seconds, self.clock.time()
+        )
+        if updated is None:
+            raise NotFoundError(f"key {record.id} not found")
+        return IssuedKey(updated, secret)
+
+    async def revoke_key(self, record: KeyRecord) -> KeyRecord:
+        updated = await self.store.revoke_key(record.id, self.clock.time())
+        if updated is None:
+            raise NotFoundError(f"key {record.id} not found")
+        return updated
+
+    # admin tokens -------------------------------------------------------------------------
+
+    async def create_admin_token(self, account: Account | None) -> str:
+        token = new_admin_token(operator=account is None)
+        await self.store.create_admin_token(
+            "tok_" + random_base62(12), self.digester.digest(token), account.id if account else None, self.clock.time()
+        )
+        return token

@@ -1,0 +1,25 @@
+"""Durable state behind one interface; the engine is chosen by the database URL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from modelgate.storage.base import Store, StorageError
+
+
+def open_store(url: str) -> Store:
+    """``sqlite:///path/to/file.db`` (relative paths allowed) or ``postgresql://…``."""
+    if url.startswith("sqlite:///"):
+        from modelgate.storage.sqlite import SqliteStore
+
+        return SqliteStore(Path(url.removeprefix("sqlite:///")))
+    if url.startswith(("postgresql://", "postgres://")):
+        try:
+            from modelgate.storage.postgres import PostgresStore  # type: ignore[import-not-found,import-untyped,unused-ignore]
+        except ImportError as exc:
+            raise StorageError("this build has no PostgreSQL storage") from exc
+        return PostgresStore(url)  # type: ignore[no-any-return,unused-ignore]
+    raise StorageError(f"database_url: unsupported scheme in {url.split('://', 1)[0]!r} (use sqlite:/// or postgresql://)")
+
+
+__all__ = ["Store", "StorageError", "open_store"]

@@ -1,0 +1,231 @@
+"""Storage records and the interface every engine implements (SQLite now, PostgreSQL next).
+
+Callers depend only on ``Store``; an engine is picked from the database URL by
+``storage.open_store``. Money is integer micro-credits (µc) everywhere.
+
+Ledger invariants (checked by the contract and property tests):
+- ``account.balance_uc >= account.reserved_uc >= 0``: a reservation never spends money that is
+  not there, so the balance never goes negative.
+- For a key and month with a cap: ``spent_uc + reserved_uc <= cap``.
+- ``balance_uc == Σ top-ups − Σ usage.charged_uc`` for every account.
+- A reservation is settled or released at most once; settling twice changes nothing.
+- Every reservation ends in exactly one usage record (settle and release both write it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+Group = Literal["Basic", "Pro", "Nova"]
+GROUPS: tuple[Group, ...] = ("Basic", "Pro", "Nova")
+KeyState = Literal["active", "disabled"]
+
+
+class StorageError(Exception):
+    """The database could not do what was asked (unreachable, constraint broken)."""
+
+
+class Conflict(StorageError):
+    """A unique name or id already exists."""
+
+
+@dataclass(frozen=True, slots=True)
+class Account:
+    id: int
+    name: str
+    balance_uc: int
+    reserved_uc: int
+    created_at: float
+
+    @property
+    def available_uc(self) -> int:
+        return self.balance_uc - self.reserved_uc
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    id: str
+    account_id: int
+    name: str
+    group: Group
+    rpm: int
+    #: None: every model of the group's family.
+    allowed_models: tuple[str, ...] | None
+    #: None: no monthly cap.
+    monthly_cap_uc: int | None
+    state: KeyState
+    digest: bytes
+    prefix: str
+    last4: str
+    created_at: float
+    #: The secret replaced by the last rotation stays valid until ``previous_expires_at``.
+    previous_digest: bytes | None = None
+    previous_expires_at: float | None = None
+    rotated_at: float | None = None
+    revoked_at: float | None = None
+    #: Increases on every change; the auth view polls for versions above what it has.
+    version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NewKey:
+    id: str
+    account_id: int
+    name: str
+    group: Group
+    rpm: int
+    allowed_models: tuple[str, ...] | None
+    monthly_cap_uc: int | None
+    digest: bytes
+    prefix: str
+    last4: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyControls:
+    """A partial update of a key's controls; ``None`` fields are left as they are.
+
+    ``allowed_models=()`` means "no restriction" and ``monthly_cap_uc=-1`` means "no cap", so that
+    clearing is expressible.
+    """
+
+    name: str | None = None
+    rpm: int | None = None
+    allowed_models: tuple[str, ...] | None = None
+    monthly_cap_uc: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AdminToken:
+    id: str
+    #: None for an operator token; otherwise the only account the token may see.
+    account_id: int | None
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReserveRequest:
+    request_id: str
+    key_id: str
+    account_id: int
+    month: str
+    #: Worst-case cost of the request as asked.
+    amount_uc: int
+    #: The least that still lets it run (input plus one output token); below it: refuse.
+    minimum_uc: int
+    now: float
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    request_id: str
+    granted_uc: int
+    #: What remains after this hold, for response headers.
+    balance_after_uc: int
+    cap_remaining_after_uc: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    reason: Literal["balance", "monthly_cap"]
+    available_uc: int
+
+
+@dataclass(slots=True)
+class UsageRecord:
+    request_id: str
+    key_id: str
+    account_id: int
+    endpoint: str
+    model: str
+    month: str
+    status: str
+    created_at: float
+    finished_at: float
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_tokens: int = 0
+    cache_read_tokens: int = 0
+    charged_uc: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Settlement:
+    """Outcome of settle/release: ``applied`` is False when it had already happened."""
+
+    applied: bool
+    charged_uc: int
+    balance_uc: int
+    cap_remaining_uc: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSummary:
+    month: str
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    cache_creation_tokens: int
+    cache_read_tokens: int
+    charged_uc: int
+    by_model: dict[str, int] = field(default_factory=dict)
+
+
+class Store(Protocol):
+    """Everything durable. Implementations must pass ``tests/storage/test_contract.py``."""
+
+    async def migrate(self) -> None: ...
+    async def close(self) -> None: ...
+    async def ping(self) -> None:
+        """Raise StorageError when the database cannot answer."""
+
+    # accounts -----------------------------------------------------------------------------
+    async def create_account(self, name: str, balance_uc: int, now: float) -> Account: ...
+    async def get_account(self, account_id: int) -> Account | None: ...
+    async def find_account(self, name: str) -> Account | None: ...
+    async def list_accounts(self) -> list[Account]: ...
+    async def top_up(self, account_id: int, amount_uc: int, note: str, now: float) -> Account: ...
+
+    # keys ---------------------------------------------------------------------------------
+    async def create_key(self, key: NewKey, now: float) -> KeyRecord: ...
+    async def get_key(self, key_id: str) -> KeyRecord | None: ...
+    async def list_keys(self, account_id: int | None = None) -> list[KeyRecord]: ...
+    async def update_key(self, key_id: str, controls: KeyControls, now: float) -> KeyRecord | None: ...
+    async def rotate_key(
+        self, key_id: str, digest: bytes, prefix: str, last4: str, grace_seconds: float, now: float
+    ) -> KeyRecord | None: ...
+    async def revoke_key(self, key_id: str, now: float) -> KeyRecord | None: ...
+    async def keys_changed_since(self, version: int) -> list[KeyRecord]:
+        """Keys whose version is above ``version`` (all keys for 0), ordered by version."""
+
+    # admin tokens -------------------------------------------------------------------------
+    async def create_admin_token(self, token_id: str, digest: bytes, account_id: int | None, now: float) -> None: ...
+    async def find_admin_token(self, digest: bytes) -> AdminToken | None: ...
+    async def count_admin_tokens(self) -> int: ...
+
+    # ledger -------------------------------------------------------------------------------
+    async def reserve(self, request: ReserveRequest) -> Reservation | Refusal:
+        """Atomically hold min(amount, affordable) against balance and cap, if >= minimum."""
+
+    async def settle(self, usage: UsageRecord) -> Settlement:
+        """Charge ``usage.charged_uc`` (at most the reservation) and release the rest; idempotent."""
+
+    async def release(self, usage: UsageRecord) -> Settlement:
+        """Charge nothing and free the hold; idempotent (writes the usage record with 0 µc)."""
+
+    async def expired_reservations(self, now: float, limit: int = 100) -> list[tuple[str, str, int, str]]:
+        """(request_id, key_id, account_id, month) of pending reservations past their expiry."""
+
+    async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
+        """(spent_uc, reserved_uc) of a key in a month."""
+
+    async def pending_reservations(self) -> int: ...
+
+    # usage --------------------------------------------------------------------------------
+    async def usage_summary(self, month: str, *, account_id: int | None = None, key_id: str | None = None) -> UsageSummary: ...
+    async def usage_records(
+        self, month: str, *, account_id: int | None = None, key_id: str | None = None, limit: int = 100
+    ) -> list[UsageRecord]: ...
+    async def topups_total(self, account_id: int) -> int: ...

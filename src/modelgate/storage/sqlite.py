@@ -1,0 +1,494 @@
+"""SQLite implementation of ``Store``: the embedded single-machine default.
+
+One connection lives on one dedicated thread; every operation is one synchronous function run
+there, so a whole ledger transaction costs one hop off the event loop. Writes use
+``BEGIN IMMEDIATE``, which takes SQLite's write lock up front: the read-check-update inside a
+reservation is serialised against every other writer, the CLI included (WAL mode lets readers
+run alongside).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+
+from modelgate.storage.base import (
+    Account,
+    AdminToken,
+    Conflict,
+    KeyControls,
+    KeyRecord,
+    NewKey,
+    Refusal,
+    Reservation,
+    ReserveRequest,
+    Settlement,
+    StorageError,
+    UsageRecord,
+    UsageSummary,
+)
+
+T = TypeVar("T")
+
+_KEY_COLUMNS = (
+    "id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, state, digest, prefix, last4, "
+    "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version"
+)
+_USAGE_COLUMNS = (
+    "request_id, key_id, account_id, endpoint, model, month, status, created_at, finished_at, "
+    "input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, charged_uc"
+)
+
+
+def _key(row: tuple[Any, ...]) -> KeyRecord:
+    allowed = tuple(orjson.loads(row[5])) if row[5] is not None else None
+    return KeyRecord(
+        id=row[0], account_id=row[1], name=row[2], group=row[3], rpm=row[4], allowed_models=allowed,
+        monthly_cap_uc=row[6], state=row[7], digest=bytes(row[8]), prefix=row[9], last4=row[10],
+        created_at=row[11], previous_digest=bytes(row[12]) if row[12] is not None else None,
+        previous_expires_at=row[13], rotated_at=row[14], revoked_at=row[15], version=row[16],
+    )  # fmt: skip
+
+
+def _account(row: tuple[Any, ...]) -> Account:
+    return Account(id=row[0], name=row[1], balance_uc=row[2], reserved_uc=row[3], created_at=row[4])
+
+
+def _usage(row: tuple[Any, ...]) -> UsageRecord:
+    return UsageRecord(*row)
+
+
+class SqliteStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="modelgate-sqlite")
+        self._conn: sqlite3.Connection | None = None
+
+    # plumbing -----------------------------------------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, fn, *args)
+        except sqlite3.IntegrityError as exc:
+            raise Conflict(str(exc)) from exc
+        except sqlite3.Error as exc:
+            raise StorageError(f"sqlite: {exc}") from exc
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
+            conn.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode: a commit survives a process crash; only an OS crash or power loss
+            # can drop the last transactions (documented in the README).
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA busy_timeout=10000")
+            self._conn = conn
+        return self._conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    async def migrate(self) -> None:
+        await self._run(self._migrate)
+
+    def _migrate(self) -> None:
+        db = self._db()
+        db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version TEXT PRIMARY KEY, applied_at REAL)")
+        done = {row[0] for row in db.execute("SELECT version FROM schema_migrations")}
+        folder = resources.files("modelgate").joinpath("storage/migrations/sqlite")
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+            version = entry.name.removesuffix(".sql")
+            if not entry.name.endswith(".sql") or version in done:
+                continue
+            with self._write() as tx:
+                for statement in entry.read_text("utf-8").split(";\n"):
+                    if statement.strip():
+                        tx.execute(statement)
+                tx.execute("INSERT INTO schema_migrations VALUES (?, unixepoch())", (version,))
+
+    async def close(self) -> None:
+        def _close() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        await self._run(_close)
+        self._executor.shutdown(wait=True)
+
+    async def ping(self) -> None:
+        await self._run(lambda: self._db().execute("SELECT 1").fetchone())
+
+    # accounts -----------------------------------------------------------------------------
+
+    async def create_account(self, name: str, balance_uc: int, now: float) -> Account:
+        def op() -> Account:
+            with self._write() as db:
+                cur = db.execute(
+                    "INSERT INTO accounts (name, balance_uc, created_at) VALUES (?, ?, ?)", (name, balance_uc, now)
+                )
+                if balance_uc:
+                    db.execute(
+                        "INSERT INTO topups (account_id, amount_uc, note, created_at) VALUES (?, ?, 'initial', ?)",
+                        (cur.lastrowid, balance_uc, now),
+                    )
+                return _account(db.execute("SELECT * FROM accounts WHERE id = ?", (cur.lastrowid,)).fetchone())
+
+        return await self._run(op)
+
+    async def get_account(self, account_id: int) -> Account | None:
+        row = await self._run(lambda: self._db().execute("SELECT * FROM accounts WHERE id = ?", (account_id,)).fetchone())
+        return _account(row) if row else None
+
+    async def find_account(self, name: str) -> Account | None:
+        row = await self._run(lambda: self._db().execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone())
+        return _account(row) if row else None
+
+    async def list_accounts(self) -> list[Account]:
+        rows = await self._run(lambda: self._db().execute("SELECT * FROM accounts ORDER BY id").fetchall())
+        return [_account(r) for r in rows]
+
+    async def top_up(self, account_id: int, amount_uc: int, note: str, now: float) -> Account:
+        def op() -> Account:
+            with self._write() as db:
+                db.execute(
+                    "INSERT INTO topups (account_id, amount_uc, note, created_at) VALUES (?, ?, ?, ?)",
+                    (account_id, amount_uc, note, now),
+                )
+                db.execute("UPDATE accounts SET balance_uc = balance_uc + ? WHERE id = ?", (amount_uc, account_id))
+                return _account(db.execute("SELECT * FROM accounts WHERE id = ?", (account_id,)).fetchone())
+
+        return await self._run(op)
+
+    async def topups_total(self, account_id: int) -> int:
+        row = await self._run(
+            lambda: self._db()
+            .execute("SELECT COALESCE(SUM(amount_uc), 0) FROM topups WHERE account_id = ?", (account_id,))
+            .fetchone()
+        )
+        return int(row[0])
+
+    # keys ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _next_version(db: sqlite3.Connection) -> int:
+        return int(db.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM api_keys").fetchone()[0])
+
+    @staticmethod
+    def _get_key(db: sqlite3.Connection, key_id: str) -> KeyRecord | None:
+        row = db.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+        return _key(row) if row else None
+
+    async def create_key(self, key: NewKey, now: float) -> KeyRecord:
+        allowed = orjson.dumps(list(key.allowed_models)).decode() if key.allowed_models is not None else None
+
+        def op() -> KeyRecord:
+            with self._write() as db:
+                db.execute(
+                    "INSERT INTO api_keys (id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, "
+                    "digest, prefix, last4, created_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (key.id, key.account_id, key.name, key.group, key.rpm, allowed, key.monthly_cap_uc,
+                     key.digest, key.prefix, key.last4, now, self._next_version(db)),
+                )  # fmt: skip
+                record = self._get_key(db, key.id)
+                assert record is not None
+                return record
+
+        return await self._run(op)
+
+    async def get_key(self, key_id: str) -> KeyRecord | None:
+        return await self._run(lambda: self._get_key(self._db(), key_id))
+
+    async def list_keys(self, account_id: int | None = None) -> list[KeyRecord]:
+        def op() -> list[KeyRecord]:
+            if account_id is None:
+                rows = self._db().execute(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at, id")
+            else:
+                rows = self._db().execute(
+                    f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE account_id = ? ORDER BY created_at, id", (account_id,)
+                )
+            return [_key(r) for r in rows.fetchall()]
+
+        return await self._run(op)
+
+    async def update_key(self, key_id: str, controls: KeyControls, now: float) -> KeyRecord | None:
+        sets: list[str] = []
+        args: list[Any] = []
+        if controls.name is not None:
+            sets.append("name = ?")
+            args.append(controls.name)
+        if controls.rpm is not None:
+            sets.append("rpm = ?")
+            args.append(controls.rpm)
+        if controls.allowed_models is not None:
+            sets.append("allowed_models = ?")
+            args.append(orjson.dumps(list(controls.allowed_models)).decode() if controls.allowed_models else None)
+        if controls.monthly_cap_uc is not None:
+            sets.append("monthly_cap_uc = ?")
+            args.append(None if controls.monthly_cap_uc < 0 else controls.monthly_cap_uc)
+
+        def op() -> KeyRecord | None:
+            with self._write() as db:
+                if self._get_key(db, key_id) is None:
+                    return None
+                db.execute(
+                    f"UPDATE api_keys SET {', '.join([*sets, 'version = ?'])} WHERE id = ?",
+                    (*args, self._next_version(db), key_id),
+                )
+                return self._get_key(db, key_id)
+
+        return await self._run(op)
+
+    async def rotate_key(
+        self, key_id: str, digest: bytes, prefix: str, last4: str, grace_seconds: float, now: float
+    ) -> KeyRecord | None:
+        def op() -> KeyRecord | None:
+            with self._write() as db:
+                current = self._get_key(db, key_id)
+                if current is None or current.state != "active":
+                    return None
+                # With no grace the old secret is dropped at once; otherwise it is kept as the
+                # previous digest until it expires (one previous secret at a time).
+                previous, expires = (current.digest, now + grace_seconds) if grace_seconds > 0 else (None, None)
+                db.execute(
+                    "UPDATE api_keys SET digest = ?, prefix = ?, last4 = ?, previous_digest = ?, "
+                    "previous_expires_at = ?, rotated_at = ?, version = ? WHERE id = ?",
+                    (digest, prefix, last4, previous, expires, now, self._next_version(db), key_id),
+                )
+                return self._get_key(db, key_id)
+
+        return await self._run(op)
+
+    async def revoke_key(self, key_id: str, now: float) -> KeyRecord | None:
+        def op() -> KeyRecord | None:
+            with self._write() as db:
+                current = self._get_key(db, key_id)
+                if current is None:
+                    return None
+                if current.state != "disabled":
+                    db.execute(
+                        "UPDATE api_keys SET state = 'disabled', revoked_at = ?, version = ? WHERE id = ?",
+                        (now, self._next_version(db), key_id),
+                    )
+                return self._get_key(db, key_id)
+
+        return await self._run(op)
+
+    async def keys_changed_since(self, version: int) -> list[KeyRecord]:
+        rows = await self._run(
+            lambda: self._db()
+            .execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > ? ORDER BY version", (version,))
+            .fetchall()
+        )
+        return [_key(r) for r in rows]
+
+    # admin tokens -------------------------------------------------------------------------
+
+    async def create_admin_token(self, token_id: str, digest: bytes, account_id: int | None, now: float) -> None:
+        def op() -> None:
+            with self._write() as db:
+                db.execute(
+                    "INSERT INTO admin_tokens (id, digest, account_id, created_at) VALUES (?, ?, ?, ?)",
+                    (token_id, digest, account_id, now),
+                )
+
+        await self._run(op)
+
+    async def find_admin_token(self, digest: bytes) -> AdminToken | None:
+        row = await self._run(
+            lambda: self._db()
+            .execute("SELECT id, account_id, created_at FROM admin_tokens WHERE digest = ?", (digest,))
+            .fetchone()
+        )
+        return AdminToken(id=row[0], account_id=row[1], created_at=row[2]) if row else None
+
+    async def count_admin_tokens(self) -> int:
+        row = await self._run(lambda: self._db().execute("SELECT COUNT(*) FROM admin_tokens").fetchone())
+        return int(row[0])
+
+    # ledger -------------------------------------------------------------------------------
+
+    async def reserve(self, request: ReserveRequest) -> Reservation | Refusal:
+        return await self._run(self._reserve, request)
+
+    def _reserve(self, r: ReserveRequest) -> Reservation | Refusal:
+        with self._write() as db:
+            acct = db.execute("SELECT balance_uc - reserved_uc FROM accounts WHERE id = ?", (r.account_id,)).fetchone()
+            cap_row = db.execute("SELECT monthly_cap_uc FROM api_keys WHERE id = ?", (r.key_id,)).fetchone()
+            if acct is None or cap_row is None:
+                return Refusal("balance", 0)
+            balance_free = int(acct[0])
+            cap: int | None = cap_row[0]
+            db.execute("INSERT OR IGNORE INTO key_month_spend (key_id, month) VALUES (?, ?)", (r.key_id, r.month))
+            spent, held = db.execute(
+                "SELECT spent_uc, reserved_uc FROM key_month_spend WHERE key_id = ? AND month = ?", (r.key_id, r.month)
+            ).fetchone()
+            cap_free = None if cap is None else max(0, cap - spent - held)
+            affordable = balance_free if cap_free is None else min(balance_free, cap_free)
+            if affordable < r.minimum_uc:
+                if cap_free is not None and cap_free <= balance_free:
+                    return Refusal("monthly_cap", max(0, affordable))
+                return Refusal("balance", max(0, affordable))
+            granted = min(r.amount_uc, affordable)
+            db.execute(
+                "INSERT INTO reservations (request_id, key_id, account_id, month, amount_uc, state, created_at, "
+                "expires_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
+                (r.request_id, r.key_id, r.account_id, r.month, granted, r.now, r.expires_at),
+            )
+            db.execute("UPDATE accounts SET reserved_uc = reserved_uc + ? WHERE id = ?", (granted, r.account_id))
+            db.execute(
+                "UPDATE key_month_spend SET reserved_uc = reserved_uc + ? WHERE key_id = ? AND month = ?",
+                (granted, r.key_id, r.month),
+            )
+            return Reservation(
+                request_id=r.request_id,
+                granted_uc=granted,
+                balance_after_uc=balance_free - granted,
+                cap_remaining_after_uc=None if cap_free is None else cap_free - granted,
+            )
+
+    async def settle(self, usage: UsageRecord) -> Settlement:
+        return await self._run(self._finish, usage, True)
+
+    async def release(self, usage: UsageRecord) -> Settlement:
+        return await self._run(self._finish, usage, False)
+
+    def _finish(self, usage: UsageRecord, charge: bool) -> Settlement:
+        with self._write() as db:
+            row = db.execute(
+                "SELECT amount_uc, state, month FROM reservations WHERE request_id = ?", (usage.request_id,)
+            ).fetchone()
+            if row is None or row[1] != "pending":
+                return Settlement(False, 0, *self._remaining(db, usage.account_id, usage.key_id, usage.month))
+            amount, _, month = row
+            # A true upper bound was reserved, so the real cost fits; should an upstream ever report
+            # more, the charge stops at the hold: a cap or balance is never overshot.
+            charged = min(max(usage.charged_uc, 0), amount) if charge else 0
+            usage.charged_uc = charged
+            usage.month = month
+            db.execute(
+                "UPDATE reservations SET state = ? WHERE request_id = ?",
+                ("settled" if charge else "released", usage.request_id),
+            )
+            db.execute(
+                "UPDATE accounts SET reserved_uc = reserved_uc - ?, balance_uc = balance_uc - ? WHERE id = ?",
+                (amount, charged, usage.account_id),
+            )
+            db.execute(
+                "UPDATE key_month_spend SET reserved_uc = reserved_uc - ?, spent_uc = spent_uc + ? "
+                "WHERE key_id = ? AND month = ?",
+                (amount, charged, usage.key_id, month),
+            )
+            db.execute(
+                f"INSERT INTO usage_records ({_USAGE_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+                (usage.request_id, usage.key_id, usage.account_id, usage.endpoint, usage.model, month,
+                 usage.status, usage.created_at, usage.finished_at, usage.input_tokens, usage.output_tokens,
+                 usage.cache_creation_tokens, usage.cache_read_tokens, charged),
+            )  # fmt: skip
+            return Settlement(True, charged, *self._remaining(db, usage.account_id, usage.key_id, month))
+
+    @staticmethod
+    def _remaining(db: sqlite3.Connection, account_id: int, key_id: str, month: str) -> tuple[int, int | None]:
+        balance = db.execute("SELECT balance_uc FROM accounts WHERE id = ?", (account_id,)).fetchone()
+        cap = db.execute("SELECT monthly_cap_uc FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+        spend = db.execute(
+            "SELECT spent_uc + reserved_uc FROM key_month_spend WHERE key_id = ? AND month = ?", (key_id, month)
+        ).fetchone()
+        cap_left = None
+        if cap is not None and cap[0] is not None:
+            cap_left = max(0, cap[0] - (spend[0] if spend else 0))
+        return (balance[0] if balance else 0), cap_left
+
+    async def expired_reservations(self, now: float, limit: int = 100) -> list[tuple[str, str, int, str]]:
+        rows = await self._run(
+            lambda: self._db()
+            .execute(
+                "SELECT request_id, key_id, account_id, month FROM reservations "
+                "WHERE state = 'pending' AND expires_at < ? ORDER BY expires_at LIMIT ?",
+                (now, limit),
+            )
+            .fetchall()
+        )
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
+        row = await self._run(
+            lambda: self._db()
+            .execute("SELECT spent_uc, reserved_uc FROM key_month_spend WHERE key_id = ? AND month = ?", (key_id, month))
+            .fetchone()
+        )
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    async def pending_reservations(self) -> int:
+        row = await self._run(
+            lambda: self._db().execute("SELECT COUNT(*) FROM reservations WHERE state = 'pending'").fetchone()
+        )
+        return int(row[0])
+
+    # usage --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _usage_filter(month: str, account_id: int | None, key_id: str | None) -> tuple[str, list[Any]]:
+        where: list[str] = ["month = ?"]
+        args: list[Any] = [month]
+        if account_id is not None:
+            where.append("account_id = ?")
+            args.append(account_id)
+        if key_id is not None:
+            where.append("key_id = ?")
+            args.append(key_id)
+        return " AND ".join(where), args
+
+    async def usage_summary(self, month: str, *, account_id: int | None = None, key_id: str | None = None) -> UsageSummary:
+        where, args = self._usage_filter(month, account_id, key_id)
+
+        def op() -> UsageSummary:
+            db = self._db()
+            total = db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
+                "COALESCE(SUM(cache_creation_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
+                f"COALESCE(SUM(charged_uc), 0) FROM usage_records WHERE {where}",
+                args,
+            ).fetchone()
+            by_model = db.execute(
+                f"SELECT model, SUM(charged_uc) FROM usage_records WHERE {where} GROUP BY model ORDER BY model", args
+            ).fetchall()
+            requests, input_tokens, output_tokens, cache_creation, cache_read, charged = (int(v) for v in total)
+            return UsageSummary(
+                month, requests, input_tokens, output_tokens, cache_creation, cache_read, charged,
+                by_model={m: int(c) for m, c in by_model},
+            )  # fmt: skip
+
+        return await self._run(op)
+
+    async def usage_records(
+        self, month: str, *, account_id: int | None = None, key_id: str | None = None, limit: int = 100
+    ) -> list[UsageRecord]:
+        where, args = self._usage_filter(month, account_id, key_id)
+        rows = await self._run(
+            lambda: self._db()
+            .execute(
+                f"SELECT {_USAGE_COLUMNS} FROM usage_records WHERE {where} ORDER BY created_at DESC LIMIT ?",
+                (*args, limit),
+            )
+            .fetchall()
+        )
+        return [_usage(r) for r in rows]

@@ -1,0 +1,246 @@
+"""The built-in simulator upstream: deterministic replies, honest token counts, no network.
+
+It implements the provider interface in-process and speaks all three dialects, so the gateway's
+request path treats it exactly like a remote upstream (passthrough, usage taps, settlement).
+
+Behaviour, documented for users and relied on by tests:
+- Tokens are counted with a word/punctuation tokenizer (``\\w+`` runs and single symbols) over
+  all request text: system, messages, tool results, tool names, descriptions and schemas. The
+  reply's ``output_tokens`` is exactly the number of such tokens it generated.
+- The reply text is ``[simulator] You said: <first words of the last user text>.`` followed by
+  words picked deterministically from a hash of the whole prompt; the same request always gets
+  the same reply. ``max_tokens`` truncates it (stop reason ``max_tokens``) and stop sequences cut
+  it (``stop_sequence``).
+- A tool call is made when the request offers tools and asks for one: ``tool_choice`` is
+  ``any``/``required`` or names a tool, or the last user text mentions a tool's name. Its input
+  fills the schema's required properties with placeholder values. After a tool result the
+  simulator answers in text, so a round trip ends.
+- ``simulator.latency_ms`` delays the first byte; ``simulator.tokens_per_second`` paces output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import orjson
+
+from modelgate import errors, ir
+from modelgate.config import SimulatorConfig
+from modelgate.formats import CODECS, ids, messages, responses
+from modelgate.upstream.base import Dialect, UpstreamReply
+
+TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+_VOCABULARY = (
+    "gateway token stream credit model request answer simple clear steady bright quiet river "
+    "signal window harbor lantern meadow orbit pixel quartz ledger prism summit valley echo"
+).split()
+_CODECS = CODECS
+
+
+def count_tokens(text: str) -> int:
+    return len(TOKEN_RE.findall(text))
+
+
+def _part_text(part: ir.Part) -> str:
+    if isinstance(part, ir.TextPart):
+        return part.text
+    if isinstance(part, ir.ToolUsePart):
+        return part.name + " " + orjson.dumps(part.input).decode()
+    if isinstance(part, ir.ToolResultPart):
+        return " ".join(p.text for p in part.content if isinstance(p, ir.TextPart))
+    if isinstance(part, ir.ThinkingPart):
+        return part.thinking
+    if isinstance(part, ir.DocumentPart):
+        return part.text or ""
+    return ""
+
+
+def prompt_text(req: ir.Request) -> str:
+    pieces = list(req.system)
+    for message in req.messages:
+        pieces.extend(_part_text(p) for p in message.content)
+    for tool in req.tools:
+        pieces.append(f"{tool.name} {tool.description or ''} {orjson.dumps(tool.input_schema).decode()}")
+    return "\n".join(pieces)
+
+
+def _last_user_text(req: ir.Request) -> str:
+    for message in reversed(req.messages):
+        if message.role == "user":
+            return " ".join(p.text for p in message.content if isinstance(p, ir.TextPart))
+    return ""
+
+
+def _ends_with_tool_result(req: ir.Request) -> bool:
+    last = req.messages[-1] if req.messages else None
+    return last is not None and any(isinstance(p, ir.ToolResultPart) for p in last.content)
+
+
+def _placeholder(schema: Any) -> Any:
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    return {"string": "simulated", "integer": 1, "number": 1, "boolean": True, "array": [], "object": {}}.get(
+        kind if isinstance(kind, str) else "string", "simulated"
+    )
+
+
+def _tool_to_call(req: ir.Request) -> ir.Tool | None:
+    if not req.tools or _ends_with_tool_result(req):
+        return None
+    choice = req.tool_choice
+    if choice is not None and choice.type == "none":
+        return None
+    if choice is not None and choice.type == "tool":
+        return next((t for t in req.tools if t.name == choice.name), req.tools[0])
+    if choice is not None and choice.type == "any":
+        return req.tools[0]
+    text = _last_user_text(req)
+    return next((t for t in req.tools if t.name in text), None)
+
+
+def _pieces(text: str) -> list[str]:
+    """Split text into token-sized deltas (each delta carries its leading space)."""
+    return re.findall(r"\s*(?:\w+|[^\w\s])", text)
+
+
+def simulate(req: ir.Request, response_id: str, tool_id: str, reply_words: int) -> ir.Response:
+    prompt = prompt_text(req)
+    seed = hashlib.sha256(prompt.encode()).digest()
+    usage = ir.Usage(input_tokens=count_tokens(prompt))
+    tool = _tool_to_call(req)
+    if tool is not None:
+        text = f"[simulator] Calling {tool.name}."
+    elif _ends_with_tool_result(req):
+        text = "[simulator] Tool result received: " + " ".join(_last_user_text(req).split()[:8]).strip()
+        text = text.rstrip() + " Done."
+    else:
+        echo = " ".join(_last_user_text(req).split()[:8])
+        words = [_VOCABULARY[seed[i % len(seed)] % len(_VOCABULARY)] for i in range(reply_words)]
+        text = f"[simulator] You said: {echo}. " + " ".join(words) + "."
+    limit = req.max_tokens if req.max_tokens is not None else 1 << 30
+    stop = ir.StopReason.END_TURN
+    stop_sequence = None
+    for sequence in req.stop_sequences:
+        at = text.find(sequence) if sequence else -1
+        if at >= 0:
+            text, stop, stop_sequence, tool = text[:at], ir.StopReason.STOP_SEQUENCE, sequence, None
+    pieces = _pieces(text)
+    if len(pieces) > limit:
+        pieces, stop, stop_sequence, tool = pieces[:limit], ir.StopReason.MAX_TOKENS, None, None
+    content: list[ir.OutputPart] = []
+    if pieces:
+        content.append(ir.TextPart("".join(pieces)))
+    usage.output_tokens = len(pieces)
+    if tool is not None:
+        required = tool.input_schema.get("required") or []
+        properties = tool.input_schema.get("properties") or {}
+        arguments = {name: _placeholder(properties.get(name)) for name in required}
+        usage.output_tokens += count_tokens(tool.name + orjson.dumps(arguments).decode())
+        content.append(ir.ToolUsePart(id=tool_id, name=tool.name, input=arguments))
+        stop = ir.StopReason.TOOL_USE
+    return ir.Response(response_id, req.model, content, stop, usage, stop_sequence)
+
+
+def stream_events(resp: ir.Response) -> list[ir.Event]:
+    events: list[ir.Event] = [
+        ir.Start(resp.id, resp.model, ir.Usage(input_tokens=resp.usage.input_tokens, output_tokens=1))
+    ]
+    for index, part in enumerate(resp.content):
+        if isinstance(part, ir.TextPart):
+            events.append(ir.BlockStart(index, "text"))
+            events.extend(ir.TextDelta(index, piece) for piece in _pieces(part.text))
+        elif isinstance(part, ir.ToolUsePart):
+            events.append(ir.BlockStart(index, "tool_use", tool_id=part.id, tool_name=part.name))
+            arguments = orjson.dumps(part.input).decode()
+            cut = len(arguments) // 2
+            events.extend(
+                ir.ToolArgsDelta(index, frag) for frag in (arguments[:cut], arguments[cut:]) if frag
+            )
+        events.append(ir.BlockStop(index))
+    events.append(ir.Finish(resp.stop_reason, resp.usage, resp.stop_sequence))
+    return events
+
+
+class SimulatedReply:
+    def __init__(
+        self, status: int, body: bytes, chunks: list[bytes] | None, pace: float, content_type: str
+    ) -> None:
+        self.status = status
+        self.headers: Mapping[str, str] = {"content-type": content_type, "x-modelgate-upstream": "simulator"}
+        self._body = body
+        self._chunks = chunks
+        self._pace = pace
+
+    async def read(self) -> bytes:
+        if self._chunks is not None:
+            return b"".join([chunk async for chunk in self.iter_chunks()])
+        return self._body
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        for chunk in self._chunks if self._chunks is not None else [self._body]:
+            if self._pace:
+                await asyncio.sleep(self._pace)
+            yield chunk
+
+    async def close(self) -> None:
+        self._chunks = []
+
+
+class SimulatorProvider:
+    kind = "simulator"
+    dialects: frozenset[Dialect] = frozenset({"messages", "chat", "responses"})
+
+    def __init__(self, name: str, config: SimulatorConfig) -> None:
+        self.name = name
+        self.config = config
+
+    async def send(
+        self,
+        dialect: Dialect,
+        body: bytes,
+        *,
+        stream: bool,
+        client_headers: Mapping[str, str],
+        path_suffix: str = "",
+    ) -> UpstreamReply:
+        if self.config.latency_ms:
+            await asyncio.sleep(self.config.latency_ms / 1000)
+        codec = _CODECS[dialect]
+        try:
+            data = orjson.loads(body)
+            if path_suffix == "/count_tokens":
+                req = messages.decode_request(data, require_max_tokens=False)
+                payload = orjson.dumps({"input_tokens": count_tokens(prompt_text(req))})
+                return SimulatedReply(200, payload, None, 0.0, "application/json")
+            req = codec.decode_request(data)
+        except errors.GatewayError as exc:
+            return SimulatedReply(exc.status_for(dialect), codec.render_error(exc, ids.new_request_id()), None, 0.0,
+                                  "application/json")  # fmt: skip
+        response_id = {"messages": ids.new_message_id, "chat": ids.new_chat_id}.get(
+            dialect, ids.new_response_id
+        )()
+        tool_id = ids.new_tool_use_id() if dialect == "messages" else ids.new_call_id()
+        resp = simulate(req, response_id, tool_id, self.config.reply_words)
+        pace = 1.0 / self.config.tokens_per_second if self.config.tokens_per_second else 0.0
+        if not stream:
+            reply = (
+                codec.encode_response(resp)
+                if dialect != "responses"
+                else responses.encode_response(resp, req)
+            )
+            # Pacing a whole response: the time to generate every output token, before any byte.
+            if pace:
+                await asyncio.sleep(pace * resp.usage.output_tokens)
+            return SimulatedReply(200, orjson.dumps(reply), None, 0.0, "application/json")
+        if dialect == "responses":
+            encoder: Any = responses.StreamEncoder(request=req, include_usage=True)
+        else:
+            encoder = codec.StreamEncoder(include_usage=req.include_usage)
+        chunks = [frame for event in stream_events(resp) if (frame := encoder.encode(event))]
+        return SimulatedReply(200, b"", chunks, pace, "text/event-stream")
+
+    async def aclose(self) -> None:
+        return None
