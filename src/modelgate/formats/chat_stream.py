@@ -463,7 +463,8 @@ class StreamTap:
         buf = self._buf + chunk if self._buf else chunk
         end = buf.rfind(b"\n\n") + 2
         if b"\r" in buf:
-            end = max(end, buf.rfind(b"\r\n\r\n") + 4, buf.rfind(b"\r\r") + 2)
+            crlf = buf.rfind(b"\r\n\r\n")
+            end = max(end, crlf + 4 if crlf >= 0 else 0, buf.rfind(b"\r\r") + 2)
         if end < 2:
             self._buf = buf
             return b""
