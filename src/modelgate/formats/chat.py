@@ -394,12 +394,13 @@ def encode_request(req: ir.Request, upstream_model: str) -> dict[str, Any]:
             for t in req.tools
         ]
     choice = req.tool_choice
-    if choice is not None and (req.tools or choice.type == "none"):
+    # Both APIs refuse tool_choice (and parallel_tool_calls) without tools.
+    if choice is not None and req.tools:
         if choice.type == "tool":
             body["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
         else:
             body["tool_choice"] = "required" if choice.type == "any" else choice.type
-        if choice.disable_parallel and req.tools:
+        if choice.disable_parallel:
             body["parallel_tool_calls"] = False
     if req.user is not None:
         body["user"] = req.user

@@ -383,7 +383,7 @@ def encode_request(req: ir.Request, upstream_model: str) -> dict[str, Any]:
             choice["name"] = req.tool_choice.name
         if req.tool_choice.disable_parallel and req.tool_choice.type != "none":
             choice["disable_parallel_tool_use"] = True
-        if req.tools or req.tool_choice.type == "none":
+        if req.tools:  # the API refuses tool_choice without tools
             body["tool_choice"] = choice
     if req.user is not None:
         body["metadata"] = {"user_id": req.user}
