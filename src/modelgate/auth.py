@@ -122,7 +122,9 @@ class KeyView:
             pass
         elif record.previous_digest is not None and hmac.compare_digest(record.previous_digest, digest):
             if record.previous_expires_at is None or record.previous_expires_at <= now:
-                raise AuthenticationFailed("invalid API key: this secret was rotated and its grace period is over")
+                raise AuthenticationFailed(
+                    "invalid API key: this secret was rotated and its grace period is over"
+                )
         else:  # pragma: no cover - the digest maps to this key, so one of the two matches
             raise AuthenticationFailed("invalid API key")
         if record.state != "active":

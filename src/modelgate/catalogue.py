@@ -140,8 +140,12 @@ def _model(model_id: str, fields: dict[str, Any], default_limit: int) -> Model:
         price=Price(
             input=credits_to_micro(price["input"], what=f"{where}.price.input"),
             output=credits_to_micro(price["output"], what=f"{where}.price.output"),
-            cache_write=credits_to_micro(price.get("cache_write") or price["input"], what=f"{where}.price.cache_write"),
-            cache_read=credits_to_micro(price.get("cache_read") or price["input"], what=f"{where}.price.cache_read"),
+            cache_write=credits_to_micro(
+                price.get("cache_write") or price["input"], what=f"{where}.price.cache_write"
+            ),
+            cache_read=credits_to_micro(
+                price.get("cache_read") or price["input"], what=f"{where}.price.cache_read"
+            ),
         ),
         context_length=fields.get("context_length"),
         max_output_tokens=max_output,

@@ -109,7 +109,9 @@ class RedactedThinkingPart:
     type: Literal["redacted_thinking"] = "redacted_thinking"
 
 
-Part = TextPart | ImagePart | DocumentPart | ToolUsePart | ToolResultPart | ThinkingPart | RedactedThinkingPart
+Part = (
+    TextPart | ImagePart | DocumentPart | ToolUsePart | ToolResultPart | ThinkingPart | RedactedThinkingPart
+)
 
 
 @dataclass(slots=True)
@@ -240,4 +242,14 @@ class StreamError:
     message: str
 
 
-Event = Start | BlockStart | TextDelta | ToolArgsDelta | ThinkingDelta | SignatureDelta | BlockStop | Finish | StreamError
+Event = (
+    Start
+    | BlockStart
+    | TextDelta
+    | ToolArgsDelta
+    | ThinkingDelta
+    | SignatureDelta
+    | BlockStop
+    | Finish
+    | StreamError
+)

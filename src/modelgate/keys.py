@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 BASE62 = string.digits + string.ascii_uppercase + string.ascii_lowercase
 KEY_PREFIX = "sk-cs4-"
-OPERATOR_TOKEN_PREFIX = "mg-op-"
-ACCOUNT_TOKEN_PREFIX = "mg-acct-"
+OPERATOR_TOKEN_PREFIX = "mg-op-"  # noqa: S105 - a prefix, not a secret
+ACCOUNT_TOKEN_PREFIX = "mg-acct-"  # noqa: S105 - a prefix, not a secret
 RANDOM_LEN = 32
 CHECKSUM_LEN = 6
 _BASE62_SET = frozenset(BASE62)

@@ -38,7 +38,11 @@ def parse_credits(value: str | float | int | Decimal, field: str) -> int:
 def format_credits(micro: int | None) -> str:
     if micro is None:
         return "-"
-    return f"{Decimal(micro) / 1_000_000:.6f}".rstrip("0").rstrip(".") if micro % 1_000_000 else str(micro // 1_000_000)
+    return (
+        f"{Decimal(micro) / 1_000_000:.6f}".rstrip("0").rstrip(".")
+        if micro % 1_000_000
+        else str(micro // 1_000_000)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +52,9 @@ class IssuedKey:
 
 
 class Management:
-    def __init__(self, store: Store, catalogue: Catalogue, digester: Digester, clock: Clock, default_rpm: int) -> None:
+    def __init__(
+        self, store: Store, catalogue: Catalogue, digester: Digester, clock: Clock, default_rpm: int
+    ) -> None:
         self.store = store
         self.catalogue = catalogue
         self.digester = digester
@@ -153,7 +159,9 @@ class Management:
             allowed = self._canonical_models(record.group, models) or ()
         cap = -1 if clear_cap else monthly_cap_uc
         updated = await self.store.update_key(
-            record.id, KeyControls(name=name, rpm=rpm, allowed_models=allowed, monthly_cap_uc=cap), self.clock.time()
+            record.id,
+            KeyControls(name=name, rpm=rpm, allowed_models=allowed, monthly_cap_uc=cap),
+            self.clock.time(),
         )
         if updated is None:
             raise NotFoundError(f"key {record.id} not found")
@@ -167,7 +175,12 @@ class Management:
         secret = new_api_key()
         display = display_of(secret)
         updated = await self.store.rotate_key(
-            record.id, self.digester.digest(secret), display.prefix, display.last4, grace_seconds, self.clock.time()
+            record.id,
+            self.digester.digest(secret),
+            display.prefix,
+            display.last4,
+            grace_seconds,
+            self.clock.time(),
         )
         if updated is None:
             raise NotFoundError(f"key {record.id} not found")
@@ -184,6 +197,9 @@ class Management:
     async def create_admin_token(self, account: Account | None) -> str:
         token = new_admin_token(operator=account is None)
         await self.store.create_admin_token(
-            "tok_" + random_base62(12), self.digester.digest(token), account.id if account else None, self.clock.time()
+            "tok_" + random_base62(12),
+            self.digester.digest(token),
+            account.id if account else None,
+            self.clock.time(),
         )
         return token

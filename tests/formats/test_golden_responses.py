@@ -185,10 +185,18 @@ def test_encoder_output_decodes_back() -> None:
     assert events[0] == ir.Start("resp_golden2", "nova-5.5", ir.Usage())
     assert events[-1] == ir.Finish(ir.StopReason.TOOL_USE, USAGE)
     assert [type(e).__name__ for e in events[1:-1]] == [
-        "BlockStart", "ThinkingDelta", "ThinkingDelta", "BlockStop",
-        "BlockStart", "TextDelta", "BlockStop",
-        "BlockStart", "ToolArgsDelta", "ToolArgsDelta", "BlockStop",
-    ]  # fmt: skip
+        "BlockStart",
+        "ThinkingDelta",
+        "ThinkingDelta",
+        "BlockStop",
+        "BlockStart",
+        "TextDelta",
+        "BlockStop",
+        "BlockStart",
+        "ToolArgsDelta",
+        "ToolArgsDelta",
+        "BlockStop",
+    ]
     assert events[8] == ir.BlockStart(2, "tool_use", "toolu_01AbC", "exec_command")
 
 

@@ -55,9 +55,12 @@ def with_management(options: Options, work: Callable[[Management], Awaitable[T]]
         try:
             await store.migrate()
             management = Management(
-                store, build_catalogue(settings.catalogue), Digester(load_secret(settings)), SystemClock(),
+                store,
+                build_catalogue(settings.catalogue),
+                Digester(load_secret(settings)),
+                SystemClock(),
                 settings.keys.default_rpm,
-            )  # fmt: skip
+            )
             return await work(management)
         finally:
             await store.close()

@@ -18,7 +18,9 @@ from modelgate.clock import month_of
 from modelgate.management import Management, format_credits, parse_credits
 from modelgate.storage.base import Account, KeyRecord
 
-app = typer.Typer(help="modelgate: a self-hosted LLM API gateway.", no_args_is_help=True, add_completion=False)
+app = typer.Typer(
+    help="modelgate: a self-hosted LLM API gateway.", no_args_is_help=True, add_completion=False
+)
 accounts_app = typer.Typer(help="Accounts and their shared credit balance.", no_args_is_help=True)
 credits_app = typer.Typer(help="Top up an account's balance.", no_args_is_help=True)
 keys_app = typer.Typer(help="API keys: create, list, update, rotate, revoke.", no_args_is_help=True)
@@ -27,8 +29,12 @@ app.add_typer(credits_app, name="credits")
 app.add_typer(keys_app, name="keys")
 app.command("serve")(serve_command)
 
-ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML); or MODELGATE_CONFIG.")]
-DataDirOpt = Annotated[Path | None, typer.Option("--data-dir", help="Data directory (SQLite database, secret).")]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Config file (TOML); or MODELGATE_CONFIG.")
+]
+DataDirOpt = Annotated[
+    Path | None, typer.Option("--data-dir", help="Data directory (SQLite database, secret).")
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
 
 
@@ -85,8 +91,11 @@ def accounts_create(
         return await m.create_account(name, amount)
 
     account = with_management(options, work)
-    emit_one(options, account_row(account), f"created account {account.name} (id {account.id}) with "
-             f"{format_credits(account.balance_uc)} credits")  # fmt: skip
+    emit_one(
+        options,
+        account_row(account),
+        f"created account {account.name} (id {account.id}) with {format_credits(account.balance_uc)} credits",
+    )
 
 
 @accounts_app.command("list")
@@ -118,7 +127,9 @@ def credits_add(
         return await m.add_credits(await m.account(account), micro, note)
 
     updated = with_management(options, work)
-    emit_one(options, account_row(updated), f"{updated.name}: balance {format_credits(updated.balance_uc)} credits")
+    emit_one(
+        options, account_row(updated), f"{updated.name}: balance {format_credits(updated.balance_uc)} credits"
+    )
 
 
 def _credits(value: str, field: str) -> int:
@@ -137,9 +148,15 @@ def keys_create(
     account: Annotated[str, typer.Option("--account", help="Account name or id.")],
     group: Annotated[str, typer.Option("--group", help="Basic, Pro (aria-* models) or Nova (nova-*).")],
     name: Annotated[str, typer.Option("--name", help="A label for the key.")] = "",
-    rpm: Annotated[int | None, typer.Option("--rpm", help="Requests per minute (default from config).")] = None,
-    models: Annotated[str | None, typer.Option("--models", help="Allowed model ids or aliases, comma-separated.")] = None,
-    monthly_cap: Annotated[str | None, typer.Option("--monthly-cap", help="Monthly credit cap (UTC month).")] = None,
+    rpm: Annotated[
+        int | None, typer.Option("--rpm", help="Requests per minute (default from config).")
+    ] = None,
+    models: Annotated[
+        str | None, typer.Option("--models", help="Allowed model ids or aliases, comma-separated.")
+    ] = None,
+    monthly_cap: Annotated[
+        str | None, typer.Option("--monthly-cap", help="Monthly credit cap (UTC month).")
+    ] = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
@@ -149,13 +166,18 @@ def keys_create(
     cap = _credits(monthly_cap, "monthly-cap") if monthly_cap is not None else None
 
     async def work(m: Management) -> Any:
-        return await m.create_key(await m.account(account), group, name=name, rpm=rpm, models=_models(models),
-                                  monthly_cap_uc=cap)  # fmt: skip
+        return await m.create_key(
+            await m.account(account), group, name=name, rpm=rpm, models=_models(models), monthly_cap_uc=cap
+        )
 
     issued = with_management(options, work)
     row = {**key_row(issued.record), "secret": issued.secret}
-    emit_one(options, row, f"created key {issued.record.id} ({issued.record.group}) for account {account}\n"
-             f"secret (shown once, store it now): {issued.secret}")  # fmt: skip
+    emit_one(
+        options,
+        row,
+        f"created key {issued.record.id} ({issued.record.group}) for account {account}\n"
+        f"secret (shown once, store it now): {issued.secret}",
+    )
 
 
 @keys_app.command("list")
@@ -176,7 +198,9 @@ def keys_list(
 
 
 @keys_app.command("revoke")
-def keys_revoke(key_id: str, config: ConfigOpt = None, data_dir: DataDirOpt = None, json: JsonOpt = False) -> None:
+def keys_revoke(
+    key_id: str, config: ConfigOpt = None, data_dir: DataDirOpt = None, json: JsonOpt = False
+) -> None:
     """Disable a key at once (running servers refuse it within a second)."""
     options = Options(config, data_dir, json)
 
@@ -190,7 +214,9 @@ def keys_revoke(key_id: str, config: ConfigOpt = None, data_dir: DataDirOpt = No
 @keys_app.command("rotate")
 def keys_rotate(
     key_id: str,
-    grace: Annotated[float | None, typer.Option("--grace", help="Seconds the old secret keeps working.")] = None,
+    grace: Annotated[
+        float | None, typer.Option("--grace", help="Seconds the old secret keeps working.")
+    ] = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
@@ -204,16 +230,23 @@ def keys_rotate(
         return await m.rotate_key(await m.key(key_id), grace_seconds)
 
     issued = with_management(options, work)
-    emit_one(options, {**key_row(issued.record), "secret": issued.secret},
-             f"rotated key {key_id}; old secret valid for {grace_seconds:g} s\nnew secret (shown once): {issued.secret}")  # fmt: skip
+    emit_one(
+        options,
+        {**key_row(issued.record), "secret": issued.secret},
+        f"rotated key {key_id}; old secret valid for {grace_seconds:g} s\nnew secret (shown once): {issued.secret}",
+    )
 
 
 @keys_app.command("update")
 def keys_update(
     key_id: str,
     rpm: Annotated[int | None, typer.Option("--rpm", help="Requests per minute.")] = None,
-    models: Annotated[str | None, typer.Option("--models", help="Allowed models, comma-separated; '' for all.")] = None,
-    monthly_cap: Annotated[str | None, typer.Option("--monthly-cap", help="Credits per UTC month; 'none' to clear.")] = None,
+    models: Annotated[
+        str | None, typer.Option("--models", help="Allowed models, comma-separated; '' for all.")
+    ] = None,
+    monthly_cap: Annotated[
+        str | None, typer.Option("--monthly-cap", help="Credits per UTC month; 'none' to clear.")
+    ] = None,
     name: Annotated[str | None, typer.Option("--name", help="New label.")] = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
@@ -225,8 +258,14 @@ def keys_update(
     cap = _credits(monthly_cap, "monthly-cap") if monthly_cap is not None and not clear else None
 
     async def work(m: Management) -> KeyRecord:
-        return await m.update_key(await m.key(key_id), name=name, rpm=rpm, models=_models(models),
-                                  monthly_cap_uc=cap, clear_cap=clear)  # fmt: skip
+        return await m.update_key(
+            await m.key(key_id),
+            name=name,
+            rpm=rpm,
+            models=_models(models),
+            monthly_cap_uc=cap,
+            clear_cap=clear,
+        )
 
     record = with_management(options, work)
     emit_one(options, key_row(record), f"updated key {record.id}")
@@ -256,11 +295,16 @@ def usage(
 
     summary = with_management(options, work)
     row = {
-        "month": summary.month, "requests": summary.requests, "input_tokens": summary.input_tokens,
-        "output_tokens": summary.output_tokens, "cache_creation_tokens": summary.cache_creation_tokens,
-        "cache_read_tokens": summary.cache_read_tokens, "charged": format_credits(summary.charged_uc),
-        "charged_uc": summary.charged_uc, "by_model_uc": summary.by_model,
-    }  # fmt: skip
+        "month": summary.month,
+        "requests": summary.requests,
+        "input_tokens": summary.input_tokens,
+        "output_tokens": summary.output_tokens,
+        "cache_creation_tokens": summary.cache_creation_tokens,
+        "cache_read_tokens": summary.cache_read_tokens,
+        "charged": format_credits(summary.charged_uc),
+        "charged_uc": summary.charged_uc,
+        "by_model_uc": summary.by_model,
+    }
     if options.json:
         emit_one(options, row, "")
     else:

@@ -41,7 +41,7 @@ def _print_bootstrap(issued: dict[str, str], settings: Settings) -> None:
         "Try it (served by the built-in simulator, not a real model):\n"
         f"  curl -s {base}/v1/messages -H 'x-api-key: {issued['Basic']}' \\\n"
         "    -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' \\\n"
-        "    -d '{\"model\":\"aria-sonnet-4.6\",\"max_tokens\":64,\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n",
+        '    -d \'{"model":"aria-sonnet-4.6","max_tokens":64,"messages":[{"role":"user","content":"Hello"}]}\'\n',
         highlight=False,
         soft_wrap=True,
     )
@@ -51,7 +51,9 @@ def serve_command(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML).")] = None,
     host: Annotated[str | None, typer.Option("--host", help="Listen address (default 127.0.0.1).")] = None,
     port: Annotated[int | None, typer.Option("--port", help="Listen port (default 8080).")] = None,
-    data_dir: Annotated[Path | None, typer.Option("--data-dir", help="Data directory (default ./data).")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Data directory (default ./data).")
+    ] = None,
     no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="Skip first-start demo data.")] = False,
 ) -> None:
     """Run the gateway."""
@@ -62,7 +64,9 @@ def serve_command(
     if port is not None:
         server["port"] = port
     settings = options.settings(server=server or None)
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     if not no_bootstrap:
         issued = with_management(options, bootstrap)
         if issued:
@@ -72,7 +76,9 @@ def serve_command(
     except ConfigError as exc:
         fail(str(exc))
     if any(p.kind == "simulator" for p in settings.providers):
-        logging.getLogger("modelgate").info("the 'simulator' provider is the built-in simulator, not a real model")
+        logging.getLogger("modelgate").info(
+            "the 'simulator' provider is the built-in simulator, not a real model"
+        )
     uvicorn.run(
         app,
         host=settings.server.host,

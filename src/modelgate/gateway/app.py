@@ -54,7 +54,9 @@ def _visible_models(services: Services, key: KeyRecord) -> list[dict[str, Any]]:
     ]
 
 
-def create_app(settings: Settings, *, clock: Clock | None = None, services: Services | None = None) -> Starlette:
+def create_app(
+    settings: Settings, *, clock: Clock | None = None, services: Services | None = None
+) -> Starlette:
     services = services or Services.build(settings, clock=clock)
 
     @contextlib.asynccontextmanager
@@ -83,13 +85,15 @@ def create_app(settings: Settings, *, clock: Clock | None = None, services: Serv
         except errors.GatewayError as error:
             return _error(request, error)
         data = _visible_models(services, key)
-        return _json({
-            "object": "list",
-            "data": data,
-            "has_more": False,
-            "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None,
-        })  # fmt: skip
+        return _json(
+            {
+                "object": "list",
+                "data": data,
+                "has_more": False,
+                "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None,
+            }
+        )
 
     async def models_get(request: Request) -> Response:
         try:
@@ -100,7 +104,9 @@ def create_app(settings: Settings, *, clock: Clock | None = None, services: Serv
         for item in _visible_models(services, key):
             if item["id"] == model_id:
                 return _json(item)
-        return _error(request, errors.NotFound(f"model {model_id} is not available for this key", param="model"))
+        return _error(
+            request, errors.NotFound(f"model {model_id} is not available for this key", param="model")
+        )
 
     async def healthz(request: Request) -> Response:
         return _json({"status": "ok", "service": "modelgate", "version": __version__})
@@ -112,14 +118,24 @@ def create_app(settings: Settings, *, clock: Clock | None = None, services: Serv
         except Exception as exc:  # any failure to answer means unhealthy, whatever the driver raised
             database = {**database, "status": "unreachable", "error": type(exc).__name__}
         upstreams = [
-            {"name": p.name, "kind": p.kind, **({"note": "built-in simulator, not a real model"} if p.kind == "simulator" else {})}
+            {
+                "name": p.name,
+                "kind": p.kind,
+                **({"note": "built-in simulator, not a real model"} if p.kind == "simulator" else {}),
+            }
             for p in settings.providers
         ]
         deployments = [
-            {"model": s.model, "provider": s.provider, "upstream_model": s.upstream_model,
-             "status": "cooling_down" if s.cooling_for > 0 else "ok", "consecutive_failures": s.consecutive_failures}
-            for s in services.router.status() if s.consecutive_failures or s.cooling_for > 0
-        ]  # fmt: skip
+            {
+                "model": s.model,
+                "provider": s.provider,
+                "upstream_model": s.upstream_model,
+                "status": "cooling_down" if s.cooling_for > 0 else "ok",
+                "consecutive_failures": s.consecutive_failures,
+            }
+            for s in services.router.status()
+            if s.consecutive_failures or s.cooling_for > 0
+        ]
         ok = database["status"] == "ok"
         body = {
             "status": "ok" if ok else "unavailable",

@@ -86,7 +86,9 @@ async def handle(services: Services, fmt: WireFormat, endpoint: str, request: Re
         return render_error(call, error)
     except Exception:  # the one boundary where surprises become a 500
         log.exception("request %s failed with an unexpected error", call.request_id)
-        return render_error(call, errors.InternalError("internal error; the request id identifies it in the logs"))
+        return render_error(
+            call, errors.InternalError("internal error; the request id identifies it in the logs")
+        )
     finally:
         if not handed_off:
             services.inflight.release()
@@ -120,16 +122,21 @@ async def _serve(services: Services, call: Call, request: Request) -> Response:
         raise
     relay = Relay(call, translation, attempt, services)
     if call.stream:
-        return StreamResponse(relay, headers=_common_headers(call), settle=lambda usage, status: finish(
-            services, call, usage, status=status, charge=True), on_done=services.inflight.release)  # fmt: skip
+        return StreamResponse(
+            relay,
+            headers=_common_headers(call),
+            settle=lambda usage, status: finish(services, call, usage, status=status, charge=True),
+            on_done=services.inflight.release,
+        )
     try:
         body, usage, status = await relay.whole()
     except BaseException as exc:
         await finish(services, call, ir.Usage(), status=_status_of(exc), charge=False)
         raise
     settlement = await finish(services, call, usage, status=status, charge=True)
-    call.response_headers.update(hdr.money_headers(settlement.charged_uc, settlement.cap_remaining_uc,
-                                                   settlement.balance_uc))  # fmt: skip
+    call.response_headers.update(
+        hdr.money_headers(settlement.charged_uc, settlement.cap_remaining_uc, settlement.balance_uc)
+    )
     return Response(body, media_type="application/json", headers=_common_headers(call))
 
 
@@ -154,7 +161,11 @@ def authorize(services: Services, call: Call) -> Model:
         raise errors.InvalidRequest("model: a model id is required", param="model")
     model = services.catalogue.resolve(name)
     allowed = call.key.allowed_models
-    if model is None or model.family != _FAMILY_OF_GROUP[group] or (allowed is not None and model.id not in allowed):
+    if (
+        model is None
+        or model.family != _FAMILY_OF_GROUP[group]
+        or (allowed is not None and model.id not in allowed)
+    ):
         raise errors.NotFound(f"model {name} is not available for this key", param="model")
     return model
 
@@ -247,8 +258,9 @@ async def count_tokens(services: Services, call: Call) -> Response:
     """``/v1/messages/count_tokens``: forwarded to a Messages upstream, or counted locally."""
     assert call.model is not None
     result = await services.token_counter.count(call.model.id, call.raw, call.body, call.headers)
-    return Response(orjson.dumps({"input_tokens": result}), media_type="application/json",
-                    headers=_common_headers(call))  # fmt: skip
+    return Response(
+        orjson.dumps({"input_tokens": result}), media_type="application/json", headers=_common_headers(call)
+    )
 
 
 def _common_headers(call: Call) -> dict[str, str]:
@@ -260,4 +272,6 @@ def render_error(call: Call, error: errors.GatewayError) -> Response:
     headers = {**_common_headers(call), **error.headers}
     if error.spec.retryable is False:
         headers.setdefault("x-should-retry", "false")
-    return Response(body, status_code=error.status_for(call.fmt), media_type="application/json", headers=headers)
+    return Response(
+        body, status_code=error.status_for(call.fmt), media_type="application/json", headers=headers
+    )

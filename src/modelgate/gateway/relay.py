@@ -143,12 +143,15 @@ class Relay:
                     self.status = "upstream_error_in_band"
                 return out
 
-            return (lambda chunk: observe(tap.feed(chunk))), (lambda: observe(tap.finish())), client.stream_error_frame
+            return (
+                (lambda chunk: observe(tap.feed(chunk))),
+                (lambda: observe(tap.finish())),
+                client.stream_error_frame,
+            )
 
         decoder = CODECS[self.attempt.dialect].StreamDecoder()
         if self.call.fmt == "responses":
-            encoder = client.StreamEncoder(request=self.translation.request(),
-                                           include_usage=True)  # fmt: skip
+            encoder = client.StreamEncoder(request=self.translation.request(), include_usage=True)
         else:
             encoder = client.StreamEncoder(include_usage=self.translation.client_wants_usage)
 
@@ -182,7 +185,9 @@ class Relay:
         """Usage to settle: reported, or estimated from what was relayed when the stream was cut."""
         if self.usage is not None:
             return self.usage, self.status
-        input_tokens = self._input_seen if self._input_seen is not None else estimate_tokens(len(self.call.raw))
+        input_tokens = (
+            self._input_seen if self._input_seen is not None else estimate_tokens(len(self.call.raw))
+        )
         output = max(self._output_words, estimate_tokens(self._output_chars)) if self._output_chars else 0
         return ir.Usage(input_tokens=input_tokens, output_tokens=output), self.status
 

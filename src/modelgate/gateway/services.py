@@ -123,7 +123,9 @@ class Services:
     settlements: Settlements = field(default_factory=Settlements)
 
     @classmethod
-    def build(cls, settings: Settings, *, clock: Clock | None = None, env: Mapping[str, str] | None = None) -> Services:
+    def build(
+        cls, settings: Settings, *, clock: Clock | None = None, env: Mapping[str, str] | None = None
+    ) -> Services:
         env = os.environ if env is None else env
         try:
             catalogue = build_catalogue(settings.catalogue)
@@ -132,12 +134,16 @@ class Services:
         deployments = deployments_of(settings, catalogue)
         try:
             validate_upstreams(
-                settings.providers, {m: [c for c in settings.deployments[m]] for m in settings.deployments}, env
+                settings.providers,
+                {m: [c for c in settings.deployments[m]] for m in settings.deployments},
+                env,
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         providers = build_providers(
-            settings.providers, env, factories={"simulator": lambda c: SimulatorProvider(c.name, settings.simulator)}
+            settings.providers,
+            env,
+            factories={"simulator": lambda c: SimulatorProvider(c.name, settings.simulator)},
         )
         router = Router(providers, deployments, settings.routing)
         store = open_store(settings.resolved_database_url)

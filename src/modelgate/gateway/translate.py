@@ -83,7 +83,10 @@ def build_upstream_body(
         if dialect == "chat" and call.stream and not translation.client_wants_usage:
             # The gateway always needs the usage chunk; the relay strips it again for the client.
             options = body.get("stream_options")
-            changes["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
+            changes["stream_options"] = {
+                **(options if isinstance(options, dict) else {}),
+                "include_usage": True,
+            }
         return dialect, splice_top_level(call.raw, changes)
     request = translation.request()
     request.max_tokens = call.max_tokens

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modelgate.storage.base import Store, StorageError
+from modelgate.storage.base import StorageError, Store
 
 
 def open_store(url: str) -> Store:
@@ -19,7 +19,9 @@ def open_store(url: str) -> Store:
         except ImportError as exc:
             raise StorageError("this build has no PostgreSQL storage") from exc
         return PostgresStore(url)  # type: ignore[no-any-return,unused-ignore]
-    raise StorageError(f"database_url: unsupported scheme in {url.split('://', 1)[0]!r} (use sqlite:/// or postgresql://)")
+    raise StorageError(
+        f"database_url: unsupported scheme in {url.split('://', 1)[0]!r} (use sqlite:/// or postgresql://)"
+    )
 
 
-__all__ = ["Store", "StorageError", "open_store"]
+__all__ = ["StorageError", "Store", "open_store"]

@@ -51,11 +51,24 @@ _USAGE_COLUMNS = (
 def _key(row: tuple[Any, ...]) -> KeyRecord:
     allowed = tuple(orjson.loads(row[5])) if row[5] is not None else None
     return KeyRecord(
-        id=row[0], account_id=row[1], name=row[2], group=row[3], rpm=row[4], allowed_models=allowed,
-        monthly_cap_uc=row[6], state=row[7], digest=bytes(row[8]), prefix=row[9], last4=row[10],
-        created_at=row[11], previous_digest=bytes(row[12]) if row[12] is not None else None,
-        previous_expires_at=row[13], rotated_at=row[14], revoked_at=row[15], version=row[16],
-    )  # fmt: skip
+        id=row[0],
+        account_id=row[1],
+        name=row[2],
+        group=row[3],
+        rpm=row[4],
+        allowed_models=allowed,
+        monthly_cap_uc=row[6],
+        state=row[7],
+        digest=bytes(row[8]),
+        prefix=row[9],
+        last4=row[10],
+        created_at=row[11],
+        previous_digest=bytes(row[12]) if row[12] is not None else None,
+        previous_expires_at=row[13],
+        rotated_at=row[14],
+        revoked_at=row[15],
+        version=row[16],
+    )
 
 
 def _account(row: tuple[Any, ...]) -> Account:
@@ -143,23 +156,30 @@ class SqliteStore:
         def op() -> Account:
             with self._write() as db:
                 cur = db.execute(
-                    "INSERT INTO accounts (name, balance_uc, created_at) VALUES (?, ?, ?)", (name, balance_uc, now)
+                    "INSERT INTO accounts (name, balance_uc, created_at) VALUES (?, ?, ?)",
+                    (name, balance_uc, now),
                 )
                 if balance_uc:
                     db.execute(
                         "INSERT INTO topups (account_id, amount_uc, note, created_at) VALUES (?, ?, 'initial', ?)",
                         (cur.lastrowid, balance_uc, now),
                     )
-                return _account(db.execute("SELECT * FROM accounts WHERE id = ?", (cur.lastrowid,)).fetchone())
+                return _account(
+                    db.execute("SELECT * FROM accounts WHERE id = ?", (cur.lastrowid,)).fetchone()
+                )
 
         return await self._run(op)
 
     async def get_account(self, account_id: int) -> Account | None:
-        row = await self._run(lambda: self._db().execute("SELECT * FROM accounts WHERE id = ?", (account_id,)).fetchone())
+        row = await self._run(
+            lambda: self._db().execute("SELECT * FROM accounts WHERE id = ?", (account_id,)).fetchone()
+        )
         return _account(row) if row else None
 
     async def find_account(self, name: str) -> Account | None:
-        row = await self._run(lambda: self._db().execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone())
+        row = await self._run(
+            lambda: self._db().execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone()
+        )
         return _account(row) if row else None
 
     async def list_accounts(self) -> list[Account]:
@@ -173,16 +193,20 @@ class SqliteStore:
                     "INSERT INTO topups (account_id, amount_uc, note, created_at) VALUES (?, ?, ?, ?)",
                     (account_id, amount_uc, note, now),
                 )
-                db.execute("UPDATE accounts SET balance_uc = balance_uc + ? WHERE id = ?", (amount_uc, account_id))
+                db.execute(
+                    "UPDATE accounts SET balance_uc = balance_uc + ? WHERE id = ?", (amount_uc, account_id)
+                )
                 return _account(db.execute("SELECT * FROM accounts WHERE id = ?", (account_id,)).fetchone())
 
         return await self._run(op)
 
     async def topups_total(self, account_id: int) -> int:
         row = await self._run(
-            lambda: self._db()
-            .execute("SELECT COALESCE(SUM(amount_uc), 0) FROM topups WHERE account_id = ?", (account_id,))
-            .fetchone()
+            lambda: (
+                self._db()
+                .execute("SELECT COALESCE(SUM(amount_uc), 0) FROM topups WHERE account_id = ?", (account_id,))
+                .fetchone()
+            )
         )
         return int(row[0])
 
@@ -205,9 +229,21 @@ class SqliteStore:
                 db.execute(
                     "INSERT INTO api_keys (id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, "
                     "digest, prefix, last4, created_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (key.id, key.account_id, key.name, key.group, key.rpm, allowed, key.monthly_cap_uc,
-                     key.digest, key.prefix, key.last4, now, self._next_version(db)),
-                )  # fmt: skip
+                    (
+                        key.id,
+                        key.account_id,
+                        key.name,
+                        key.group,
+                        key.rpm,
+                        allowed,
+                        key.monthly_cap_uc,
+                        key.digest,
+                        key.prefix,
+                        key.last4,
+                        now,
+                        self._next_version(db),
+                    ),
+                )
                 record = self._get_key(db, key.id)
                 assert record is not None
                 return record
@@ -223,7 +259,8 @@ class SqliteStore:
                 rows = self._db().execute(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at, id")
             else:
                 rows = self._db().execute(
-                    f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE account_id = ? ORDER BY created_at, id", (account_id,)
+                    f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE account_id = ? ORDER BY created_at, id",
+                    (account_id,),
                 )
             return [_key(r) for r in rows.fetchall()]
 
@@ -240,7 +277,9 @@ class SqliteStore:
             args.append(controls.rpm)
         if controls.allowed_models is not None:
             sets.append("allowed_models = ?")
-            args.append(orjson.dumps(list(controls.allowed_models)).decode() if controls.allowed_models else None)
+            args.append(
+                orjson.dumps(list(controls.allowed_models)).decode() if controls.allowed_models else None
+            )
         if controls.monthly_cap_uc is not None:
             sets.append("monthly_cap_uc = ?")
             args.append(None if controls.monthly_cap_uc < 0 else controls.monthly_cap_uc)
@@ -267,7 +306,9 @@ class SqliteStore:
                     return None
                 # With no grace the old secret is dropped at once; otherwise it is kept as the
                 # previous digest until it expires (one previous secret at a time).
-                previous, expires = (current.digest, now + grace_seconds) if grace_seconds > 0 else (None, None)
+                previous, expires = (
+                    (current.digest, now + grace_seconds) if grace_seconds > 0 else (None, None)
+                )
                 db.execute(
                     "UPDATE api_keys SET digest = ?, prefix = ?, last4 = ?, previous_digest = ?, "
                     "previous_expires_at = ?, rotated_at = ?, version = ? WHERE id = ?",
@@ -294,15 +335,21 @@ class SqliteStore:
 
     async def keys_changed_since(self, version: int) -> list[KeyRecord]:
         rows = await self._run(
-            lambda: self._db()
-            .execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > ? ORDER BY version", (version,))
-            .fetchall()
+            lambda: (
+                self._db()
+                .execute(
+                    f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > ? ORDER BY version", (version,)
+                )
+                .fetchall()
+            )
         )
         return [_key(r) for r in rows]
 
     # admin tokens -------------------------------------------------------------------------
 
-    async def create_admin_token(self, token_id: str, digest: bytes, account_id: int | None, now: float) -> None:
+    async def create_admin_token(
+        self, token_id: str, digest: bytes, account_id: int | None, now: float
+    ) -> None:
         def op() -> None:
             with self._write() as db:
                 db.execute(
@@ -314,9 +361,11 @@ class SqliteStore:
 
     async def find_admin_token(self, digest: bytes) -> AdminToken | None:
         row = await self._run(
-            lambda: self._db()
-            .execute("SELECT id, account_id, created_at FROM admin_tokens WHERE digest = ?", (digest,))
-            .fetchone()
+            lambda: (
+                self._db()
+                .execute("SELECT id, account_id, created_at FROM admin_tokens WHERE digest = ?", (digest,))
+                .fetchone()
+            )
         )
         return AdminToken(id=row[0], account_id=row[1], created_at=row[2]) if row else None
 
@@ -331,15 +380,20 @@ class SqliteStore:
 
     def _reserve(self, r: ReserveRequest) -> Reservation | Refusal:
         with self._write() as db:
-            acct = db.execute("SELECT balance_uc - reserved_uc FROM accounts WHERE id = ?", (r.account_id,)).fetchone()
+            acct = db.execute(
+                "SELECT balance_uc - reserved_uc FROM accounts WHERE id = ?", (r.account_id,)
+            ).fetchone()
             cap_row = db.execute("SELECT monthly_cap_uc FROM api_keys WHERE id = ?", (r.key_id,)).fetchone()
             if acct is None or cap_row is None:
                 return Refusal("balance", 0)
             balance_free = int(acct[0])
             cap: int | None = cap_row[0]
-            db.execute("INSERT OR IGNORE INTO key_month_spend (key_id, month) VALUES (?, ?)", (r.key_id, r.month))
+            db.execute(
+                "INSERT OR IGNORE INTO key_month_spend (key_id, month) VALUES (?, ?)", (r.key_id, r.month)
+            )
             spent, held = db.execute(
-                "SELECT spent_uc, reserved_uc FROM key_month_spend WHERE key_id = ? AND month = ?", (r.key_id, r.month)
+                "SELECT spent_uc, reserved_uc FROM key_month_spend WHERE key_id = ? AND month = ?",
+                (r.key_id, r.month),
             ).fetchone()
             cap_free = None if cap is None else max(0, cap - spent - held)
             affordable = balance_free if cap_free is None else min(balance_free, cap_free)
@@ -353,7 +407,9 @@ class SqliteStore:
                 "expires_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
                 (r.request_id, r.key_id, r.account_id, r.month, granted, r.now, r.expires_at),
             )
-            db.execute("UPDATE accounts SET reserved_uc = reserved_uc + ? WHERE id = ?", (granted, r.account_id))
+            db.execute(
+                "UPDATE accounts SET reserved_uc = reserved_uc + ? WHERE id = ?", (granted, r.account_id)
+            )
             db.execute(
                 "UPDATE key_month_spend SET reserved_uc = reserved_uc + ? WHERE key_id = ? AND month = ?",
                 (granted, r.key_id, r.month),
@@ -399,18 +455,34 @@ class SqliteStore:
             )
             db.execute(
                 f"INSERT INTO usage_records ({_USAGE_COLUMNS}) VALUES ({', '.join('?' * 14)})",
-                (usage.request_id, usage.key_id, usage.account_id, usage.endpoint, usage.model, month,
-                 usage.status, usage.created_at, usage.finished_at, usage.input_tokens, usage.output_tokens,
-                 usage.cache_creation_tokens, usage.cache_read_tokens, charged),
-            )  # fmt: skip
+                (
+                    usage.request_id,
+                    usage.key_id,
+                    usage.account_id,
+                    usage.endpoint,
+                    usage.model,
+                    month,
+                    usage.status,
+                    usage.created_at,
+                    usage.finished_at,
+                    usage.input_tokens,
+                    usage.output_tokens,
+                    usage.cache_creation_tokens,
+                    usage.cache_read_tokens,
+                    charged,
+                ),
+            )
             return Settlement(True, charged, *self._remaining(db, usage.account_id, usage.key_id, month))
 
     @staticmethod
-    def _remaining(db: sqlite3.Connection, account_id: int, key_id: str, month: str) -> tuple[int, int | None]:
+    def _remaining(
+        db: sqlite3.Connection, account_id: int, key_id: str, month: str
+    ) -> tuple[int, int | None]:
         balance = db.execute("SELECT balance_uc FROM accounts WHERE id = ?", (account_id,)).fetchone()
         cap = db.execute("SELECT monthly_cap_uc FROM api_keys WHERE id = ?", (key_id,)).fetchone()
         spend = db.execute(
-            "SELECT spent_uc + reserved_uc FROM key_month_spend WHERE key_id = ? AND month = ?", (key_id, month)
+            "SELECT spent_uc + reserved_uc FROM key_month_spend WHERE key_id = ? AND month = ?",
+            (key_id, month),
         ).fetchone()
         cap_left = None
         if cap is not None and cap[0] is not None:
@@ -419,21 +491,28 @@ class SqliteStore:
 
     async def expired_reservations(self, now: float, limit: int = 100) -> list[tuple[str, str, int, str]]:
         rows = await self._run(
-            lambda: self._db()
-            .execute(
-                "SELECT request_id, key_id, account_id, month FROM reservations "
-                "WHERE state = 'pending' AND expires_at < ? ORDER BY expires_at LIMIT ?",
-                (now, limit),
+            lambda: (
+                self._db()
+                .execute(
+                    "SELECT request_id, key_id, account_id, month FROM reservations "
+                    "WHERE state = 'pending' AND expires_at < ? ORDER BY expires_at LIMIT ?",
+                    (now, limit),
+                )
+                .fetchall()
             )
-            .fetchall()
         )
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
     async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
         row = await self._run(
-            lambda: self._db()
-            .execute("SELECT spent_uc, reserved_uc FROM key_month_spend WHERE key_id = ? AND month = ?", (key_id, month))
-            .fetchone()
+            lambda: (
+                self._db()
+                .execute(
+                    "SELECT spent_uc, reserved_uc FROM key_month_spend WHERE key_id = ? AND month = ?",
+                    (key_id, month),
+                )
+                .fetchone()
+            )
         )
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
@@ -457,7 +536,9 @@ class SqliteStore:
             args.append(key_id)
         return " AND ".join(where), args
 
-    async def usage_summary(self, month: str, *, account_id: int | None = None, key_id: str | None = None) -> UsageSummary:
+    async def usage_summary(
+        self, month: str, *, account_id: int | None = None, key_id: str | None = None
+    ) -> UsageSummary:
         where, args = self._usage_filter(month, account_id, key_id)
 
         def op() -> UsageSummary:
@@ -469,13 +550,22 @@ class SqliteStore:
                 args,
             ).fetchone()
             by_model = db.execute(
-                f"SELECT model, SUM(charged_uc) FROM usage_records WHERE {where} GROUP BY model ORDER BY model", args
+                f"SELECT model, SUM(charged_uc) FROM usage_records WHERE {where} GROUP BY model ORDER BY model",
+                args,
             ).fetchall()
-            requests, input_tokens, output_tokens, cache_creation, cache_read, charged = (int(v) for v in total)
+            requests, input_tokens, output_tokens, cache_creation, cache_read, charged = (
+                int(v) for v in total
+            )
             return UsageSummary(
-                month, requests, input_tokens, output_tokens, cache_creation, cache_read, charged,
+                month,
+                requests,
+                input_tokens,
+                output_tokens,
+                cache_creation,
+                cache_read,
+                charged,
                 by_model={m: int(c) for m, c in by_model},
-            )  # fmt: skip
+            )
 
         return await self._run(op)
 
@@ -484,11 +574,13 @@ class SqliteStore:
     ) -> list[UsageRecord]:
         where, args = self._usage_filter(month, account_id, key_id)
         rows = await self._run(
-            lambda: self._db()
-            .execute(
-                f"SELECT {_USAGE_COLUMNS} FROM usage_records WHERE {where} ORDER BY created_at DESC LIMIT ?",
-                (*args, limit),
+            lambda: (
+                self._db()
+                .execute(
+                    f"SELECT {_USAGE_COLUMNS} FROM usage_records WHERE {where} ORDER BY created_at DESC LIMIT ?",
+                    (*args, limit),
+                )
+                .fetchall()
             )
-            .fetchall()
         )
         return [_usage(r) for r in rows]

@@ -34,10 +34,34 @@ from modelgate.formats import CODECS, ids, messages, responses
 from modelgate.upstream.base import Dialect, UpstreamReply
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")
-_VOCABULARY = (
-    "gateway token stream credit model request answer simple clear steady bright quiet river "
-    "signal window harbor lantern meadow orbit pixel quartz ledger prism summit valley echo"
-).split()
+_VOCABULARY = [
+    "gateway",
+    "token",
+    "stream",
+    "credit",
+    "model",
+    "request",
+    "answer",
+    "simple",
+    "clear",
+    "steady",
+    "bright",
+    "quiet",
+    "river",
+    "signal",
+    "window",
+    "harbor",
+    "lantern",
+    "meadow",
+    "orbit",
+    "pixel",
+    "quartz",
+    "ledger",
+    "prism",
+    "summit",
+    "valley",
+    "echo",
+]
 _CODECS = CODECS
 
 
@@ -217,8 +241,13 @@ class SimulatorProvider:
                 return SimulatedReply(200, payload, None, 0.0, "application/json")
             req = codec.decode_request(data)
         except errors.GatewayError as exc:
-            return SimulatedReply(exc.status_for(dialect), codec.render_error(exc, ids.new_request_id()), None, 0.0,
-                                  "application/json")  # fmt: skip
+            return SimulatedReply(
+                exc.status_for(dialect),
+                codec.render_error(exc, ids.new_request_id()),
+                None,
+                0.0,
+                "application/json",
+            )
         response_id = {"messages": ids.new_message_id, "chat": ids.new_chat_id}.get(
             dialect, ids.new_response_id
         )()

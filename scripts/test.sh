@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, types, then pytest. `make test` calls this after installing the
+# package with its test extras into .venv. Services the tests need (PostgreSQL, Redis) are started
+# by scripts/services.sh when present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+
+echo "== ruff"
+$BIN/ruff check src tests bench
+$BIN/ruff format --check src tests bench
+echo "== mypy"
+$BIN/mypy
+echo "== pytest"
+if [ -x scripts/services.sh ]; then
+    # shellcheck disable=SC1091
+    source scripts/services.sh
+    start_services
+    trap stop_services EXIT
+fi
+$BIN/pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,3 @@
+from modelgate.cli.main import app
+
+app(prog_name="modelgate")
