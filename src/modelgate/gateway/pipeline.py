@@ -103,7 +103,7 @@ async def _serve(services: Services, call: Call, request: Request) -> Response:
     call.body = parse_object(call.raw)
     call.model = authorize(services, call)
     shape.validate(call.fmt, call.endpoint, call.body)
-    admit_rate(services, call)
+    await admit_rate(services, call)
     if call.endpoint == "count_tokens":
         return await count_tokens(services, call)
     call.stream = call.body.get("stream") is True
@@ -170,9 +170,9 @@ def authorize(services: Services, call: Call) -> Model:
     return model
 
 
-def admit_rate(services: Services, call: Call) -> None:
+async def admit_rate(services: Services, call: Call) -> None:
     assert call.key is not None
-    decision = services.rate_limiter.admit(call.key.id, call.key.rpm, call.started)
+    decision = await services.rate_limiter.admit(call.key.id, call.key.rpm, call.started)
     call.response_headers.update(decision.headers())
     if not decision.admitted:
         raise errors.RateLimited(

@@ -24,7 +24,7 @@ from modelgate.formats import messages
 from modelgate.gateway.body import splice_top_level
 from modelgate.keys import Digester
 from modelgate.limits.inflight import InFlightLimiter
-from modelgate.limits.rpm import RollingWindowLimiter
+from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
 from modelgate.storage import Store, open_store
 from modelgate.upstream.base import Deployment, Provider
 from modelgate.upstream.config import validate_upstreams
@@ -118,7 +118,7 @@ class Services:
     digester: Digester
     router: Router
     token_counter: TokenCounter
-    rate_limiter: RollingWindowLimiter = field(default_factory=RollingWindowLimiter)
+    rate_limiter: RateLimiter = field(default_factory=RollingWindowLimiter)
     inflight: InFlightLimiter = field(default_factory=lambda: InFlightLimiter(2048))
     settlements: Settlements = field(default_factory=Settlements)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
 
 WINDOW_SECONDS = 60.0
 
@@ -36,12 +37,23 @@ class Decision:
         }
 
 
+class RateLimiter(Protocol):
+    """Per-key rolling-window admission; in memory (one instance) or shared (Redis)."""
+
+    async def admit(self, key_id: str, limit: int, now: float) -> Decision: ...
+
+
 class RollingWindowLimiter:
+    """The in-process limiter: exact for one gateway instance."""
+
     def __init__(self, window: float = WINDOW_SECONDS) -> None:
         self._window = window
         self._log: dict[str, deque[float]] = {}
 
-    def admit(self, key_id: str, limit: int, now: float) -> Decision:
+    async def admit(self, key_id: str, limit: int, now: float) -> Decision:
+        return self.admit_now(key_id, limit, now)
+
+    def admit_now(self, key_id: str, limit: int, now: float) -> Decision:
         log = self._log.get(key_id)
         if log is None:
             log = self._log[key_id] = deque()
