@@ -138,7 +138,11 @@ def simulate(req: ir.Request, response_id: str, tool_id: str, reply_words: int) 
     if tool is not None:
         text = f"[simulator] Calling {tool.name}."
     elif _ends_with_tool_result(req):
-        text = "[simulator] Tool result received: " + " ".join(_last_user_text(req).split()[:8]).strip()
+        # Echo the result itself, so a client can see its tool output reached the model.
+        results = " ".join(
+            _part_text(p) for p in req.messages[-1].content if isinstance(p, ir.ToolResultPart)
+        )
+        text = "[simulator] Tool result received: " + " ".join(results.split()[:8]).strip()
         text = text.rstrip() + " Done."
     else:
         echo = " ".join(_last_user_text(req).split()[:8])
@@ -258,14 +262,17 @@ class SimulatorProvider:
             reply = (
                 codec.encode_response(resp)
                 if dialect != "responses"
-                else responses.encode_response(resp, req)
+                else responses.encode_response(resp, req, namespaces=responses.tool_namespaces(data))
             )
             # Pacing a whole response: the time to generate every output token, before any byte.
             if pace:
                 await asyncio.sleep(pace * resp.usage.output_tokens)
             return SimulatedReply(200, orjson.dumps(reply), None, 0.0, "application/json")
         if dialect == "responses":
-            encoder: Any = responses.StreamEncoder(request=req, include_usage=True)
+            # Calls of flattened namespace tools go back as {name, namespace}, as the real API does.
+            encoder: Any = responses.StreamEncoder(
+                request=req, include_usage=True, namespaces=responses.tool_namespaces(data)
+            )
         else:
             encoder = codec.StreamEncoder(include_usage=req.include_usage)
         chunks = [frame for event in stream_events(resp) if (frame := encoder.encode(event))]
