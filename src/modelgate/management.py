@@ -25,6 +25,10 @@ class NotFoundError(ManagementError):
     """No such account or key (or not visible to the caller)."""
 
 
+class ConflictError(ManagementError):
+    """The operation clashes with the current state (a taken name, a revoked key)."""
+
+
 def parse_credits(value: str | float | int | Decimal, field: str) -> int:
     try:
         micro = credits_to_micro(Decimal(str(value)), what=field)
@@ -68,7 +72,7 @@ class Management:
         if not name or len(name) > 100:
             raise ManagementError("name: 1 to 100 characters")
         if await self.store.find_account(name) is not None:
-            raise ManagementError(f"name: an account named {name!r} already exists")
+            raise ConflictError(f"name: an account named {name!r} already exists")
         return await self.store.create_account(name, credits_uc, self.clock.time())
 
     async def account(self, name_or_id: str | int) -> Account:
@@ -171,7 +175,7 @@ class Management:
         if grace_seconds < 0:
             raise ManagementError("grace: must not be negative")
         if record.state != "active":
-            raise ManagementError(f"key {record.id} is revoked and cannot be rotated")
+            raise ConflictError(f"key {record.id} is revoked and cannot be rotated")
         secret = new_api_key()
         display = display_of(secret)
         updated = await self.store.rotate_key(

@@ -14,6 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from modelgate import __version__, errors
+from modelgate.admin import admin_routes
 from modelgate.clock import Clock
 from modelgate.config import Settings
 from modelgate.errors import WireFormat
@@ -165,6 +166,7 @@ def create_app(
         Route("/v1/models/{model_id:path}", models_get, methods=["GET"]),
         Route("/v1/{rest:path}", not_found, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
     ]
+    routes += admin_routes(services)
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.services = services
     return app

@@ -1,0 +1,297 @@
+"""The admin REST API under ``/admin/api``: accounts, top-ups, admin tokens, keys and usage.
+
+Operators (``mg-op-`` tokens) see everything; account tokens (``mg-acct-``) see only their own
+account, and anything else is a 404 exactly like a missing id (see ``admin.auth``). Key changes are
+applied to this server's key view at once, and reach other instances through their refresh poll.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from modelgate.admin import schemas
+from modelgate.admin.auth import Principal, authenticate
+from modelgate.admin.dashboard import dashboard_routes
+from modelgate.admin.http import (
+    AdminError,
+    Handler,
+    bad_request,
+    conflict,
+    json_response,
+    not_found,
+    parse_body,
+    path_int,
+    query_int,
+    route,
+)
+from modelgate.admin.openapi import openapi_document
+from modelgate.clock import month_of
+from modelgate.gateway.services import Services
+from modelgate.management import ConflictError, Management, ManagementError, NotFoundError, parse_credits
+from modelgate.storage.base import Account, Conflict, KeyRecord
+
+PREFIX = "/admin/api"
+_MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
+DEFAULT_RECORDS = 50
+MAX_RECORDS = 500
+AuthedHandler = Callable[[Request, Principal], Awaitable[Response]]
+
+
+def _amount(credits: str | None, micro: int | None, field: str, *, required: bool) -> int | None:
+    if credits is not None and micro is not None:
+        raise bad_request(f"{field}: give either {field} or {field}_uc, not both")
+    if credits is not None:
+        try:
+            return parse_credits(credits, field)
+        except ManagementError as exc:
+            raise bad_request(str(exc)) from None
+    if micro is None and required:
+        raise bad_request(f"{field}: required (or {field}_uc)")
+    return micro
+
+
+class AdminAPI:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.store = services.store
+        self.management = Management(
+            services.store,
+            services.catalogue,
+            services.digester,
+            services.clock,
+            services.settings.keys.default_rpm,
+        )
+
+    # plumbing -----------------------------------------------------------------------------
+
+    def authed(self, handler: AuthedHandler) -> Handler:
+        async def run(request: Request) -> Response:
+            principal = await authenticate(request, self.store, self.services.digester)
+            try:
+                return await handler(request, principal)
+            except NotFoundError as exc:  # pragma: no cover - lookups below raise their own 404s
+                raise AdminError(404, "not_found_error", str(exc)) from None
+            except (ConflictError, Conflict) as exc:
+                raise conflict(str(exc)) from None
+            except ManagementError as exc:
+                raise bad_request(str(exc)) from None
+
+        return run
+
+    def _month(self, request: Request) -> str:
+        month = request.query_params.get("month") or month_of(self.services.clock.time())
+        if not _MONTH.match(month):
+            raise bad_request("month: use YYYY-MM")
+        return month
+
+    async def _account(self, principal: Principal, account_id: int) -> Account:
+        principal.check_account(account_id)
+        account = await self.store.get_account(account_id)
+        if account is None:
+            raise not_found("account", account_id)
+        return account
+
+    async def _key(self, principal: Principal, key_id: str) -> KeyRecord:
+        try:
+            return await self.management.key(key_id, account_id=principal.account_id)
+        except NotFoundError:
+            raise not_found("key", key_id) from None
+
+    async def _key_view(self, record: KeyRecord, month: str, secret: str | None = None) -> dict[str, Any]:
+        spent, reserved = await self.store.month_spend(record.id, month)
+        view = schemas.key_view(record, month, spent, reserved)
+        return view if secret is None else {**view, "secret": secret}
+
+    def _applied(self, record: KeyRecord) -> KeyRecord:
+        self.services.keys.apply(record)
+        return record
+
+    # who am I -----------------------------------------------------------------------------
+
+    async def me(self, request: Request, principal: Principal) -> Response:
+        account = None
+        if principal.account_id is not None:
+            account = schemas.account_view(await self._account(principal, principal.account_id))
+        return json_response(
+            {
+                "token_id": principal.token_id,
+                "scope": "operator" if principal.is_operator else "account",
+                "account": account,
+            }
+        )
+
+    # accounts -----------------------------------------------------------------------------
+
+    async def accounts_list(self, request: Request, principal: Principal) -> Response:
+        principal.require_operator()
+        accounts = await self.store.list_accounts()
+        return json_response({"data": [schemas.account_view(a) for a in accounts]})
+
+    async def accounts_create(self, request: Request, principal: Principal) -> Response:
+        principal.require_operator()
+        body = await parse_body(request, schemas.AccountCreate)
+        opening = _amount(body.credits, body.credits_uc, "credits", required=False) or 0
+        account = await self.management.create_account(body.name, opening)
+        return json_response(schemas.account_view(account), 201)
+
+    async def account_get(self, request: Request, principal: Principal) -> Response:
+        account = await self._account(principal, path_int(request, "account_id", "account"))
+        return json_response(schemas.account_view(account))
+
+    async def topup_create(self, request: Request, principal: Principal) -> Response:
+        account = await self._account(principal, path_int(request, "account_id", "account"))
+        principal.require_operator()
+        body = await parse_body(request, schemas.TopUp)
+        amount = _amount(body.amount, body.amount_uc, "amount", required=True) or 0
+        updated = await self.management.add_credits(account, amount, body.note)
+        return json_response(schemas.account_view(updated))
+
+    async def token_create(self, request: Request, principal: Principal) -> Response:
+        account = await self._account(principal, path_int(request, "account_id", "account"))
+        principal.require_operator()
+        await parse_body(request, schemas.Empty)
+        token = await self.management.create_admin_token(account)
+        return json_response({"token": token, "scope": "account", "account_id": account.id}, 201)
+
+    # keys ---------------------------------------------------------------------------------
+
+    async def keys_list(self, request: Request, principal: Principal) -> Response:
+        account_id = query_int(request, "account_id")
+        if account_id is None:
+            account_id = principal.account_id
+        if account_id is not None:
+            account_id = (await self._account(principal, account_id)).id
+        month = self._month(request)
+        records = await self.store.list_keys(account_id)
+        return json_response({"month": month, "data": [await self._key_view(k, month) for k in records]})
+
+    async def key_create(self, request: Request, principal: Principal) -> Response:
+        body = await parse_body(request, schemas.KeyCreate)
+        account_id = body.account_id if body.account_id is not None else principal.account_id
+        if account_id is None:
+            raise bad_request("account_id: required with an operator token")
+        account = await self._account(principal, account_id)
+        cap = _amount(body.monthly_cap, body.monthly_cap_uc, "monthly_cap", required=False)
+        issued = await self.management.create_key(
+            account,
+            body.group,
+            name=body.name,
+            rpm=body.rpm,
+            models=body.allowed_models,
+            monthly_cap_uc=cap,
+        )
+        record = self._applied(issued.record)
+        return json_response(await self._key_view(record, self._month(request), issued.secret), 201)
+
+    async def key_get(self, request: Request, principal: Principal) -> Response:
+        record = await self._key(principal, request.path_params["key_id"])
+        return json_response(await self._key_view(record, self._month(request)))
+
+    async def key_update(self, request: Request, principal: Principal) -> Response:
+        record = await self._key(principal, request.path_params["key_id"])
+        body = await parse_body(request, schemas.KeyUpdate)
+        given = body.model_fields_set
+        if {"monthly_cap", "monthly_cap_uc"} <= given:
+            raise bad_request("monthly_cap: give either monthly_cap or monthly_cap_uc, not both")
+        cap_given = bool({"monthly_cap", "monthly_cap_uc"} & given)
+        cap = _amount(body.monthly_cap, body.monthly_cap_uc, "monthly_cap", required=False)
+        models = body.allowed_models if body.allowed_models is not None else []
+        if "name" in given and body.name is None:
+            raise bad_request("name: must be a string")
+        if "rpm" in given and body.rpm is None:
+            raise bad_request("rpm: must be an integer")
+        updated = await self.management.update_key(
+            record,
+            name=body.name,
+            rpm=body.rpm,
+            models=models if "allowed_models" in given else None,
+            monthly_cap_uc=cap,
+            clear_cap=cap_given and cap is None,
+        )
+        return json_response(await self._key_view(self._applied(updated), self._month(request)))
+
+    async def key_rotate(self, request: Request, principal: Principal) -> Response:
+        record = await self._key(principal, request.path_params["key_id"])
+        body = await parse_body(request, schemas.KeyRotate)
+        grace = body.grace_seconds
+        if grace is None:
+            grace = self.services.settings.keys.rotation_grace_seconds
+        issued = await self.management.rotate_key(record, grace)
+        record = self._applied(issued.record)
+        return json_response(await self._key_view(record, self._month(request), issued.secret))
+
+    async def key_revoke(self, request: Request, principal: Principal) -> Response:
+        record = await self._key(principal, request.path_params["key_id"])
+        await parse_body(request, schemas.Empty)
+        revoked = self._applied(await self.management.revoke_key(record))
+        return json_response(await self._key_view(revoked, self._month(request)))
+
+    # usage --------------------------------------------------------------------------------
+
+    async def usage(self, request: Request, principal: Principal) -> Response:
+        month = self._month(request)
+        key_id = request.query_params.get("key_id") or None
+        account_id = query_int(request, "account_id")
+        limit = query_int(request, "limit")
+        limit = DEFAULT_RECORDS if limit is None else min(limit, MAX_RECORDS)
+        if key_id is not None and account_id is not None:
+            raise bad_request("give at most one of key_id and account_id")
+        scope: dict[str, Any]
+        if key_id is not None:
+            key_id = (await self._key(principal, key_id)).id
+            scope = {"type": "key", "id": key_id}
+        elif account_id is not None or principal.account_id is not None:
+            target = account_id if account_id is not None else principal.account_id
+            assert target is not None
+            account_id = (await self._account(principal, target)).id
+            scope = {"type": "account", "id": account_id}
+        else:
+            scope = {"type": "all", "id": None}
+        summary = await self.store.usage_summary(month, account_id=account_id, key_id=key_id)
+        records = await self.store.usage_records(month, account_id=account_id, key_id=key_id, limit=limit)
+        return json_response(
+            {
+                "month": month,
+                "scope": scope,
+                "summary": schemas.usage_summary_view(summary),
+                "records": [schemas.usage_record_view(r) for r in records],
+            }
+        )
+
+    # routes -------------------------------------------------------------------------------
+
+    def routes(self) -> list[Route]:
+        a = self.authed
+        document = openapi_document()
+
+        async def openapi(request: Request) -> Response:
+            return json_response(document)
+
+        async def unknown(request: Request) -> Response:
+            raise AdminError(404, "not_found_error", f"no admin endpoint {request.method} {request.url.path}")
+
+        return [
+            route(f"{PREFIX}/openapi.json", {"GET": openapi}),
+            route(f"{PREFIX}/me", {"GET": a(self.me)}),
+            route(f"{PREFIX}/accounts", {"GET": a(self.accounts_list), "POST": a(self.accounts_create)}),
+            route(f"{PREFIX}/accounts/{{account_id}}", {"GET": a(self.account_get)}),
+            route(f"{PREFIX}/accounts/{{account_id}}/topups", {"POST": a(self.topup_create)}),
+            route(f"{PREFIX}/accounts/{{account_id}}/tokens", {"POST": a(self.token_create)}),
+            route(f"{PREFIX}/keys", {"GET": a(self.keys_list), "POST": a(self.key_create)}),
+            route(f"{PREFIX}/keys/{{key_id}}", {"GET": a(self.key_get), "PATCH": a(self.key_update)}),
+            route(f"{PREFIX}/keys/{{key_id}}/rotate", {"POST": a(self.key_rotate)}),
+            route(f"{PREFIX}/keys/{{key_id}}/revoke", {"POST": a(self.key_revoke)}),
+            route(f"{PREFIX}/usage", {"GET": a(self.usage)}),
+            route(PREFIX + "/{rest:path}", {m: unknown for m in ("GET", "POST", "PATCH", "PUT", "DELETE")}),
+        ]
+
+
+def admin_routes(services: Services) -> list[Route]:
+    """Everything under ``/admin/api`` plus the dashboard, for the app factory to mount."""
+    return [*AdminAPI(services).routes(), *dashboard_routes()]

@@ -1,0 +1,74 @@
+"""Who is calling the admin API, and what they may see.
+
+An admin token arrives as ``Authorization: Bearer``. Its format and checksum are checked first
+(no lookup for garbage or typos), then its HMAC-SHA256 digest under the server secret is looked up;
+the token itself is never stored, logged or compared in the clear. Looking up a keyed digest reveals
+nothing about other tokens through timing, and the checksum check uses ``hmac.compare_digest``.
+
+Scope comes from the stored token row: ``account_id`` None is an operator, otherwise the token sees
+one account. The token's prefix (``mg-op-`` / ``mg-acct-``) must agree with that row, so a token can
+never be read as wider than it was issued.
+
+Visibility rule: anything outside the caller's account is reported exactly like something that does
+not exist (same 404, same message form), so an account token cannot learn whether another
+account's ids exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.requests import Request
+
+from modelgate.admin.http import AdminError, forbidden, not_found
+from modelgate.keys import ACCOUNT_TOKEN_PREFIX, OPERATOR_TOKEN_PREFIX, Digester, is_well_formed_admin_token
+from modelgate.storage.base import Store
+
+_CHALLENGE = {"www-authenticate": 'Bearer realm="modelgate-admin"'}
+
+
+def _unauthorized(message: str) -> AdminError:
+    return AdminError(401, "authentication_error", message, _CHALLENGE)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    token_id: str
+    #: None: operator (every account); otherwise the only account this caller can see.
+    account_id: int | None
+
+    @property
+    def is_operator(self) -> bool:
+        return self.account_id is None
+
+    def require_operator(self) -> None:
+        if not self.is_operator:
+            raise forbidden("this operation needs an operator admin token")
+
+    def check_account(self, account_id: int) -> None:
+        """404 (as if missing) for an account this caller cannot see."""
+        if self.account_id is not None and self.account_id != account_id:
+            raise not_found("account", account_id)
+
+
+def bearer_token(request: Request) -> str:
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    token = value.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise _unauthorized("missing admin token: send it as Authorization: Bearer mg-op-… or mg-acct-…")
+    return token
+
+
+async def authenticate(request: Request, store: Store, digester: Digester) -> Principal:
+    token = bearer_token(request)
+    if not is_well_formed_admin_token(token):
+        raise _unauthorized("invalid admin token: not a well-formed mg-op-/mg-acct- token")
+    row = await store.find_admin_token(digester.digest(token))
+    if row is None:
+        raise _unauthorized("invalid admin token")
+    operator_prefix = token.startswith(OPERATOR_TOKEN_PREFIX)
+    if operator_prefix != (row.account_id is None) or (
+        not operator_prefix and not token.startswith(ACCOUNT_TOKEN_PREFIX)
+    ):
+        raise _unauthorized("invalid admin token")
+    return Principal(token_id=row.id, account_id=row.account_id)

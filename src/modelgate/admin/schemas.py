@@ -1,0 +1,161 @@
+"""Admin API request bodies (pydantic, unknown fields refused) and the JSON views of records.
+
+Money is shown twice, like everywhere else: exact integer micro-credits (``*_uc``) and a credits
+string (``format_credits``). Requests take either form (exactly one). Secrets appear only in the
+responses that create them.
+
+Unknown fields are a 400 (``extra="forbid"``): a body that tries to set ``account_id``, ``group``,
+``state``, ``digest`` or a spend on a key is refused as a whole and changes nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from modelgate.management import format_credits
+from modelgate.storage.base import Account, KeyRecord, UsageRecord, UsageSummary
+
+MAX_RPM = 1_000_000
+MAX_GRACE_SECONDS = 90 * 86400
+Name = Annotated[str, StringConstraints(max_length=100)]
+Credits = Annotated[str, StringConstraints(max_length=32, pattern=r"^\s*\d+(\.\d{1,6})?\s*$")]
+Micro = Annotated[int, Field(ge=0, le=10**15)]
+ModelName = Annotated[str, StringConstraints(min_length=1, max_length=100)]
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class AccountCreate(Body):
+    """A new account; the opening balance defaults to 0."""
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=100)]
+    credits: Credits | None = Field(default=None, description='Opening balance in credits, e.g. "50".')
+    credits_uc: Micro | None = Field(default=None, description="Opening balance in micro-credits.")
+
+
+class TopUp(Body):
+    """Credits added to an account's balance: give ``amount`` or ``amount_uc``."""
+
+    amount: Credits | None = Field(default=None, description='Credits, e.g. "25.5".')
+    amount_uc: Micro | None = Field(default=None, description="Micro-credits.")
+    note: Annotated[str, StringConstraints(max_length=500)] = ""
+
+
+class KeyCreate(Body):
+    """A new key. ``account_id`` is required for operators; account tokens may omit it."""
+
+    account_id: int | None = None
+    group: Annotated[str, Field(description="Basic, Pro (aria-* models) or Nova (nova-* models).")]
+    name: Name = ""
+    rpm: Annotated[int, Field(ge=1, le=MAX_RPM)] | None = Field(
+        default=None, description="Requests per minute; default from the server configuration."
+    )
+    allowed_models: Annotated[list[ModelName], Field(max_length=100)] | None = Field(
+        default=None, description="Model ids or aliases; null or empty: every model of the group."
+    )
+    monthly_cap: Credits | None = Field(default=None, description="Credits per UTC month.")
+    monthly_cap_uc: Micro | None = Field(default=None, description="Micro-credits per UTC month.")
+
+
+class KeyUpdate(Body):
+    """A partial update of a key's controls: absent fields stay as they are.
+
+    ``allowed_models: null`` (or ``[]``) lifts the model restriction; ``monthly_cap: null`` (or
+    ``monthly_cap_uc: null``) removes the cap. Nothing else about a key can be changed here.
+    """
+
+    name: Name | None = None
+    rpm: Annotated[int, Field(ge=1, le=MAX_RPM)] | None = None
+    allowed_models: Annotated[list[ModelName], Field(max_length=100)] | None = None
+    monthly_cap: Credits | None = None
+    monthly_cap_uc: Micro | None = None
+
+
+class KeyRotate(Body):
+    grace_seconds: Annotated[float, Field(ge=0, le=MAX_GRACE_SECONDS)] | None = Field(
+        default=None,
+        description="Seconds the old secret keeps working (0: stops at once); default from configuration.",
+    )
+
+
+class Empty(Body):
+    """No fields (the body may be omitted)."""
+
+
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (AccountCreate, TopUp, KeyCreate, KeyUpdate, KeyRotate, Empty)
+
+
+def when(ts: float | None) -> str | None:
+    """RFC 3339 UTC timestamps (second precision)."""
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def money(name: str, micro: int | None) -> dict[str, Any]:
+    return {f"{name}_uc": micro, name: None if micro is None else format_credits(micro)}
+
+
+def account_view(account: Account) -> dict[str, Any]:
+    return {
+        "id": account.id,
+        "name": account.name,
+        **money("balance", account.balance_uc),
+        **money("reserved", account.reserved_uc),
+        **money("available", account.available_uc),
+        "created_at": when(account.created_at),
+    }
+
+
+def key_view(key: KeyRecord, month: str, spent_uc: int, reserved_uc: int) -> dict[str, Any]:
+    return {
+        "id": key.id,
+        "account_id": key.account_id,
+        "name": key.name,
+        "group": key.group,
+        "display": f"{key.prefix}…{key.last4}",
+        "state": key.state,
+        "rpm": key.rpm,
+        "allowed_models": list(key.allowed_models) if key.allowed_models is not None else None,
+        **money("monthly_cap", key.monthly_cap_uc),
+        "month": month,
+        **money("spent_this_month", spent_uc),
+        **money("reserved_this_month", reserved_uc),
+        "created_at": when(key.created_at),
+        "rotated_at": when(key.rotated_at),
+        "revoked_at": when(key.revoked_at),
+        "previous_secret_valid_until": when(key.previous_expires_at),
+    }
+
+
+def usage_record_view(record: UsageRecord) -> dict[str, Any]:
+    return {
+        "request_id": record.request_id,
+        "key_id": record.key_id,
+        "account_id": record.account_id,
+        "endpoint": record.endpoint,
+        "model": record.model,
+        "status": record.status,
+        "created_at": when(record.created_at),
+        "finished_at": when(record.finished_at),
+        "input_tokens": record.input_tokens,
+        "output_tokens": record.output_tokens,
+        "cache_creation_tokens": record.cache_creation_tokens,
+        "cache_read_tokens": record.cache_read_tokens,
+        **money("charged", record.charged_uc),
+    }
+
+
+def usage_summary_view(summary: UsageSummary) -> dict[str, Any]:
+    return {
+        "requests": summary.requests,
+        "input_tokens": summary.input_tokens,
+        "output_tokens": summary.output_tokens,
+        "cache_creation_tokens": summary.cache_creation_tokens,
+        "cache_read_tokens": summary.cache_read_tokens,
+        **money("charged", summary.charged_uc),
+        "by_model": [{"model": m, **money("charged", uc)} for m, uc in summary.by_model.items()],
+    }
