@@ -1,0 +1,562 @@
+"""PostgreSQL implementation of ``Store``: the shared database of several gateway instances.
+
+Every instance holds an asyncpg pool; every ledger operation is one transaction whose checks and
+writes are serialised by row locks, so the invariants of ``storage.base`` hold across instances:
+
+- ``reserve`` locks the account row (``SELECT … FOR UPDATE``) and then the key's month-spend row,
+  computes what is affordable from the locked values and writes the hold before committing. Two
+  instances reserving against one account queue on the account row; nothing is read and then
+  written without a lock.
+- ``settle``/``release`` flip the reservation with ``UPDATE … WHERE state = 'pending' RETURNING``:
+  of two concurrent attempts (a request finishing while a sweeper on another instance releases it)
+  exactly one sees the row, the other changes nothing. Lock order is always reservation → account →
+  month spend, and reserve takes account → month spend, so they cannot deadlock.
+- Key versions come from a sequence. A sequence alone hands out numbers in call order but
+  transactions commit in any order: a poller that saw version 7 could miss a version 6 committed
+  just after. Key writers therefore hold a transaction-scoped advisory lock from ``nextval`` to
+  commit (PostgreSQL makes a commit visible before it releases locks), so versions become visible in
+  increasing order and ``keys_changed_since`` never skips one. Key writes are rare (admin actions),
+  so serialising them costs nothing on the request path.
+- Migrations run under a session advisory lock, so instances starting together apply each file once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any
+
+import asyncpg
+
+from modelgate.storage.base import (
+    Account,
+    AdminToken,
+    Conflict,
+    KeyControls,
+    KeyRecord,
+    NewKey,
+    Refusal,
+    Reservation,
+    ReserveRequest,
+    Settlement,
+    StorageError,
+    UsageRecord,
+    UsageSummary,
+)
+
+#: Advisory lock ids ("modelgat" in ASCII, then +1): migrations, and key-version ordering.
+_LOCK_MIGRATIONS = 0x6D6F_6465_6C67_6174
+_LOCK_KEY_VERSIONS = _LOCK_MIGRATIONS + 1
+POOL_MAX_SIZE = 20
+COMMAND_TIMEOUT_SECONDS = 15.0
+
+_KEY_COLUMNS = (
+    "id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, state, digest, prefix, last4, "
+    "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version"
+)
+_ACCOUNT_COLUMNS = "id, name, balance_uc, reserved_uc, created_at"
+_USAGE_COLUMNS = (
+    "request_id, key_id, account_id, endpoint, model, month, status, created_at, finished_at, "
+    "input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, charged_uc"
+)
+
+
+def _key(row: Sequence[Any]) -> KeyRecord:
+    return KeyRecord(
+        id=row[0],
+        account_id=row[1],
+        name=row[2],
+        group=row[3],
+        rpm=row[4],
+        allowed_models=tuple(row[5]) if row[5] is not None else None,
+        monthly_cap_uc=row[6],
+        state=row[7],
+        digest=bytes(row[8]),
+        prefix=row[9],
+        last4=row[10],
+        created_at=row[11],
+        previous_digest=bytes(row[12]) if row[12] is not None else None,
+        previous_expires_at=row[13],
+        rotated_at=row[14],
+        revoked_at=row[15],
+        version=row[16],
+    )
+
+
+def _account(row: Sequence[Any]) -> Account:
+    return Account(id=row[0], name=row[1], balance_uc=row[2], reserved_uc=row[3], created_at=row[4])
+
+
+def _usage(row: Sequence[Any]) -> UsageRecord:
+    return UsageRecord(*row)
+
+
+class PostgresStore:
+    def __init__(self, url: str, *, pool_max_size: int = POOL_MAX_SIZE) -> None:
+        self.url = url
+        self._pool_max_size = pool_max_size
+        # The pool is made on first use, on the event loop that uses it (the store is built
+        # before the server's loop runs).
+        self._pool: Any = None
+        self._pool_lock = asyncio.Lock()
+
+    # plumbing -----------------------------------------------------------------------------
+
+    async def _get_pool(self) -> Any:
+        if self._pool is None:
+            async with self._pool_lock:
+                if self._pool is None:
+                    self._pool = await asyncpg.create_pool(
+                        self.url,
+                        min_size=1,
+                        max_size=self._pool_max_size,
+                        command_timeout=COMMAND_TIMEOUT_SECONDS,
+                    )
+        return self._pool
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[Any]:
+        try:
+            pool = await self._get_pool()
+            async with pool.acquire() as conn:
+                yield conn
+        except asyncpg.IntegrityConstraintViolationError as exc:
+            raise Conflict(str(exc)) from exc
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+            raise StorageError(f"postgresql: {exc}") from exc
+
+    @asynccontextmanager
+    async def _tx(self) -> AsyncIterator[Any]:
+        async with self._conn() as conn, conn.transaction():
+            yield conn
+
+    async def migrate(self) -> None:
+        folder = resources.files("modelgate").joinpath("storage/migrations/postgresql")
+        files = sorted((e for e in folder.iterdir() if e.name.endswith(".sql")), key=lambda e: e.name)
+        async with self._conn() as conn:
+            await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_MIGRATIONS)
+            try:
+                await conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations "
+                    "(version TEXT PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)"
+                )
+                done = {r[0] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+                for entry in files:
+                    version = entry.name.removesuffix(".sql")
+                    if version in done:
+                        continue
+                    async with conn.transaction():
+                        await conn.execute(entry.read_text("utf-8"))
+                        await conn.execute(
+                            "INSERT INTO schema_migrations VALUES ($1, extract(epoch FROM now()))", version
+                        )
+            finally:
+                await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_MIGRATIONS)
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+    async def ping(self) -> None:
+        async with self._conn() as conn:
+            await conn.fetchval("SELECT 1")
+
+    # accounts -----------------------------------------------------------------------------
+
+    async def create_account(self, name: str, balance_uc: int, now: float) -> Account:
+        async with self._tx() as conn:
+            row = await conn.fetchrow(
+                f"INSERT INTO accounts (name, balance_uc, created_at) VALUES ($1, $2, $3) "
+                f"RETURNING {_ACCOUNT_COLUMNS}",
+                name,
+                balance_uc,
+                now,
+            )
+            if balance_uc:
+                await conn.execute(
+                    "INSERT INTO topups (account_id, amount_uc, note, created_at) VALUES ($1, $2, 'initial', $3)",
+                    row[0],
+                    balance_uc,
+                    now,
+                )
+            return _account(row)
+
+    async def _account_where(self, condition: str, value: Any) -> Account | None:
+        async with self._conn() as conn:
+            row = await conn.fetchrow(f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE {condition}", value)
+        return _account(row) if row else None
+
+    async def get_account(self, account_id: int) -> Account | None:
+        return await self._account_where("id = $1", account_id)
+
+    async def find_account(self, name: str) -> Account | None:
+        return await self._account_where("name = $1", name)
+
+    async def list_accounts(self) -> list[Account]:
+        async with self._conn() as conn:
+            rows = await conn.fetch(f"SELECT {_ACCOUNT_COLUMNS} FROM accounts ORDER BY id")
+        return [_account(r) for r in rows]
+
+    async def top_up(self, account_id: int, amount_uc: int, note: str, now: float) -> Account:
+        async with self._tx() as conn:
+            await conn.execute(
+                "INSERT INTO topups (account_id, amount_uc, note, created_at) VALUES ($1, $2, $3, $4)",
+                account_id,
+                amount_uc,
+                note,
+                now,
+            )
+            row = await conn.fetchrow(
+                f"UPDATE accounts SET balance_uc = balance_uc + $1 WHERE id = $2 RETURNING {_ACCOUNT_COLUMNS}",
+                amount_uc,
+                account_id,
+            )
+            return _account(row)
+
+    async def topups_total(self, account_id: int) -> int:
+        async with self._conn() as conn:
+            total = await conn.fetchval(
+                "SELECT COALESCE(SUM(amount_uc), 0) FROM topups WHERE account_id = $1", account_id
+            )
+        return int(total)
+
+    # keys ---------------------------------------------------------------------------------
+
+    @staticmethod
+    async def _next_version(conn: Any) -> int:
+        """A new key version; the caller's transaction keeps the ordering lock until it commits."""
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY_VERSIONS)
+        return int(await conn.fetchval("SELECT nextval('api_key_version')"))
+
+    @staticmethod
+    async def _get_key(conn: Any, key_id: str) -> KeyRecord | None:
+        row = await conn.fetchrow(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = $1", key_id)
+        return _key(row) if row else None
+
+    async def create_key(self, key: NewKey, now: float) -> KeyRecord:
+        allowed = list(key.allowed_models) if key.allowed_models is not None else None
+        async with self._tx() as conn:
+            version = await self._next_version(conn)
+            row = await conn.fetchrow(
+                "INSERT INTO api_keys (id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, "
+                "digest, prefix, last4, created_at, version) "
+                f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING {_KEY_COLUMNS}",
+                key.id,
+                key.account_id,
+                key.name,
+                key.group,
+                key.rpm,
+                allowed,
+                key.monthly_cap_uc,
+                key.digest,
+                key.prefix,
+                key.last4,
+                now,
+                version,
+            )
+            return _key(row)
+
+    async def get_key(self, key_id: str) -> KeyRecord | None:
+        async with self._conn() as conn:
+            return await self._get_key(conn, key_id)
+
+    async def list_keys(self, account_id: int | None = None) -> list[KeyRecord]:
+        async with self._conn() as conn:
+            if account_id is None:
+                rows = await conn.fetch(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at, id")
+            else:
+                rows = await conn.fetch(
+                    f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE account_id = $1 ORDER BY created_at, id",
+                    account_id,
+                )
+        return [_key(r) for r in rows]
+
+    async def update_key(self, key_id: str, controls: KeyControls, now: float) -> KeyRecord | None:
+        values: dict[str, Any] = {}
+        if controls.name is not None:
+            values["name"] = controls.name
+        if controls.rpm is not None:
+            values["rpm"] = controls.rpm
+        if controls.allowed_models is not None:
+            values["allowed_models"] = list(controls.allowed_models) if controls.allowed_models else None
+        if controls.monthly_cap_uc is not None:
+            values["monthly_cap_uc"] = None if controls.monthly_cap_uc < 0 else controls.monthly_cap_uc
+        async with self._tx() as conn:
+            if await self._get_key(conn, key_id) is None:
+                return None
+            values["version"] = await self._next_version(conn)
+            sets = ", ".join(f"{column} = ${i}" for i, column in enumerate(values, start=2))
+            row = await conn.fetchrow(
+                f"UPDATE api_keys SET {sets} WHERE id = $1 RETURNING {_KEY_COLUMNS}", key_id, *values.values()
+            )
+            return _key(row)
+
+    async def rotate_key(
+        self, key_id: str, digest: bytes, prefix: str, last4: str, grace_seconds: float, now: float
+    ) -> KeyRecord | None:
+        async with self._tx() as conn:
+            # The version lock serialises key writers, so the row cannot change under us.
+            version = await self._next_version(conn)
+            current = await self._get_key(conn, key_id)
+            if current is None or current.state != "active":
+                return None
+            # With no grace the old secret is dropped at once; otherwise it is kept as the previous
+            # digest until it expires (one previous secret at a time).
+            previous, expires = (current.digest, now + grace_seconds) if grace_seconds > 0 else (None, None)
+            row = await conn.fetchrow(
+                "UPDATE api_keys SET digest = $2, prefix = $3, last4 = $4, previous_digest = $5, "
+                f"previous_expires_at = $6, rotated_at = $7, version = $8 WHERE id = $1 RETURNING {_KEY_COLUMNS}",
+                key_id,
+                digest,
+                prefix,
+                last4,
+                previous,
+                expires,
+                now,
+                version,
+            )
+            return _key(row)
+
+    async def revoke_key(self, key_id: str, now: float) -> KeyRecord | None:
+        async with self._tx() as conn:
+            version = await self._next_version(conn)
+            current = await self._get_key(conn, key_id)
+            if current is None or current.state == "disabled":
+                return current
+            row = await conn.fetchrow(
+                "UPDATE api_keys SET state = 'disabled', revoked_at = $2, version = $3 WHERE id = $1 "
+                f"RETURNING {_KEY_COLUMNS}",
+                key_id,
+                now,
+                version,
+            )
+            return _key(row)
+
+    async def keys_changed_since(self, version: int) -> list[KeyRecord]:
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > $1 ORDER BY version", version
+            )
+        return [_key(r) for r in rows]
+
+    # admin tokens -------------------------------------------------------------------------
+
+    async def create_admin_token(
+        self, token_id: str, digest: bytes, account_id: int | None, now: float
+    ) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                "INSERT INTO admin_tokens (id, digest, account_id, created_at) VALUES ($1, $2, $3, $4)",
+                token_id,
+                digest,
+                account_id,
+                now,
+            )
+
+    async def find_admin_token(self, digest: bytes) -> AdminToken | None:
+        async with self._conn() as conn:
+            row = await conn.fetchrow(
+                "SELECT id, account_id, created_at FROM admin_tokens WHERE digest = $1", digest
+            )
+        return AdminToken(id=row[0], account_id=row[1], created_at=row[2]) if row else None
+
+    async def count_admin_tokens(self) -> int:
+        async with self._conn() as conn:
+            return int(await conn.fetchval("SELECT COUNT(*) FROM admin_tokens"))
+
+    # ledger -------------------------------------------------------------------------------
+
+    async def reserve(self, request: ReserveRequest) -> Reservation | Refusal:
+        r = request
+        async with self._tx() as conn:
+            row = await conn.fetchrow(
+                "SELECT a.balance_uc - a.reserved_uc, k.monthly_cap_uc FROM accounts a, api_keys k "
+                "WHERE a.id = $1 AND k.id = $2 FOR UPDATE OF a",
+                r.account_id,
+                r.key_id,
+            )
+            if row is None:
+                return Refusal("balance", 0)
+            balance_free, cap = int(row[0]), row[1]
+            spend_sql = "SELECT spent_uc, reserved_uc FROM key_month_spend WHERE key_id = $1 AND month = $2 FOR UPDATE"
+            spend = await conn.fetchrow(spend_sql, r.key_id, r.month)
+            if spend is None:  # first request of the month
+                await conn.execute(
+                    "INSERT INTO key_month_spend (key_id, month) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+                    r.key_id,
+                    r.month,
+                )
+                spend = await conn.fetchrow(spend_sql, r.key_id, r.month)
+            spent, held = int(spend[0]), int(spend[1])
+            cap_free = None if cap is None else max(0, cap - spent - held)
+            affordable = balance_free if cap_free is None else min(balance_free, cap_free)
+            if affordable < r.minimum_uc:
+                if cap_free is not None and cap_free <= balance_free:
+                    return Refusal("monthly_cap", max(0, affordable))
+                return Refusal("balance", max(0, affordable))
+            granted = min(r.amount_uc, affordable)
+            await conn.execute(
+                "WITH hold AS (INSERT INTO reservations (request_id, key_id, account_id, month, amount_uc, "
+                "state, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7)), "
+                "acct AS (UPDATE accounts SET reserved_uc = reserved_uc + $5 WHERE id = $3) "
+                "UPDATE key_month_spend SET reserved_uc = reserved_uc + $5 WHERE key_id = $2 AND month = $4",
+                r.request_id,
+                r.key_id,
+                r.account_id,
+                r.month,
+                granted,
+                r.now,
+                r.expires_at,
+            )
+            return Reservation(
+                request_id=r.request_id,
+                granted_uc=granted,
+                balance_after_uc=balance_free - granted,
+                cap_remaining_after_uc=None if cap_free is None else cap_free - granted,
+            )
+
+    async def settle(self, usage: UsageRecord) -> Settlement:
+        return await self._finish(usage, True)
+
+    async def release(self, usage: UsageRecord) -> Settlement:
+        return await self._finish(usage, False)
+
+    async def _finish(self, usage: UsageRecord, charge: bool) -> Settlement:
+        async with self._tx() as conn:
+            held = await conn.fetchrow(
+                "UPDATE reservations SET state = $2 WHERE request_id = $1 AND state = 'pending' "
+                "RETURNING amount_uc, month",
+                usage.request_id,
+                "settled" if charge else "released",
+            )
+            if held is None:  # unknown, or already settled or released: nothing changes
+                return Settlement(
+                    False, 0, *await self._remaining(conn, usage.account_id, usage.key_id, usage.month)
+                )
+            amount, month = int(held[0]), held[1]
+            # A true upper bound was reserved, so the real cost fits; should an upstream ever report
+            # more, the charge stops at the hold: a cap or balance is never overshot.
+            charged = min(max(usage.charged_uc, 0), amount) if charge else 0
+            usage.charged_uc = charged
+            usage.month = month
+            row = await conn.fetchrow(
+                "WITH acct AS (UPDATE accounts SET reserved_uc = reserved_uc - $1, balance_uc = balance_uc - $2 "
+                "WHERE id = $3 RETURNING balance_uc), "
+                "spend AS (UPDATE key_month_spend SET reserved_uc = reserved_uc - $1, spent_uc = spent_uc + $2 "
+                "WHERE key_id = $4 AND month = $5 RETURNING spent_uc + reserved_uc AS used), "
+                f"rec AS (INSERT INTO usage_records ({_USAGE_COLUMNS}) "
+                "VALUES ($6, $4, $3, $7, $8, $5, $9, $10, $11, $12, $13, $14, $15, $2)) "
+                "SELECT (SELECT balance_uc FROM acct), (SELECT used FROM spend), "
+                "(SELECT monthly_cap_uc FROM api_keys WHERE id = $4)",
+                amount,
+                charged,
+                usage.account_id,
+                usage.key_id,
+                month,
+                usage.request_id,
+                usage.endpoint,
+                usage.model,
+                usage.status,
+                usage.created_at,
+                usage.finished_at,
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_creation_tokens,
+                usage.cache_read_tokens,
+            )
+            balance, used, cap = row[0], row[1], row[2]
+            cap_left = None if cap is None else max(0, cap - (used or 0))
+            return Settlement(True, charged, int(balance or 0), cap_left)
+
+    @staticmethod
+    async def _remaining(conn: Any, account_id: int, key_id: str, month: str) -> tuple[int, int | None]:
+        row = await conn.fetchrow(
+            "SELECT (SELECT balance_uc FROM accounts WHERE id = $1), "
+            "(SELECT monthly_cap_uc FROM api_keys WHERE id = $2), "
+            "(SELECT spent_uc + reserved_uc FROM key_month_spend WHERE key_id = $2 AND month = $3)",
+            account_id,
+            key_id,
+            month,
+        )
+        balance, cap, used = row[0], row[1], row[2]
+        return int(balance or 0), (None if cap is None else max(0, cap - (used or 0)))
+
+    async def expired_reservations(self, now: float, limit: int = 100) -> list[tuple[str, str, int, str]]:
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                "SELECT request_id, key_id, account_id, month FROM reservations "
+                "WHERE state = 'pending' AND expires_at < $1 ORDER BY expires_at LIMIT $2",
+                now,
+                limit,
+            )
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
+    async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
+        async with self._conn() as conn:
+            row = await conn.fetchrow(
+                "SELECT spent_uc, reserved_uc FROM key_month_spend WHERE key_id = $1 AND month = $2",
+                key_id,
+                month,
+            )
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    async def pending_reservations(self) -> int:
+        async with self._conn() as conn:
+            return int(await conn.fetchval("SELECT COUNT(*) FROM reservations WHERE state = 'pending'"))
+
+    # usage --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _usage_filter(month: str, account_id: int | None, key_id: str | None) -> tuple[str, list[Any]]:
+        where: list[str] = ["month = $1"]
+        args: list[Any] = [month]
+        if account_id is not None:
+            args.append(account_id)
+            where.append(f"account_id = ${len(args)}")
+        if key_id is not None:
+            args.append(key_id)
+            where.append(f"key_id = ${len(args)}")
+        return " AND ".join(where), args
+
+    async def usage_summary(
+        self, month: str, *, account_id: int | None = None, key_id: str | None = None
+    ) -> UsageSummary:
+        where, args = self._usage_filter(month, account_id, key_id)
+        async with self._conn() as conn:
+            total = await conn.fetchrow(
+                "SELECT COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
+                "COALESCE(SUM(cache_creation_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
+                f"COALESCE(SUM(charged_uc), 0) FROM usage_records WHERE {where}",
+                *args,
+            )
+            by_model = await conn.fetch(
+                f"SELECT model, SUM(charged_uc) FROM usage_records WHERE {where} GROUP BY model ORDER BY model",
+                *args,
+            )
+        requests, input_tokens, output_tokens, cache_creation, cache_read, charged = (int(v) for v in total)
+        return UsageSummary(
+            month,
+            requests,
+            input_tokens,
+            output_tokens,
+            cache_creation,
+            cache_read,
+            charged,
+            by_model={m: int(c) for m, c in by_model},
+        )
+
+    async def usage_records(
+        self, month: str, *, account_id: int | None = None, key_id: str | None = None, limit: int = 100
+    ) -> list[UsageRecord]:
+        where, args = self._usage_filter(month, account_id, key_id)
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                f"SELECT {_USAGE_COLUMNS} FROM usage_records WHERE {where} "
+                f"ORDER BY created_at DESC LIMIT ${len(args) + 1}",
+                *args,
+                limit,
+            )
+        return [_usage(r) for r in rows]

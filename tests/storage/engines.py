@@ -1,0 +1,73 @@
+"""Where the tests find PostgreSQL and Redis, and throwaway databases on them.
+
+``scripts/services.sh`` (run by ``make test``) starts both and exports
+``MODELGATE_TEST_DATABASE_URL`` and ``MODELGATE_TEST_REDIS_URL``. Without them a test that needs
+one is skipped on a developer's machine, but fails in CI (``CI=true``): a green CI run must have
+run them.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+DATABASE_ENV = "MODELGATE_TEST_DATABASE_URL"
+REDIS_ENV = "MODELGATE_TEST_REDIS_URL"
+REDIS_SERVER_ENV = "MODELGATE_TEST_REDIS_SERVER"
+
+
+def required_service(env: str, what: str) -> str:
+    value = os.environ.get(env, "").strip()
+    if value:
+        return value
+    message = (
+        f"{env} is not set: this test needs {what}. `make test` (scripts/services.sh) starts one "
+        f"and sets it; or point {env} at one yourself."
+    )
+    if os.environ.get("CI", "").lower() in {"true", "1", "yes"}:
+        pytest.fail(message + " In CI these tests must run, not skip.", pytrace=False)
+    pytest.skip(message)
+
+
+def database_url() -> str:
+    return required_service(DATABASE_ENV, "PostgreSQL")
+
+
+def redis_url() -> str:
+    return required_service(REDIS_ENV, "Redis")
+
+
+def redis_server_binary() -> str:
+    redis_url()
+    return required_service(REDIS_SERVER_ENV, "the redis-server binary (to stop and restart a Redis)")
+
+
+def _with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+@asynccontextmanager
+async def fresh_database(prefix: str = "mgtest") -> AsyncIterator[str]:
+    """The URL of a new, empty PostgreSQL database, dropped afterwards."""
+    admin_url = database_url()
+    name = f"{prefix}_{secrets.token_hex(6)}"
+    admin = await asyncpg.connect(admin_url)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    try:
+        yield _with_database(admin_url, name)
+    finally:
+        admin = await asyncpg.connect(admin_url)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
