@@ -638,6 +638,7 @@ _DELTA_RE = re.compile(
     rb'[^\n]*?"delta": ?"((?:[^"\\]|\\.)*)"'
 )
 _SEQ_RE = re.compile(rb'"sequence_number": ?(\d+)')
+_RESPONSE_ID_RE = re.compile(rb'"response": ?\{"id": ?"([^"\\]+)"')
 # ``"error":null`` sits in every response object, so match the error *event* only.
 _TERMINAL_MARKS = (
     b"response.completed",
@@ -675,6 +676,8 @@ class StreamTap:
         self.output_chars = 0
         #: The sequence number an in-band failure frame appended by the gateway should use.
         self.next_sequence_number = 0
+        #: The upstream's response id (from ``response.created``), for that failure frame.
+        self.response_id: str | None = None
 
     def feed(self, chunk: bytes) -> bytes:
         buffer = self._pending + chunk if self._pending else chunk
@@ -708,6 +711,10 @@ class StreamTap:
             self.output_chars += (
                 len(escaped) if escaped.isascii() and b"\\" not in escaped else _chars(escaped)
             )
+        if self.response_id is None:
+            found = _RESPONSE_ID_RE.search(complete)
+            if found is not None:
+                self.response_id = found.group(1).decode()
         seq_at = complete.rfind(b'"sequence_number":')
         if seq_at >= 0:
             seq = _SEQ_RE.match(complete, seq_at)

@@ -90,7 +90,9 @@ class Relay:
             upstream.id = _NEW_ID[self.call.fmt]()
             upstream.model = self.client_model
             if self.call.fmt == "responses":
-                encoded = CODECS["responses"].encode_response(upstream, self.translation.request())
+                encoded = CODECS["responses"].encode_response(
+                    upstream, self.translation.request(), namespaces=self.translation.namespaces
+                )
             else:
                 encoded = CODECS[self.call.fmt].encode_response(upstream)
             body = orjson.dumps(encoded)
@@ -143,15 +145,28 @@ class Relay:
                     self.status = "upstream_error_in_band"
                 return out
 
+            def passthrough_error(exc: errors.GatewayError) -> bytes:
+                if self.call.fmt != "responses":
+                    return bytes(client.stream_error_frame(exc))
+                # Continue the upstream's numbering and response id: sequence numbers must rise
+                # by one across the whole stream, and SDK accumulators key on the response id.
+                return bytes(
+                    client.stream_error_frame(
+                        exc, tap.next_sequence_number, response_id=tap.response_id, model=self.client_model
+                    )
+                )
+
             return (
                 (lambda chunk: observe(tap.feed(chunk))),
                 (lambda: observe(tap.finish())),
-                client.stream_error_frame,
+                passthrough_error,
             )
 
         decoder = CODECS[self.attempt.dialect].StreamDecoder()
         if self.call.fmt == "responses":
-            encoder = client.StreamEncoder(request=self.translation.request(), include_usage=True)
+            encoder = client.StreamEncoder(
+                request=self.translation.request(), include_usage=True, namespaces=self.translation.namespaces
+            )
         else:
             encoder = client.StreamEncoder(include_usage=self.translation.client_wants_usage)
 

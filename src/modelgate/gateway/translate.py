@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from modelgate import ir
-from modelgate.errors import WireFormat
-from modelgate.formats import CODECS
+from modelgate.errors import InvalidRequest, WireFormat
+from modelgate.formats import CODECS, responses
 from modelgate.gateway.body import splice_top_level
 from modelgate.upstream.base import Deployment, Dialect, Provider
 
@@ -55,6 +55,14 @@ class Translation:
         return self._request
 
     @property
+    def namespaces(self) -> dict[str, tuple[str, str]] | None:
+        """Flattened ``ns__name`` -> ``(ns, name)`` for a Responses client's namespace tools, so
+        translated calls go back to the client under their original name and namespace."""
+        if self.fmt != "responses":
+            return None
+        return responses.tool_namespaces(self.body) or None
+
+    @property
     def client_wants_usage(self) -> bool:
         options = self.body.get("stream_options")
         return isinstance(options, dict) and options.get("include_usage") is True
@@ -88,7 +96,23 @@ def build_upstream_body(
                 "include_usage": True,
             }
         return dialect, splice_top_level(call.raw, changes)
+    if call.fmt == "responses":
+        _refuse_hosted_tools(body, provider)
     request = translation.request()
     request.max_tokens = call.max_tokens
     request.stream = call.stream
     return dialect, orjson.dumps(CODECS[dialect].encode_request(request, deployment.upstream_model))
+
+
+def _refuse_hosted_tools(body: dict[str, Any], provider: Provider) -> None:
+    """Hosted tools (``web_search``, ``file_search``, ``mcp``, ...) run inside OpenAI's Responses
+    API. Translated to another dialect they would silently vanish and change the answer, so the
+    request is refused; a Responses-dialect upstream gets them passed through instead."""
+    hosted = responses.hosted_tools(body)
+    if hosted:
+        raise InvalidRequest(
+            f"tools: hosted tool type(s) {', '.join(sorted(set(hosted)))} are not supported for this "
+            f"model: its upstream ({provider.name}) does not speak the Responses API; offer only "
+            "function (or namespace) tools",
+            param="tools",
+        )
