@@ -1,4 +1,4 @@
-// modelgate dashboard: plain DOM, no dependencies, no innerHTML. Every value from the server is
+// modelgate dashboard: plain DOM, no dependencies, no HTML strings. Every value from the server is
 // inserted with textContent/value, so names and ids can never become markup. The admin token lives
 // in sessionStorage (this tab only) and goes to /admin/api as Authorization: Bearer, never in a URL.
 "use strict";
