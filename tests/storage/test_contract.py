@@ -353,6 +353,18 @@ async def test_settle_charges_releases_the_rest_and_is_idempotent(store: Store) 
     await assert_ledger_invariants(store, account.id, cap_keys=[key])
 
 
+async def test_settlement_reports_the_available_balance_and_free_cap(store: Store) -> None:
+    _, key = await setup_key(store, balance=1_000, monthly_cap_uc=800)
+    first, second = hold(key, 300), hold(key, 200)
+    await store.reserve(first)
+    await store.reserve(second)
+    settled = await store.settle(usage_of(first, 100))
+    # 900 left, 200 still held by the second request; cap 800 - spent 100 - held 200.
+    assert (settled.balance_uc, settled.cap_remaining_uc) == (700, 500)
+    replay = await store.settle(usage_of(first, 100))
+    assert (replay.applied, replay.balance_uc, replay.cap_remaining_uc) == (False, 700, 500)
+
+
 async def test_settle_never_charges_more_than_the_hold(store: Store) -> None:
     account, key = await setup_key(store, balance=1_000)
     request = hold(key, 100)
@@ -382,13 +394,19 @@ async def test_settlement_of_an_unknown_request_changes_nothing(store: Store) ->
     assert await store.usage_records(MONTH, account_id=account.id) == []
 
 
-async def test_settlement_books_the_reservation_month(store: Store) -> None:
-    _, key = await setup_key(store, balance=1_000)
+async def test_settlement_books_the_reservations_month_key_and_account(store: Store) -> None:
+    account, key = await setup_key(store, balance=1_000)
+    _, stranger = await setup_key(store, balance=1_000)
     request = hold(key, 100)
     await store.reserve(request)
-    usage = usage_of(request, 40, month="2026-06")  # finished after the month turned
+    # Finished after the month turned, and carrying the wrong key: the reservation is the authority.
+    usage = usage_of(request, 40, month="2026-06", key_id=stranger.id, account_id=stranger.account_id)
     await store.settle(usage)
-    assert usage.month == MONTH
+    assert (usage.month, usage.key_id, usage.account_id) == (MONTH, key.id, account.id)
+    assert await store.month_spend(key.id, MONTH) == (40, 0)
+    assert await store.month_spend(stranger.id, MONTH) == (0, 0)
+    await assert_ledger_invariants(store, account.id)
+    await assert_ledger_invariants(store, stranger.account_id)
     assert (await store.usage_summary(MONTH, key_id=key.id)).charged_uc == 40
     assert (await store.usage_summary("2026-06", key_id=key.id)).requests == 0
 

@@ -9,7 +9,8 @@ writes are serialised by row locks, so the invariants of ``storage.base`` hold a
   written without a lock.
 - ``settle``/``release`` flip the reservation with ``UPDATE … WHERE state = 'pending' RETURNING``:
   of two concurrent attempts (a request finishing while a sweeper on another instance releases it)
-  exactly one sees the row, the other changes nothing. Lock order is always reservation → account →
+  exactly one sees the row, the other changes nothing. The returned row (key, account, month,
+  amount) is what gets charged and recorded. Lock order is always reservation → account →
   month spend, and reserve takes account → month spend, so they cannot deadlock.
 - Key versions come from a sequence. A sequence alone hands out numbers in call order but
   transactions commit in any order: a poller that saw version 7 could miss a version 6 committed
@@ -428,7 +429,7 @@ class PostgresStore:
         async with self._tx() as conn:
             held = await conn.fetchrow(
                 "UPDATE reservations SET state = $2 WHERE request_id = $1 AND state = 'pending' "
-                "RETURNING amount_uc, month",
+                "RETURNING amount_uc, month, key_id, account_id",
                 usage.request_id,
                 "settled" if charge else "released",
             )
@@ -436,25 +437,28 @@ class PostgresStore:
                 return Settlement(
                     False, 0, *await self._remaining(conn, usage.account_id, usage.key_id, usage.month)
                 )
-            amount, month = int(held[0]), held[1]
+            amount, month, key_id, account_id = int(held[0]), held[1], held[2], int(held[3])
             # A true upper bound was reserved, so the real cost fits; should an upstream ever report
-            # more, the charge stops at the hold: a cap or balance is never overshot.
+            # more, the charge stops at the hold: a cap or balance is never overshot. The
+            # reservation is the authority on whose money and which month this is.
             charged = min(max(usage.charged_uc, 0), amount) if charge else 0
             usage.charged_uc = charged
             usage.month = month
+            usage.key_id = key_id
+            usage.account_id = account_id
             row = await conn.fetchrow(
                 "WITH acct AS (UPDATE accounts SET reserved_uc = reserved_uc - $1, balance_uc = balance_uc - $2 "
-                "WHERE id = $3 RETURNING balance_uc), "
+                "WHERE id = $3 RETURNING balance_uc - reserved_uc AS available), "
                 "spend AS (UPDATE key_month_spend SET reserved_uc = reserved_uc - $1, spent_uc = spent_uc + $2 "
                 "WHERE key_id = $4 AND month = $5 RETURNING spent_uc + reserved_uc AS used), "
                 f"rec AS (INSERT INTO usage_records ({_USAGE_COLUMNS}) "
                 "VALUES ($6, $4, $3, $7, $8, $5, $9, $10, $11, $12, $13, $14, $15, $2)) "
-                "SELECT (SELECT balance_uc FROM acct), (SELECT used FROM spend), "
+                "SELECT (SELECT available FROM acct), (SELECT used FROM spend), "
                 "(SELECT monthly_cap_uc FROM api_keys WHERE id = $4)",
                 amount,
                 charged,
-                usage.account_id,
-                usage.key_id,
+                account_id,
+                key_id,
                 month,
                 usage.request_id,
                 usage.endpoint,
@@ -467,14 +471,14 @@ class PostgresStore:
                 usage.cache_creation_tokens,
                 usage.cache_read_tokens,
             )
-            balance, used, cap = row[0], row[1], row[2]
+            available, used, cap = row[0], row[1], row[2]
             cap_left = None if cap is None else max(0, cap - (used or 0))
-            return Settlement(True, charged, int(balance or 0), cap_left)
+            return Settlement(True, charged, int(available or 0), cap_left)
 
     @staticmethod
     async def _remaining(conn: Any, account_id: int, key_id: str, month: str) -> tuple[int, int | None]:
         row = await conn.fetchrow(
-            "SELECT (SELECT balance_uc FROM accounts WHERE id = $1), "
+            "SELECT (SELECT balance_uc - reserved_uc FROM accounts WHERE id = $1), "
             "(SELECT monthly_cap_uc FROM api_keys WHERE id = $2), "
             "(SELECT spent_uc + reserved_uc FROM key_month_spend WHERE key_id = $2 AND month = $3)",
             account_id,
