@@ -96,6 +96,11 @@ class Settings(_Section):
     deployments: dict[str, list[DeploymentConfig]] = Field(default_factory=dict)
     #: Provider serving every catalogue model without explicit deployments ("" = none).
     default_provider: str = "simulator"
+    #: With ``default_provider = ""``, what a catalogue model without deployments means:
+    #: ``error`` stops the start naming those models; ``hide`` removes them (and aliases to
+    #: them) from the served catalogue, so they are listed nowhere and requests get 404.
+    #: Either way no model is routed nowhere at request time.
+    unrouted: Literal["error", "hide"] = "error"
     #: Overrides of the packaged catalogue: ``models``, ``aliases``, ``default_max_output_tokens``.
     catalogue: dict[str, Any] = Field(default_factory=dict)
     log_level: Literal["debug", "info", "warning", "error"] = "info"

@@ -25,8 +25,10 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from modelgate import errors, ir
+from modelgate.billing.estimate import text_tokens
 from modelgate.formats import CODECS, ids
 from modelgate.upstream.router import Attempt
+from modelgate.upstream.simulator import prompt_text
 
 if TYPE_CHECKING:
     from modelgate.gateway.pipeline import Call
@@ -40,6 +42,35 @@ _WORDS = re.compile(r"\w+|[^\w\s]")
 def estimate_tokens(text_chars: int) -> int:
     """Tokens in text of this many characters when nobody counted them (about 4 per token)."""
     return math.ceil(text_chars / 4)
+
+
+class _CutStream(errors.UpstreamFailed):
+    """The upstream stream went bad in a way the taps relay as is (garbled JSON, no final event).
+    ``relayed`` holds the good events that preceded the fault, sent before the in-band error."""
+
+    def __init__(self, message: str, relayed: bytes = b"") -> None:
+        super().__init__(message)
+        self.relayed = relayed
+
+
+def _malformed_at(out: bytes) -> int:
+    """Offset of the first event in ``out`` (whole SSE events) whose data is not JSON, or -1.
+
+    A garbled event would make the client's SSE parser raise before it could learn why, so
+    passthrough stops in front of it. CRLF-framed output is checked as a whole (rare)."""
+    text = out.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if b"\r" in out else out
+    at = 0
+    for block in text.split(b"\n\n"):
+        data = b"\n".join(
+            line[5:].removeprefix(b" ") for line in block.split(b"\n") if line.startswith(b"data:")
+        )
+        if data and data != b"[DONE]":
+            try:
+                orjson.loads(data)
+            except orjson.JSONDecodeError:
+                return at if text is out else 0
+        at += len(block) + 2
+    return -1
 
 
 def _rewrite_model(data: bytes, upstream: str, client: str) -> bytes:
@@ -64,7 +95,7 @@ class Relay:
         # Streaming state: what was relayed, for estimates when the upstream never reports usage.
         self._input_seen: int | None = None
         self._output_chars = 0
-        self._output_words = 0
+        self._output_tokens = 0
 
     @property
     def client_model(self) -> str:
@@ -116,7 +147,8 @@ class Relay:
                 self.status = "ok" if self.usage is not None else "upstream_incomplete"
         except errors.GatewayError as exc:
             self.status = "upstream_failed_mid_stream"
-            await send(error_frame(exc))
+            relayed = exc.relayed if isinstance(exc, _CutStream) else b""
+            await send(relayed + error_frame(exc))
         except asyncio.CancelledError:
             self.status = "client_disconnected"
             raise
@@ -136,6 +168,7 @@ class Relay:
 
             def observe(out: bytes) -> bytes:
                 self._output_chars = tap.output_chars
+                self._output_tokens = tap.output_tokens
                 if tap.usage is not None:
                     if self._input_seen is None and tap.usage.total_input:
                         self._input_seen = tap.usage.total_input
@@ -156,9 +189,28 @@ class Relay:
                     )
                 )
 
+            upstream_error_relayed = False
+
+            def checked(out: bytes) -> bytes:
+                nonlocal upstream_error_relayed
+                cut = _malformed_at(out)
+                if cut >= 0:
+                    raise _CutStream("upstream sent malformed JSON in its stream", out[:cut])
+                upstream_error_relayed = upstream_error_relayed or tap.error is not None
+                return out
+
+            def finish() -> bytes:
+                out = observe(tap.finish())
+                out = checked(out) if out.strip() else out
+                # Never a silent cut: a stream that ends without its final event (and without an
+                # upstream error event the client already got) ends with our in-band error.
+                if not (tap.finished or tap.stop_reason is not None or upstream_error_relayed):
+                    raise _CutStream("upstream stream ended before its final event", out)
+                return out
+
             return (
-                (lambda chunk: observe(tap.feed(chunk))),
-                (lambda: observe(tap.finish())),
+                (lambda chunk: checked(observe(tap.feed(chunk)))),
+                finish,
                 passthrough_error,
             )
 
@@ -181,9 +233,10 @@ class Relay:
                 elif isinstance(event, ir.TextDelta | ir.ThinkingDelta):
                     text = event.text if isinstance(event, ir.TextDelta) else event.thinking
                     self._output_chars += len(text)
-                    self._output_words += len(_WORDS.findall(text))
+                    self._output_tokens += text_tokens(text)
                 elif isinstance(event, ir.ToolArgsDelta):
                     self._output_chars += len(event.partial_json)
+                    self._output_tokens += text_tokens(event.partial_json)
                 elif isinstance(event, ir.Finish):
                     self.usage = event.usage
                 elif isinstance(event, ir.StreamError):
@@ -200,11 +253,19 @@ class Relay:
         """Usage to settle: reported, or estimated from what was relayed when the stream was cut."""
         if self.usage is not None:
             return self.usage, self.status
-        input_tokens = (
-            self._input_seen if self._input_seen is not None else estimate_tokens(len(self.call.raw))
-        )
-        output = max(self._output_words, estimate_tokens(self._output_chars)) if self._output_chars else 0
-        return ir.Usage(input_tokens=input_tokens, output_tokens=output), self.status
+        input_tokens = self._input_seen if self._input_seen is not None else self._estimate_input()
+        # Output relayed so far, estimated per delta (billing.estimate: exact for the simulator).
+        return ir.Usage(input_tokens=input_tokens, output_tokens=self._output_tokens), self.status
+
+    def _estimate_input(self) -> int:
+        """Input of a stream cut before the upstream reported it: the prompt's text counted like
+        output (billing.estimate), or a quarter of the body's bytes if it cannot be decoded."""
+        try:
+            text = prompt_text(self.translation.request())
+        except (errors.GatewayError, ValueError, TypeError, KeyError, AttributeError):
+            # Runs on the way to settlement: any decoding trouble falls back, never blocks it.
+            return estimate_tokens(len(self.call.raw))
+        return len(_WORDS.findall(text))
 
 
 SettleStream = Callable[[ir.Usage, str], Awaitable[Any]]

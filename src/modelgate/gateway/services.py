@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import orjson
 
 from modelgate.auth import KeyView
+from modelgate.billing.sweeper import Sweeper
 from modelgate.catalogue import Catalogue, build_catalogue
 from modelgate.clock import Clock, SystemClock
 from modelgate.config import ConfigError, Settings
@@ -81,6 +82,24 @@ def deployments_of(settings: Settings, catalogue: Catalogue) -> dict[str, list[D
     return out
 
 
+def served_catalogue(
+    settings: Settings, catalogue: Catalogue, deployments: Mapping[str, list[Deployment]]
+) -> Catalogue:
+    """The catalogue the gateway serves. Invariant: every model in it has a deployment, so a
+    request is never refused at request time for want of a route (``unrouted`` decides)."""
+    unrouted = [m for m in catalogue.models if not deployments.get(m)]
+    if not unrouted:
+        return catalogue
+    if settings.unrouted == "error":
+        raise ConfigError(
+            f"deployments: no deployment for catalogue model(s) {', '.join(unrouted)}; add "
+            '[[deployments."<model>"]] entries, set default_provider, or set unrouted = "hide"'
+        )
+    models = {m: model for m, model in catalogue.models.items() if m not in unrouted}
+    aliases = {a: target for a, target in catalogue.aliases.items() if target in models}
+    return Catalogue(models, aliases)
+
+
 class TokenCounter:
     """``count_tokens``: asked of a Messages-dialect upstream when every deployment has one,
     otherwise counted locally with the simulator's tokenizer (an estimate, documented)."""
@@ -121,6 +140,8 @@ class Services:
     rate_limiter: RateLimiter = field(default_factory=RollingWindowLimiter)
     inflight: InFlightLimiter = field(default_factory=lambda: InFlightLimiter(2048))
     settlements: Settlements = field(default_factory=Settlements)
+    #: Releases reservations abandoned by crashed requests (billing.sweeper); runs from ``start``.
+    sweeper: Sweeper | None = None
 
     @classmethod
     def build(
@@ -140,6 +161,7 @@ class Services:
             )
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
+        catalogue = served_catalogue(settings, catalogue, deployments)
         providers = build_providers(
             settings.providers,
             env,
@@ -163,8 +185,12 @@ class Services:
     async def start(self) -> None:
         await self.store.migrate()
         await self.keys.start(self.settings.keys.refresh_interval)
+        self.sweeper = Sweeper(self.store, self.clock, self.settings.billing.sweep_interval_seconds)
+        self.sweeper.start()
 
     async def stop(self) -> None:
+        if self.sweeper is not None:
+            await self.sweeper.stop()
         await self.keys.stop()
         await self.settlements.drain()
         await self.router.aclose()
