@@ -10,6 +10,36 @@ Ledger invariants (checked by the contract and property tests):
 - ``balance_uc == Σ top-ups − Σ usage.charged_uc`` for every account.
 - A reservation is settled or released at most once; settling twice changes nothing.
 - Every reservation ends in exactly one usage record (settle and release both write it).
+
+Ledger semantics every engine reproduces exactly (the PostgreSQL engine included; nothing about
+money lives in Redis or in process memory, so N gateway instances sharing one database are exact):
+
+- ``reserve`` is one transaction that reads the account's free balance (``balance - reserved``)
+  and the key's free cap for ``request.month`` (``cap - spent - reserved``; no cap: unbounded),
+  grants ``min(amount, free balance, free cap)`` when that is at least ``minimum``, and adds the
+  grant to both ``accounts.reserved_uc`` and ``key_month_spend.reserved_uc`` (creating the month
+  row on first use). Concurrent reservations must serialise on the account and key-month rows
+  (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: ``SELECT … FOR UPDATE`` of the account row, then the
+  key-month row, in that order, or conditional ``UPDATE … WHERE balance_uc - reserved_uc >= $x``).
+  Refusal reason: ``monthly_cap`` when the key's free cap is the binding constraint (free cap
+  below the minimum and not above the free balance), otherwise ``balance``.
+- ``settle``/``release`` are one transaction each, conditional on the reservation still being
+  ``pending`` (``UPDATE reservations SET state = … WHERE request_id = $1 AND state = 'pending'``;
+  zero rows means it already happened: return ``applied=False`` and change nothing). The
+  reservation row is authoritative for key, account and **month**: a request that began before
+  midnight UTC and ended after it is charged to the month it was reserved in, so a cap check
+  and its charge always concern the same month. The charge is ``min(usage.charged_uc, amount)``
+  (0 for release); the usage record is written with that charge and the reservation's key,
+  account and month, in the same transaction. Settle, a replayed settle and the expiry sweeper
+  of any number of processes may race: exactly one applies.
+- Expiry: a reservation still ``pending`` after ``expires_at`` belongs to a request whose process
+  crashed or lost it. ``billing.sweeper`` lists them with ``expired_reservations`` and releases
+  each (charge 0, usage status ``"abandoned"``, endpoint and model ``"unknown"``), so its hold
+  stops blocking the balance and the cap. Releasing is the same conditional step as above, so
+  sweepers may run in every instance at once.
+- ``Settlement.balance_uc`` and ``Reservation.balance_after_uc`` are the balance *available*
+  (``balance_uc - reserved_uc``) after the step; the cap figures are ``cap - spent - reserved``
+  of the reservation's month (None: no cap). They feed the response headers.
 """
 
 from __future__ import annotations
@@ -153,7 +183,11 @@ class UsageRecord:
 
 @dataclass(frozen=True, slots=True)
 class Settlement:
-    """Outcome of settle/release: ``applied`` is False when it had already happened."""
+    """Outcome of settle/release: ``applied`` is False when it had already happened.
+
+    ``balance_uc`` is the available balance (not held by requests in flight) and
+    ``cap_remaining_uc`` the key's free cap in the reservation's month, both after the step.
+    """
 
     applied: bool
     charged_uc: int
@@ -212,13 +246,22 @@ class Store(Protocol):
         """Atomically hold min(amount, affordable) against balance and cap, if >= minimum."""
 
     async def settle(self, usage: UsageRecord) -> Settlement:
-        """Charge ``usage.charged_uc`` (at most the reservation) and release the rest; idempotent."""
+        """Charge ``usage.charged_uc`` (at most the reservation) and release the rest; idempotent.
+
+        Conditional on the reservation being ``pending``; key, account and month come from the
+        reservation (the passed record's fields are overwritten with them and with the charge).
+        No reservation, or not pending: nothing changes, no record is written, ``applied=False``.
+        """
 
     async def release(self, usage: UsageRecord) -> Settlement:
-        """Charge nothing and free the hold; idempotent (writes the usage record with 0 µc)."""
+        """Charge nothing and free the hold; idempotent (writes the usage record with 0 µc).
+
+        Same conditions as ``settle``; used on failures before upstream work and by the sweeper.
+        """
 
     async def expired_reservations(self, now: float, limit: int = 100) -> list[tuple[str, str, int, str]]:
-        """(request_id, key_id, account_id, month) of pending reservations past their expiry."""
+        """(request_id, key_id, account_id, month) of pending reservations with ``expires_at < now``,
+        oldest expiry first. A read only: the release that follows is what must be conditional."""
 
     async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
         """(spent_uc, reserved_uc) of a key in a month."""

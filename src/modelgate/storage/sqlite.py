@@ -430,20 +430,29 @@ class SqliteStore:
     def _finish(self, usage: UsageRecord, charge: bool) -> Settlement:
         with self._write() as db:
             row = db.execute(
-                "SELECT amount_uc, state, month FROM reservations WHERE request_id = ?", (usage.request_id,)
+                "SELECT amount_uc, state, month, key_id, account_id FROM reservations WHERE request_id = ?",
+                (usage.request_id,),
             ).fetchone()
             if row is None or row[1] != "pending":
                 return Settlement(False, 0, *self._remaining(db, usage.account_id, usage.key_id, usage.month))
-            amount, _, month = row
+            amount, _, month, key_id, account_id = row
             # A true upper bound was reserved, so the real cost fits; should an upstream ever report
             # more, the charge stops at the hold: a cap or balance is never overshot.
             charged = min(max(usage.charged_uc, 0), amount) if charge else 0
+            # The reservation is the authority on whose money and which month this is: a request
+            # that starts before midnight UTC and ends after it counts in the month it started.
             usage.charged_uc = charged
             usage.month = month
-            db.execute(
-                "UPDATE reservations SET state = ? WHERE request_id = ?",
+            usage.key_id = key_id
+            usage.account_id = account_id
+            # Conditional on 'pending' (re-checked under the write lock): of a racing settle, a
+            # replayed settle and a sweeper in another process, exactly one applies.
+            claimed = db.execute(
+                "UPDATE reservations SET state = ? WHERE request_id = ? AND state = 'pending'",
                 ("settled" if charge else "released", usage.request_id),
-            )
+            ).rowcount
+            if claimed != 1:  # pragma: no cover - BEGIN IMMEDIATE already serialises writers
+                return Settlement(False, 0, *self._remaining(db, account_id, key_id, month))
             db.execute(
                 "UPDATE accounts SET reserved_uc = reserved_uc - ?, balance_uc = balance_uc - ? WHERE id = ?",
                 (amount, charged, usage.account_id),
@@ -478,7 +487,9 @@ class SqliteStore:
     def _remaining(
         db: sqlite3.Connection, account_id: int, key_id: str, month: str
     ) -> tuple[int, int | None]:
-        balance = db.execute("SELECT balance_uc FROM accounts WHERE id = ?", (account_id,)).fetchone()
+        balance = db.execute(
+            "SELECT balance_uc - reserved_uc FROM accounts WHERE id = ?", (account_id,)
+        ).fetchone()
         cap = db.execute("SELECT monthly_cap_uc FROM api_keys WHERE id = ?", (key_id,)).fetchone()
         spend = db.execute(
             "SELECT spent_uc + reserved_uc FROM key_month_spend WHERE key_id = ? AND month = ?",

@@ -1,0 +1,88 @@
+"""Releasing reservations abandoned by crashed or lost requests.
+
+Rule: a reservation still pending ``billing.reservation_ttl_seconds`` after it was made belongs
+to a request that will never settle it: its process crashed, or it was lost between reserve and
+settle. The request path guarantees settle-or-release for every request it serves, shielded from
+cancellation, so only a dead process leaves a hold behind. Such a hold would block the account's
+balance and the key's cap for ever, so the sweeper releases it: nothing is charged (the gateway
+cannot know what the upstream did, and the client got no complete answer), and the usage record
+says ``"abandoned"``.
+
+The TTL must exceed the longest request the gateway serves (upstream timeouts bound it). A
+request that somehow outlives it is not charged either: its late settle finds the reservation no
+longer pending and changes nothing, so the ledger stays exact (never a double charge, never an
+overshoot), at the price of that one request going unbilled.
+
+Several instances may sweep the same database at once: release is conditional on the
+reservation being ``pending`` in one transaction (see ``storage.base``), so exactly one of them
+(or the request's own late settle) applies and writes the usage record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from modelgate.clock import Clock
+from modelgate.storage.base import Store, UsageRecord
+
+log = logging.getLogger("modelgate.billing")
+
+ABANDONED = "abandoned"
+#: Endpoint and model of an abandoned record: reservations do not store them.
+UNKNOWN = "unknown"
+
+
+class Sweeper:
+    def __init__(self, store: Store, clock: Clock, interval: float, batch: int = 100) -> None:
+        self._store = store
+        self._clock = clock
+        self._interval = interval
+        self._batch = batch
+        self._task: asyncio.Task[None] | None = None
+
+    async def sweep(self) -> int:
+        """Release every reservation expired now; the number this call released."""
+        released = 0
+        while True:
+            now = self._clock.time()
+            expired = await self._store.expired_reservations(now, self._batch)
+            for request_id, key_id, account_id, month in expired:
+                outcome = await self._store.release(
+                    UsageRecord(
+                        request_id=request_id,
+                        key_id=key_id,
+                        account_id=account_id,
+                        endpoint=UNKNOWN,
+                        model=UNKNOWN,
+                        month=month,
+                        status=ABANDONED,
+                        created_at=now,
+                        finished_at=now,
+                    )
+                )
+                if outcome.applied:
+                    released += 1
+                    log.warning("released abandoned reservation %s of key %s", request_id, key_id)
+            if len(expired) < self._batch:
+                return released
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="modelgate-reservation-sweeper")
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except Exception:  # a database hiccup: keep the loop alive, the next round retries
+                log.warning("reservation sweep failed; retrying next interval", exc_info=True)
+            await asyncio.sleep(self._interval)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
