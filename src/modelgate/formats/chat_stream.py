@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from modelgate import errors, ir
+from modelgate.billing.estimate import escaped_tokens, json_string_body
 from modelgate.formats.sse import SSEEvent, SSEParser
 
 FINISH_REASONS: dict[ir.StopReason, str] = {
@@ -441,7 +442,17 @@ class StreamTap:
     forwarded, and so are the ``"usage":null`` fields the client did not ask for.
     """
 
-    __slots__ = ("_buf", "_rewrites", "_strip", "error", "finished", "output_chars", "stop_reason", "usage")
+    __slots__ = (
+        "_buf",
+        "_rewrites",
+        "_strip",
+        "error",
+        "finished",
+        "output_chars",
+        "output_tokens",
+        "stop_reason",
+        "usage",
+    )
 
     def __init__(self, upstream_model: str, client_model: str, strip_usage_chunk: bool = False) -> None:
         self._buf = b""
@@ -458,6 +469,8 @@ class StreamTap:
         self.finished = False
         self.error: ir.StreamError | None = None
         self.output_chars = 0
+        #: Output tokens relayed so far, estimated per delta (billing.estimate); exact for the simulator.
+        self.output_tokens = 0
 
     def feed(self, chunk: bytes) -> bytes:
         buf = self._buf + chunk if self._buf else chunk
@@ -486,6 +499,7 @@ class StreamTap:
                 at = block.find(key)
                 if at >= 0:
                     self.output_chars += json_string_len(block, at + len(key))
+                    self.output_tokens += escaped_tokens(json_string_body(block, at + len(key)))
             if block.startswith(b"data: [DONE]") or block.startswith(b"data:[DONE]"):
                 self.finished = True
             elif any(m in block for m in _META_MARKERS) and self._chunk(block) and self._strip:

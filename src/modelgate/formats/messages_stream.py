@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 
 from modelgate import errors, ir
+from modelgate.billing.estimate import escaped_tokens, json_string_body
 from modelgate.formats.sse import SSEEvent, SSEParser, frame
 
 _STOP_REASONS = {r.value: r for r in ir.StopReason}
@@ -381,7 +382,16 @@ class StreamTap:
     ``message_stop`` and ``error`` are parsed; deltas are measured by scanning bytes.
     """
 
-    __slots__ = ("_buf", "_rewrites", "error", "finished", "output_chars", "stop_reason", "usage")
+    __slots__ = (
+        "_buf",
+        "_rewrites",
+        "error",
+        "finished",
+        "output_chars",
+        "output_tokens",
+        "stop_reason",
+        "usage",
+    )
 
     def __init__(self, upstream_model: str, client_model: str, strip_usage_chunk: bool = False) -> None:
         # ``strip_usage_chunk`` is a Chat notion: Messages streams always carry usage.
@@ -398,6 +408,8 @@ class StreamTap:
         self.finished = False
         self.error: ir.StreamError | None = None
         self.output_chars = 0
+        #: Output tokens relayed so far, estimated per delta (billing.estimate); exact for the simulator.
+        self.output_tokens = 0
 
     def feed(self, chunk: bytes) -> bytes:
         buf = self._buf + chunk if self._buf else chunk
@@ -424,6 +436,7 @@ class StreamTap:
                     at = block.find(key)
                     if at >= 0:
                         self.output_chars += json_string_len(block, at + len(key))
+                        self.output_tokens += escaped_tokens(json_string_body(block, at + len(key)))
                         break
             elif block and not block.startswith((b"event: ping", b"event: content_block_")):
                 rewrite = self._event(block) or rewrite

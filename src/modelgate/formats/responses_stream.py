@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from modelgate import ir
+from modelgate.billing.estimate import escaped_tokens
 from modelgate.errors import ERROR_KINDS
 from modelgate.formats import ids, sse
 
@@ -674,6 +675,8 @@ class StreamTap:
         self.finished = False
         self.error: ir.StreamError | None = None
         self.output_chars = 0
+        #: Output tokens relayed so far, estimated per delta (billing.estimate); exact for the simulator.
+        self.output_tokens = 0
         #: The sequence number an in-band failure frame appended by the gateway should use.
         self.next_sequence_number = 0
         #: The upstream's response id (from ``response.created``), for that failure frame.
@@ -711,6 +714,7 @@ class StreamTap:
             self.output_chars += (
                 len(escaped) if escaped.isascii() and b"\\" not in escaped else _chars(escaped)
             )
+            self.output_tokens += escaped_tokens(escaped)
         if self.response_id is None:
             found = _RESPONSE_ID_RE.search(complete)
             if found is not None:
