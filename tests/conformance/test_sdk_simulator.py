@@ -9,6 +9,7 @@ Usage reported in every stream must equal the gateway's usage record of that req
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -18,7 +19,7 @@ import pytest
 
 from tests.conformance.conftest import issue_key, usage_records
 from tests.gateway.clients import anthropic_client, openai_client
-from tests.gateway_server import GatewayServer
+from tests.gateway_server import GatewayServer, running_gateway
 
 WEATHER_SCHEMA = {
     "type": "object",
@@ -471,3 +472,19 @@ def test_claude_code_shaped_requests_are_accepted(sim: GatewayServer, thinking: 
         'data: {"type":"message_stop"}'
     )
     assert response.headers["x-modelgate-max-tokens-clamped"] == "32000->16384; reason=model_limit"
+
+
+def test_documented_claude_code_aliases_serve_its_default_model_ids(tmp_path: Path) -> None:
+    aliases = {
+        "claude-opus-4-8": "aria-opus-4.8",
+        "claude-sonnet-5": "aria-sonnet-5",
+        "claude-haiku-4-5-20251001": "aria-haiku-4.5",
+    }
+    with running_gateway(tmp_path / "data", catalogue={"aliases": aliases}) as gateway:
+        secret, _ = issue_key(gateway, "Pro")
+        client = anthropic_client(gateway.base_url, secret, header="x-api-key", version="2023-06-01")
+        for alias, canonical in aliases.items():
+            reply = client.messages.create(model=alias, max_tokens=200, messages=ASK)
+            assert reply.model == canonical
+        listed = {m.id for m in client.models.list()}
+        assert not listed & set(aliases)

@@ -22,6 +22,9 @@ from tests.gateway.clients import anthropic_client, openai_client
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 PNG = "iVBORw0KGgo="
+# A stream the fake cuts after four events; the pause between events lets them leave the
+# fake's socket before it aborts the connection (an abort discards unsent bytes).
+CUT_REPLY = Reply(text="partial answer text", chunks=6, event_delay=0.01)
 TOOL_REPLY = Reply.tool_call(
     "get_weather", {"city": "Paris"}, text="Let me check.", input_tokens=30, output_tokens=9
 )
@@ -505,7 +508,7 @@ def test_upstream_failure_mid_stream_ends_with_an_in_band_error(
     wired: Wired, group: str, model: str, drive: Any, error: type[Exception]
 ) -> None:
     secret, key_id = issue_key(wired.gateway, group)
-    wired.script.reset(Fault.reset_after(4, then=Reply(text="partial answer text", chunks=6)))
+    wired.script.reset(Fault.reset_after(4, then=CUT_REPLY))
     with pytest.raises(error, match="connection broke mid-response"):
         drive(wired.gateway.base_url, secret, model)
     record = usage_records(wired.gateway, key_id)[0]
@@ -516,7 +519,7 @@ def test_in_band_failure_frames_continue_the_stream(wired: Wired) -> None:
     """Raw bytes: the Responses failure continues the upstream's sequence numbers and response id;
     the Messages one is a proper ``event: error`` frame after the started stream."""
     secret, _ = issue_key(wired.gateway, "Nova")
-    wired.script.reset(Fault.reset_after(4, then=Reply(text="partial answer text", chunks=6)))
+    wired.script.reset(Fault.reset_after(4, then=CUT_REPLY))
     body = {"model": "nova-5.5", "input": "hi", "stream": True}
     raw = httpx.post(
         f"{wired.gateway.base_url}/v1/responses", json=body, headers={"authorization": f"Bearer {secret}"}
@@ -532,7 +535,7 @@ def test_in_band_failure_frames_continue_the_stream(wired: Wired) -> None:
     assert events[-1]["response"]["model"] == "nova-5.5"
 
     pro, _ = issue_key(wired.gateway, "Pro")
-    wired.script.reset(Fault.reset_after(4, then=Reply(text="partial answer text", chunks=6)))
+    wired.script.reset(Fault.reset_after(4, then=CUT_REPLY))
     raw = httpx.post(
         f"{wired.gateway.base_url}/v1/messages",
         json={
