@@ -11,87 +11,18 @@ after the stream began -> the format's in-band error event, never a silent cut.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from tests.fakes import FakeUpstream, Fault, Reply, refused_base_url
+from tests.fakes import Fault, Reply
 from tests.fakes.upstream import Step
-from tests.gateway_server import GatewayServer, running_gateway
-from tests.resilience.clients import Format, Outcome, call
+from tests.resilience.clients import Outcome, call
 from tests.resilience.harness import (
-    ENV,
     QUICK_ROUTING,
     SECRETS,
-    FakeLoop,
-    anthropic_provider,
-    openai_provider,
     rescript,
 )
-
-
-@dataclass(frozen=True)
-class Route:
-    fmt: Format
-    group: str
-    model: str
-    #: Model served by a provider where nothing listens.
-    dead_model: str
-
-
-ROUTES = {
-    "messages": Route("messages", "Pro", "aria-sonnet-4.6", "aria-opus-4.8"),
-    "chat": Route("chat", "Nova", "nova-5.5", "nova-6-sol"),
-    "responses": Route("responses", "Nova", "nova-5.5", "nova-6-sol"),
-    "messages-via-chat": Route("messages", "Pro", "aria-haiku-4.5", "aria-opus-4.8"),
-}
-
-
-@dataclass
-class Env:
-    gateway: GatewayServer
-    fake: FakeUpstream
-    keys: dict[str, str]
-
-    def call(self, route: str, *, stream: bool) -> Outcome:
-        r = ROUTES[route]
-        return call(self.gateway.base_url, self.keys[r.group], r.fmt, r.model, stream=stream)
-
-
-@pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
-    data = Path(tmp_path_factory.mktemp("faults")) / "data"
-    with FakeLoop() as fakes:
-        fake = fakes.start(FakeUpstream())
-        dead = refused_base_url()
-        providers = [
-            anthropic_provider("ant", fake.base_url),
-            openai_provider("oai", fake.base_url),
-            openai_provider("local", fake.base_url, kind="openai-compatible"),
-            anthropic_provider("dead-ant", dead),
-            openai_provider("dead-oai", dead),
-        ]
-        deployments = {
-            "aria-sonnet-4.6": [{"provider": "ant", "upstream_model": "claude-up"}],
-            "nova-5.5": [{"provider": "oai", "upstream_model": "gpt-up"}],
-            "aria-haiku-4.5": [{"provider": "local", "upstream_model": "llama-up"}],
-            "aria-opus-4.8": [{"provider": "dead-ant", "upstream_model": "claude-up"}],
-            "nova-6-sol": [{"provider": "dead-oai", "upstream_model": "gpt-up"}],
-        }
-        with running_gateway(
-            data,
-            env=ENV,
-            providers=providers,
-            deployments=deployments,
-            default_provider="",
-            unrouted="hide",
-            routing=QUICK_ROUTING,
-        ) as gateway:
-            account = gateway.account("acme", credits=1000)
-            keys = {g: gateway.key(account, g, rpm=10_000).secret for g in ("Pro", "Nova")}
-            yield Env(gateway, fake, keys)
+from tests.resilience.routes import ROUTES, Env
 
 
 def _is_messages(route: str) -> bool:
@@ -205,7 +136,8 @@ def test_malformed_json_body_is_502(env: Env, route: str) -> None:
 AFTER_FIRST_BYTE: dict[str, tuple[Step, str, str]] = {
     # fault, Messages error.type, OpenAI error.type
     "reset": (
-        Fault.reset_after(3, then=Reply(text="one two three four five six", chunks=6)),
+        # event_delay: events before the reset reach the gateway before the RST discards them.
+        Fault.reset_after(3, then=Reply(text="one two three four five six", chunks=6, event_delay=0.02)),
         "api_error",
         "server_error",
     ),

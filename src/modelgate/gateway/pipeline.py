@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
@@ -40,6 +40,7 @@ from modelgate.gateway.translate import Translation, build_upstream_body
 from modelgate.storage.base import KeyRecord, Refusal, ReserveRequest, UsageRecord
 
 log = logging.getLogger("modelgate.request")
+T = TypeVar("T")
 
 _FAMILY_OF_GROUP = {"Basic": "aria", "Pro": "aria", "Nova": "nova"}
 _WRONG_ENDPOINT = {
@@ -111,14 +112,19 @@ async def _serve(services: Services, call: Call, request: Request) -> Response:
     await reserve(services, call)
     try:
         translation = Translation.for_call(call.fmt, call.body)
-        attempt = await services.router.open(
-            call.model.id,
-            lambda deployment, provider: build_upstream_body(call, translation, deployment, provider),
-            stream=call.stream,
-            client_headers=call.headers,
+        attempt = await unless_disconnected(
+            request,
+            services.router.open(
+                call.model.id,
+                lambda deployment, provider: build_upstream_body(call, translation, deployment, provider),
+                stream=call.stream,
+                client_headers=call.headers,
+            ),
         )
     except BaseException as exc:
         await finish(services, call, ir.Usage(), status=_status_of(exc), charge=False)
+        if isinstance(exc, ClientGone):
+            return Response(status_code=499, headers=_common_headers(call))
         raise
     relay = Relay(call, translation, attempt, services)
     if call.stream:
@@ -129,9 +135,11 @@ async def _serve(services: Services, call: Call, request: Request) -> Response:
             on_done=services.inflight.release,
         )
     try:
-        body, usage, status = await relay.whole()
+        body, usage, status = await unless_disconnected(request, relay.whole())
     except BaseException as exc:
         await finish(services, call, ir.Usage(), status=_status_of(exc), charge=False)
+        if isinstance(exc, ClientGone):
+            return Response(status_code=499, headers=_common_headers(call))
         raise
     settlement = await finish(services, call, usage, status=status, charge=True)
     call.response_headers.update(
@@ -140,7 +148,37 @@ async def _serve(services: Services, call: Call, request: Request) -> Response:
     return Response(body, media_type="application/json", headers=_common_headers(call))
 
 
+class ClientGone(Exception):
+    """The client disconnected while the gateway waited on the upstream."""
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work``, cancelling it the moment the client disconnects: the upstream request is
+    then aborted instead of running to completion for nobody. Once the body has been read,
+    uvicorn answers ``receive`` only with ``http.disconnect`` (when the client goes away), and a
+    pending ``receive`` can be cancelled without losing anything."""
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    task = asyncio.ensure_future(work)
+    listener = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({task, listener}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        listener.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        raise ClientGone
+    return task.result()
+
+
 def _status_of(exc: BaseException) -> str:
+    if isinstance(exc, ClientGone):
+        return "client_disconnected"
     if isinstance(exc, errors.GatewayError):
         return f"upstream_{exc.kind}"
     if isinstance(exc, asyncio.CancelledError):
