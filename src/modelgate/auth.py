@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from modelgate.errors import AuthenticationFailed
 from modelgate.keys import KEY_PREFIX, Digester, is_well_formed_key
@@ -35,6 +35,9 @@ class KeyView:
         self._by_digest: dict[bytes, str] = {}
         self._version = 0
         self._task: asyncio.Task[None] | None = None
+        #: Called with every change this process made (``apply``); the gateway sets it to the
+        #: Redis key-change broadcast so other instances refresh at once (``modelgate.broadcast``).
+        self.on_local_change: Callable[[KeyRecord], None] | None = None
 
     @property
     def version(self) -> int:
@@ -43,9 +46,11 @@ class KeyView:
     def get(self, key_id: str) -> KeyRecord | None:
         return self._by_id.get(key_id)
 
-    def _apply(self, records: list[KeyRecord]) -> None:
+    def _apply(self, records: list[KeyRecord], *, advance: bool = True) -> None:
         for record in records:
             old = self._by_id.get(record.id)
+            if old is not None and old.version > record.version:
+                continue  # a poll that started before a change we already applied
             if old is not None:
                 self._by_digest.pop(old.digest, None)
                 if old.previous_digest is not None:
@@ -54,7 +59,8 @@ class KeyView:
             self._by_digest[record.digest] = record.id
             if record.previous_digest is not None:
                 self._by_digest[record.previous_digest] = record.id
-            self._version = max(self._version, record.version)
+            if advance:
+                self._version = max(self._version, record.version)
 
     async def reload(self) -> None:
         records = await self._store.keys_changed_since(0)
@@ -67,8 +73,15 @@ class KeyView:
         self._apply(await self._store.keys_changed_since(self._version))
 
     def apply(self, record: KeyRecord) -> None:
-        """Take a change this process made (or heard of) without waiting for the next poll."""
-        self._apply([record])
+        """Take a change this process made without waiting for the next poll, and announce it.
+
+        The poll cursor stays where it is: another process may have committed a lower version
+        that this view has not polled yet, and moving past it would skip that change until the
+        next full reload. The next poll reads this record again, which is harmless.
+        """
+        self._apply([record], advance=False)
+        if self.on_local_change is not None:
+            self.on_local_change(record)
 
     async def start(self, interval: float) -> None:
         await self.reload()

@@ -53,9 +53,8 @@ def _with_database(url: str, name: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
 
 
-@asynccontextmanager
-async def fresh_database(prefix: str = "mgtest") -> AsyncIterator[str]:
-    """The URL of a new, empty PostgreSQL database, dropped afterwards."""
+async def create_database(prefix: str = "mgtest") -> str:
+    """The URL of a new, empty PostgreSQL database on the test server."""
     admin_url = database_url()
     name = f"{prefix}_{secrets.token_hex(6)}"
     admin = await asyncpg.connect(admin_url)
@@ -63,11 +62,23 @@ async def fresh_database(prefix: str = "mgtest") -> AsyncIterator[str]:
         await admin.execute(f'CREATE DATABASE "{name}"')
     finally:
         await admin.close()
+    return _with_database(admin_url, name)
+
+
+async def drop_database(url: str) -> None:
+    name = urlsplit(url).path.lstrip("/")
+    admin = await asyncpg.connect(database_url())
     try:
-        yield _with_database(admin_url, name)
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
-        admin = await asyncpg.connect(admin_url)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
+        await admin.close()
+
+
+@asynccontextmanager
+async def fresh_database(prefix: str = "mgtest") -> AsyncIterator[str]:
+    """A new, empty PostgreSQL database, dropped afterwards."""
+    url = await create_database(prefix)
+    try:
+        yield url
+    finally:
+        await drop_database(url)

@@ -18,6 +18,7 @@ import orjson
 
 from modelgate.auth import KeyView
 from modelgate.billing.sweeper import Sweeper
+from modelgate.broadcast import KeyChangeBroadcast
 from modelgate.catalogue import Catalogue, build_catalogue
 from modelgate.clock import Clock, SystemClock
 from modelgate.config import ConfigError, Settings
@@ -25,6 +26,7 @@ from modelgate.formats import messages
 from modelgate.gateway.body import splice_top_level
 from modelgate.keys import Digester
 from modelgate.limits.inflight import InFlightLimiter
+from modelgate.limits.redis_rpm import RedisRateLimiter
 from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
 from modelgate.storage import Store, open_store
 from modelgate.upstream.base import Deployment, Provider
@@ -142,6 +144,9 @@ class Services:
     settlements: Settlements = field(default_factory=Settlements)
     #: Releases reservations abandoned by crashed requests (billing.sweeper); runs from ``start``.
     sweeper: Sweeper | None = None
+    #: With ``redis_url``: key changes made here are announced to the other instances, and
+    #: theirs refresh this instance's key view (docs/scale-out.md).
+    key_broadcast: KeyChangeBroadcast | None = None
 
     @classmethod
     def build(
@@ -180,11 +185,22 @@ class Services:
             router=router,
             token_counter=TokenCounter(router, providers),
             inflight=InFlightLimiter(settings.server.max_in_flight),
+            # Redis (several instances): shared rate-limit windows, falling back to the
+            # in-process window per instance while Redis is unreachable; key-change broadcast.
+            rate_limiter=RedisRateLimiter(settings.redis_url)
+            if settings.redis_url
+            else RollingWindowLimiter(),
+            key_broadcast=KeyChangeBroadcast(settings.redis_url) if settings.redis_url else None,
         )
 
     async def start(self) -> None:
         await self.store.migrate()
         await self.keys.start(self.settings.keys.refresh_interval)
+        if isinstance(self.rate_limiter, RedisRateLimiter):
+            await self.rate_limiter.start()
+        if self.key_broadcast is not None:
+            self.keys.on_local_change = self.key_broadcast.publish_soon
+            self.key_broadcast.start(self.keys.refresh)
         self.sweeper = Sweeper(self.store, self.clock, self.settings.billing.sweep_interval_seconds)
         self.sweeper.start()
 
@@ -194,4 +210,9 @@ class Services:
         await self.keys.stop()
         await self.settlements.drain()
         await self.router.aclose()
+        if self.key_broadcast is not None:
+            self.keys.on_local_change = None
+            await self.key_broadcast.stop()
+        if isinstance(self.rate_limiter, RedisRateLimiter):
+            await self.rate_limiter.aclose()
         await self.store.close()
