@@ -52,8 +52,10 @@ class Cluster:
         self.refresh_keys()
         return issued.record.id, issued.secret
 
-    def call(self, coro: Any, index: int = 0) -> Any:
-        return self.servers[index].call(coro)
+    def admin_token(self, index: int = 0) -> str:
+        """An operator token, made through instance ``index`` (on that instance's own loop)."""
+        server = self.servers[index]
+        return str(server.call(server.management.create_admin_token(None)))
 
 
 def chat_body(max_tokens: int = 64) -> dict[str, Any]:
