@@ -24,9 +24,11 @@ app = typer.Typer(
 accounts_app = typer.Typer(help="Accounts and their shared credit balance.", no_args_is_help=True)
 credits_app = typer.Typer(help="Top up an account's balance.", no_args_is_help=True)
 keys_app = typer.Typer(help="API keys: create, list, update, rotate, revoke.", no_args_is_help=True)
+tokens_app = typer.Typer(help="Admin tokens for the admin API and the dashboard.", no_args_is_help=True)
 app.add_typer(accounts_app, name="accounts")
 app.add_typer(credits_app, name="credits")
 app.add_typer(keys_app, name="keys")
+app.add_typer(tokens_app, name="tokens")
 app.command("serve")(serve_command)
 
 ConfigOpt = Annotated[
@@ -309,3 +311,35 @@ def usage(
         emit_one(options, row, "")
     else:
         emit(options, [row], ["month", "requests", "input_tokens", "output_tokens", "charged"], "usage")
+
+
+@tokens_app.command("create")
+def tokens_create(
+    account: Annotated[
+        str | None, typer.Option("--account", help="An account-scoped token for this account (name or id).")
+    ] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Issue an admin token: an operator token, or with --account one that sees only that account.
+
+    The token is printed once. Use it as ``Authorization: Bearer`` on /admin/api or in the dashboard.
+    """
+    options = Options(config, data_dir, json)
+
+    async def work(m: Management) -> tuple[str, Account | None]:
+        owner = await m.account(account) if account else None
+        return await m.create_admin_token(owner), owner
+
+    token, owner = with_management(options, work)
+    scope = f"account {owner.name}" if owner else "operator"
+    emit_one(
+        options,
+        {
+            "token": token,
+            "scope": "account" if owner else "operator",
+            "account_id": owner.id if owner else None,
+        },
+        f"created {scope} admin token (shown once, store it now): {token}",
+    )
