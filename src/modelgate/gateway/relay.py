@@ -147,6 +147,9 @@ class Relay:
                 self.status = "ok" if self.usage is not None else "upstream_incomplete"
         except errors.GatewayError as exc:
             self.status = "upstream_failed_mid_stream"
+            # The router saw a 2xx and counted a success; a deployment that breaks its streams
+            # must still cool down, so the failure is reported to its health too.
+            self.services.router.health.failed(self.attempt.deployment)
             relayed = exc.relayed if isinstance(exc, _CutStream) else b""
             await send(relayed + error_frame(exc))
         except asyncio.CancelledError:

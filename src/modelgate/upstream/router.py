@@ -16,6 +16,7 @@ the upstream's ``retry-after`` when retrying the same deployment and it is withi
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -43,6 +44,8 @@ from modelgate.upstream.error_mapping import (
     sanitise,
 )
 from modelgate.upstream.health import DeploymentHealth, RetryBudget
+
+log = logging.getLogger("modelgate.upstream")
 
 #: Returns the dialect and request body for one attempt on a deployment.
 BuildRequest = Callable[[Deployment, Provider], tuple[Dialect, bytes]]
@@ -146,6 +149,15 @@ class Router:
                 deployment, provider, dialect, body, stream, client_headers, path_suffix
             )
             if isinstance(outcome, Failure):
+                # Everything logged here went through sanitise (no keys, no upstream address).
+                log.warning(
+                    "upstream attempt %d for model %s failed on %s/%s: %s",
+                    attempt,
+                    model,
+                    deployment.provider,
+                    deployment.upstream_model,
+                    _describe(outcome),
+                )
                 last = outcome
                 continue
             return Attempt(deployment, provider, dialect, outcome, attempt)
@@ -200,6 +212,12 @@ class Router:
         if 400 <= status < 500:
             if credentials_rejected(status, detail) or status == 402:
                 health.failed(deployment)
+                log.error(
+                    "upstream %s rejected the gateway's credentials or account (HTTP %d): %s",
+                    name,
+                    status,
+                    detail.message or "no message",
+                )
             else:
                 health.succeeded(deployment)  # the upstream works; the request was refused
             raise client_error(status, detail, name)
@@ -249,3 +267,10 @@ class Router:
         """Close every provider (their connection pools)."""
         for provider in self._providers.values():
             await provider.aclose()
+
+
+def _describe(failure: Failure) -> str:
+    if failure.kind != "status":
+        return failure.note
+    message = failure.detail.message if failure.detail and failure.detail.message else "no message"
+    return f"HTTP {failure.status}: {message}"
