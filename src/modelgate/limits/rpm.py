@@ -63,10 +63,19 @@ class RollingWindowLimiter:
         if len(log) >= limit:
             # Admission needs fewer than `limit` entries in the window, so the entry at
             # len - limit must leave it (after a lowered limit, older ones go first).
-            wait = log[len(log) - limit] + self._window - now
-            return Decision(False, limit, 0, max(wait, 0.0))
+            return Decision(False, limit, 0, self._seconds_until_out(log[len(log) - limit], now))
         log.append(now)
         return Decision(True, limit, limit - len(log), max(log[0] + self._window - now, 0.0))
+
+    def _seconds_until_out(self, entry: float, now: float) -> float:
+        """Seconds until ``entry`` leaves the window, such that sleeping ``ceil`` of it is enough
+        by the very float arithmetic ``admit_now`` will use then: ``entry + window - now`` can
+        round down by an ulp onto a whole number, and a ``retry-after`` one ulp short would be
+        refused again. Then the wait is nudged just above that whole number."""
+        wait = entry + self._window - now
+        while entry > (now + max(1, math.ceil(wait))) - self._window:
+            wait = math.nextafter(float(max(1, math.ceil(wait))), math.inf)
+        return max(wait, 0.0)
 
     def forget(self, key_id: str) -> None:
         self._log.pop(key_id, None)
