@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
 
-.PHONY: serve test lint bench clean
+.PHONY: serve test lint bench bench-profile clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -23,6 +23,13 @@ lint: $(STAMP)
 
 test: $(STAMP)
 	bash scripts/test.sh
+
+# Gateway cost vs a fast fake upstream (docs/bench.md); ARGS="--peer litellm" adds LiteLLM.
+bench: $(STAMP)
+	bash bench/run.sh $(ARGS)
+
+bench-profile: $(STAMP)
+	$(BIN)/python -m bench.profile $(ARGS)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# make bench: the gateway's own cost against a fast fake upstream (docs/bench.md).
+# Usage: bash bench/run.sh [--peer litellm] [--seconds 3] [--endpoints chat ...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v taskset >/dev/null; then
+  echo "bench: installing util-linux for taskset" >&2
+  apt-get update -qq && apt-get install -y -qq util-linux >/dev/null
+fi
+if [ "$(nproc)" -lt 2 ]; then
+  echo "bench: needs 2 cores (gateway pinned to core 0, load generator and fake upstream to core 1)" >&2
+  exit 1
+fi
+exec .venv/bin/python -m bench.run "$@"

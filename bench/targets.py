@@ -1,0 +1,226 @@
+"""The systems under test, each started on core 0 against the fake upstream.
+
+- ``modelgate``: the real gateway with a temp data dir, real keys (CLI), a large credit balance,
+  rate limits far above the load, a usage record per request; providers in a config file point at
+  the fake upstream (``anthropic`` kind for aria, ``openai`` kind for nova), so the benchmarked
+  paths are the same-dialect passthrough hot paths.
+- ``litellm``: LiteLLM's proxy (1 worker, no database, a master key), installed from PyPI into
+  ``bench/.peer/venv`` on first use, with the same models pointed at the same upstream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.procs import Proc, free_port, pinned
+
+ROOT = Path(__file__).resolve().parent.parent
+PEER_DIR = ROOT / "bench" / ".peer"
+GATEWAY_CORE = 0
+UPSTREAM_KEYS = {
+    "BENCH_FAKE_ANTHROPIC_KEY": "sk-ant-bench-upstream",
+    "BENCH_FAKE_OPENAI_KEY": "sk-bench-upstream",
+}
+#: Gateway model id -> (dialect of the upstream, upstream model id).
+MODELS = {"aria-haiku-4.5": "claude-haiku-4-5", "nova-5.5": "gpt-5.5"}
+
+
+@dataclass
+class Endpoint:
+    name: str  # messages | chat | responses
+    path: str
+    model: str
+    headers: dict[str, str]
+
+    def body(self, stream: bool, model: str | None = None) -> bytes:
+        model = model or self.model
+        prompt = "Say hello to the benchmark, in a few words."
+        if self.name == "responses":
+            data: dict[str, object] = {"model": model, "input": prompt, "max_output_tokens": 256}
+        else:
+            data = {"model": model, "max_tokens": 256, "messages": [{"role": "user", "content": prompt}]}
+        if stream:
+            data["stream"] = True
+        return json.dumps(data, separators=(",", ":")).encode()
+
+
+def endpoints(keys: dict[str, str], bearer_only: bool = False) -> list[Endpoint]:
+    version = {"anthropic-version": "2023-06-01"}
+    aria = {"authorization": f"Bearer {keys['aria']}"} if bearer_only else {"x-api-key": keys["aria"]}
+    return [
+        Endpoint("messages", "/v1/messages", "aria-haiku-4.5", {**aria, **version}),
+        Endpoint("chat", "/v1/chat/completions", "nova-5.5", {"authorization": f"Bearer {keys['nova']}"}),
+        Endpoint("responses", "/v1/responses", "nova-5.5", {"authorization": f"Bearer {keys['nova']}"}),
+    ]
+
+
+def direct_endpoints() -> list[Endpoint]:
+    """The same requests sent straight to the fake upstream (upstream model ids)."""
+    anthropic = {"x-api-key": UPSTREAM_KEYS["BENCH_FAKE_ANTHROPIC_KEY"], "anthropic-version": "2023-06-01"}
+    openai = {"authorization": f"Bearer {UPSTREAM_KEYS['BENCH_FAKE_OPENAI_KEY']}"}
+    return [
+        Endpoint("messages", "/v1/messages", MODELS["aria-haiku-4.5"], anthropic),
+        Endpoint("chat", "/v1/chat/completions", MODELS["nova-5.5"], openai),
+        Endpoint("responses", "/v1/responses", MODELS["nova-5.5"], openai),
+    ]
+
+
+@dataclass
+class Target:
+    name: str
+    proc: Proc
+    port: int
+    endpoints: list[Endpoint]
+
+    def stop(self) -> None:
+        self.proc.stop()
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODELGATE_")}
+    env.update(UPSTREAM_KEYS)
+    return env
+
+
+GATEWAY_CONFIG = """\
+log_level = "warning"
+default_provider = ""
+unrouted = "hide"
+
+[server]
+host = "127.0.0.1"
+port = {port}
+max_in_flight = 1000000
+access_log = false
+
+[[providers]]
+name = "fake-anthropic"
+kind = "anthropic"
+base_url = "http://127.0.0.1:{upstream}"
+api_key_env = "BENCH_FAKE_ANTHROPIC_KEY"
+max_concurrency = 4096
+
+[[providers]]
+name = "fake-openai"
+kind = "openai"
+base_url = "http://127.0.0.1:{upstream}"
+api_key_env = "BENCH_FAKE_OPENAI_KEY"
+max_concurrency = 4096
+
+[deployments]
+"aria-haiku-4.5" = [{{ provider = "fake-anthropic", upstream_model = "claude-haiku-4-5" }}]
+"nova-5.5" = [{{ provider = "fake-openai", upstream_model = "gpt-5.5" }}]
+"""
+
+
+def _cli(args: list[str], config: Path, data_dir: Path) -> dict[str, object]:
+    cmd = [sys.executable, "-m", "modelgate", *args, "--config", str(config), "--data-dir", str(data_dir)]
+    done = subprocess.run([*cmd, "--json"], env=_env(), capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"bench: `modelgate {' '.join(args)}` failed:\n{done.stdout}{done.stderr}")
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def start_modelgate(upstream_port: int, workdir: Path) -> Target:
+    port = free_port()
+    data_dir = workdir / "modelgate-data"
+    config = workdir / "modelgate.toml"
+    config.write_text(GATEWAY_CONFIG.format(port=port, upstream=upstream_port))
+    _cli(["accounts", "create", "bench", "--credits", "1000000000"], config, data_dir)
+    keys = {}
+    for family, group in (("aria", "Pro"), ("nova", "Nova")):
+        issued = _cli(
+            ["keys", "create", "--account", "bench", "--group", group, "--rpm", "100000000"], config, data_dir
+        )
+        keys[family] = str(issued["secret"])
+    cmd = [sys.executable, "-m", "modelgate", "serve", "--config", str(config)]
+    cmd += ["--data-dir", str(data_dir), "--no-bootstrap"]
+    proc = Proc("modelgate", pinned(cmd, GATEWAY_CORE), env=_env(), log=workdir / "modelgate.log")
+    proc.wait_http(f"http://127.0.0.1:{port}/healthz", 30)
+    return Target("modelgate", proc, port, endpoints(keys))
+
+
+# --- LiteLLM -------------------------------------------------------------------------------------
+
+PEER_MASTER_KEY = "sk-bench-litellm-master"
+PEER_CONFIG = """\
+model_list:
+  - model_name: aria-haiku-4.5
+    litellm_params:
+      model: anthropic/claude-haiku-4-5
+      api_base: http://127.0.0.1:{upstream}
+      api_key: os.environ/BENCH_FAKE_ANTHROPIC_KEY
+  - model_name: nova-5.5
+    litellm_params:
+      model: openai/gpt-5.5
+      api_base: http://127.0.0.1:{upstream}/v1
+      api_key: os.environ/BENCH_FAKE_OPENAI_KEY
+litellm_settings:
+  set_verbose: false
+  telemetry: false
+general_settings:
+  master_key: {master}
+"""
+
+
+def peer_litellm_bin() -> Path:
+    """LiteLLM's proxy in its own venv (``bench/.peer/venv``), installed from PyPI on first use."""
+    venv = PEER_DIR / "venv"
+    exe = venv / "bin" / "litellm"
+    if exe.exists():
+        return exe
+    print("bench: installing LiteLLM's proxy into bench/.peer/venv (pip install 'litellm[proxy]') ...")
+    steps = [
+        [sys.executable, "-m", "venv", str(venv)],
+        [str(venv / "bin" / "pip"), "install", "-q", "--upgrade", "pip"],
+        [str(venv / "bin" / "pip"), "install", "-q", "litellm[proxy]"],
+    ]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, check=False)
+        if done.returncode or (step[-1] == "litellm[proxy]" and not exe.exists()):
+            raise SystemExit(
+                "bench --peer litellm: could not install LiteLLM's proxy from PyPI "
+                f"(`{' '.join(step)}` exited {done.returncode}).\n"
+                f"{(done.stdout + done.stderr)[-3000:]}\n"
+                "The peer comparison needs network access to PyPI; run without --peer to bench "
+                "modelgate alone, or remove bench/.peer/ and retry."
+            )
+    return exe
+
+
+def start_litellm(upstream_port: int, workdir: Path) -> Target:
+    exe = peer_litellm_bin()
+    port = free_port()
+    config = workdir / "litellm.yaml"
+    config.write_text(PEER_CONFIG.format(upstream=upstream_port, master=PEER_MASTER_KEY))
+    env = _env()
+    for name in ("DATABASE_URL", "REDIS_HOST", "REDIS_URL"):
+        env.pop(name, None)
+    env.update(
+        {
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no network fetch at start
+            "LITELLM_LOG": "ERROR",
+            "LITELLM_TELEMETRY": "False",
+            "DISABLE_SCHEMA_UPDATE": "True",
+        }
+    )
+    cmd = [
+        str(exe),
+        "--config",
+        str(config),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--num_workers",
+        "1",
+    ]
+    proc = Proc("litellm", pinned(cmd, GATEWAY_CORE), env=env, log=workdir / "litellm.log")
+    proc.wait_http(f"http://127.0.0.1:{port}/health/liveliness", 180)
+    keys = {"aria": PEER_MASTER_KEY, "nova": PEER_MASTER_KEY}
+    return Target("litellm", proc, port, endpoints(keys, bearer_only=True))
