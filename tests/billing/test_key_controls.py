@@ -177,3 +177,31 @@ def test_money_headers_on_whole_and_streamed_responses(tmp_path: Path) -> None:
         # A key without a cap has no cap header.
         assert "x-modelgate-cap-remaining" not in uncapped.headers
         assert int(uncapped.headers["x-modelgate-credits-charged"]) > 0
+
+
+def test_upstream_failure_releases_the_hold_and_the_error_shows_the_figures_after_it(tmp_path: Path) -> None:
+    from tests.fakes.upstream import refused_base_url
+
+    providers = [
+        {"name": "simulator", "kind": "simulator"},
+        {"name": "dead", "kind": "anthropic", "base_url": refused_base_url(), "api_key_env": "DEAD_KEY"},
+    ]
+    deployments = {"aria-opus-4.6": [{"provider": "dead", "upstream_model": "gone"}]}
+    with running_gateway(
+        tmp_path / "data", env={"DEAD_KEY": "x"}, providers=providers, deployments=deployments
+    ) as gateway:
+        cap = 5_000_000
+        issued = gateway.key(gateway.account("acme", credits=7), "Pro", rpm=50, monthly_cap_uc=cap)
+        failed = httpx.post(
+            f"{gateway.base_url}/v1/messages",
+            json=body_for("messages", "aria-opus-4.6", "hi", 100),
+            headers=headers_for("messages", issued.secret),
+        )
+        assert failed.status_code >= 500
+        assert failed.headers["ratelimit"].startswith("limit=50, remaining=49")
+        assert failed.headers["ratelimit-policy"] == "50;w=60"
+        # Nothing was charged and nothing is held any more.
+        assert int(failed.headers["x-modelgate-balance-remaining"]) == 7_000_000
+        assert int(failed.headers["x-modelgate-cap-remaining"]) == cap
+        (record,) = records_of(gateway, issued.record.id)
+        assert record.charged_uc == 0 and record.status.startswith("upstream_")

@@ -122,7 +122,7 @@ async def _serve(services: Services, call: Call, request: Request) -> Response:
             ),
         )
     except BaseException as exc:
-        await finish(services, call, ir.Usage(), status=_status_of(exc), charge=False)
+        await release_on_failure(services, call, exc)
         if isinstance(exc, ClientGone):
             return Response(status_code=499, headers=_common_headers(call))
         raise
@@ -137,7 +137,7 @@ async def _serve(services: Services, call: Call, request: Request) -> Response:
     try:
         body, usage, status = await unless_disconnected(request, relay.whole())
     except BaseException as exc:
-        await finish(services, call, ir.Usage(), status=_status_of(exc), charge=False)
+        await release_on_failure(services, call, exc)
         if isinstance(exc, ClientGone):
             return Response(status_code=499, headers=_common_headers(call))
         raise
@@ -267,6 +267,13 @@ async def reserve(services: Services, call: Call) -> None:
     call.response_headers.update(
         hdr.money_headers(None, outcome.cap_remaining_after_uc, outcome.balance_after_uc)
     )
+
+
+async def release_on_failure(services: Services, call: Call, exc: BaseException) -> None:
+    """Nothing usable came back: free the hold, and let the error response show the figures
+    after the release (not the reservation's, which counted the hold)."""
+    settlement = await finish(services, call, ir.Usage(), status=_status_of(exc), charge=False)
+    call.response_headers.update(hdr.money_headers(None, settlement.cap_remaining_uc, settlement.balance_uc))
 
 
 async def finish(services: Services, call: Call, usage: ir.Usage, *, status: str, charge: bool) -> Any:
