@@ -32,7 +32,7 @@ RESUBSCRIBE_SECONDS = 1.0
 
 
 class KeyChangeBroadcast:
-    def __init__(self, url: str, *, channel: str = CHANNEL, timeout: float = 0.5) -> None:
+    def __init__(self, url: str, *, channel: str = CHANNEL, timeout: float = 1.0) -> None:
         self._publisher = redis_client(url, timeout)
         # The subscriber waits for messages indefinitely; only connecting has a deadline.
         self._subscriber = redis_client(url, None)

@@ -122,6 +122,8 @@ def _env_overrides(environ: Mapping[str, str]) -> dict[str, Any]:
     for name, raw in environ.items():
         if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX + "CONFIG":
             continue
+        if name.startswith(ENV_PREFIX + "TEST_"):  # the test harness's (scripts/services.sh)
+            continue
         path = name[len(ENV_PREFIX) :].lower().split("__")
         try:
             value: Any = orjson.loads(raw)

@@ -48,7 +48,7 @@ async def test_limiters_of_several_instances_admit_exactly_the_limit_together() 
     try:
         for limiter in limiters:  # as Services.start does
             await limiter.start()
-        decisions = await asyncio.gather(*(limiters[i % 3].admit(key, 120, NOW) for i in range(360)))
+        decisions = await asyncio.gather(*(limiters[i % 3].admit(key, 120, NOW) for i in range(240)))
         assert sum(d.admitted for d in decisions) == 120
         refused = [d for d in decisions if not d.admitted]
         assert all(d.retry_after == 60 and d.remaining == 0 for d in refused)

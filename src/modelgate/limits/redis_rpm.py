@@ -9,9 +9,11 @@ trims, counts and admits atomically, so N instances admitting at once cannot ove
 
 Redis is never in the money path, and a dead or slow Redis must not fail or slow requests:
 
-- every call has a short timeout (``timeout``, default 0.5 s, covering the wait for a pooled
+- every call has a short timeout (``timeout``, default 1 s, covering the wait for a pooled
   connection too) and no retries; a refused connection fails at once, a hung Redis costs the
-  requests in flight at that moment at most the timeout;
+  requests in flight at that moment at most the timeout, once. (Not much shorter: under a burst
+  on a busy host, waiting for the event loop and a pooled connection counts against it, and a
+  healthy Redis taken for a dead one would loosen the limits for nothing.)
 - after a failure the limiter stops asking Redis for ``cooldown`` seconds (circuit breaker), then
   lets one request probe it while the others stay local;
 - meanwhile each instance admits through its in-process ``RollingWindowLimiter``, which enforces
@@ -84,7 +86,7 @@ class RedisRateLimiter:
         url: str,
         *,
         window: float = WINDOW_SECONDS,
-        timeout: float = 0.5,
+        timeout: float = 1.0,
         cooldown: float = 1.0,
         prefix: str = "modelgate:rpm:",
     ) -> None:
