@@ -49,11 +49,15 @@ def pair(data: Path, bad_step: Step, good_step: Step) -> Iterator[Pair]:
     with FakeLoop() as fakes:
         good = fakes.start(FakeUpstream(default=good_step))
         bad = fakes.start(FakeUpstream(default=bad_step))
+        # Generous timeouts: under load (50 in flight, one process) a tight first-byte timeout
+        # would fail healthy attempts too, and such a retry is legitimate (no byte was sent).
+        # Here only the dead deployment may fail, so every re-send would be a bug.
+        t = {"timeouts": {"connect": 5.0, "first_byte": 15.0, "idle": 15.0, "total": 60.0}}
         providers = [
-            anthropic_provider("ant-good", good.base_url),
-            anthropic_provider("ant-bad", bad.base_url),
-            openai_provider("oai-good", good.base_url),
-            openai_provider("oai-bad", bad.base_url),
+            anthropic_provider("ant-good", good.base_url, **t),
+            anthropic_provider("ant-bad", bad.base_url, **t),
+            openai_provider("oai-good", good.base_url, **t),
+            openai_provider("oai-bad", bad.base_url, **t),
         ]
         deployments = {
             "aria-sonnet-4.6": [
