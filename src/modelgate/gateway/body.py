@@ -85,16 +85,51 @@ def top_level_spans(raw: bytes) -> dict[bytes, tuple[int, int]]:
     return spans
 
 
-def splice_top_level(raw: bytes, changes: Mapping[str, Any]) -> bytes:
-    """``raw`` with the given top-level fields replaced (or appended when absent)."""
+def _unique_span(raw: bytes, key: str, value: Any) -> tuple[int, int] | None:
+    """Span of ``value`` after ``key`` found by C-level search, when that is unambiguous.
+
+    Sound only when the body has no ``\\u`` escapes (so the key cannot be spelled another way)
+    and the key occurs once: then the single occurrence is the top-level one the parsed body has.
+    """
+    if isinstance(value, dict | list):
+        return None
+    key_token = orjson.dumps(key)
+    if raw.count(key_token) != 1:
+        return None
+    pattern = re.escape(key_token) + rb"\s*:\s*(" + re.escape(orjson.dumps(value)) + rb")"
+    found = None
+    for match in re.finditer(pattern, raw):
+        if found is not None:
+            return None
+        found = match.span(1)
+    return found
+
+
+def splice_top_level(raw: bytes, changes: Mapping[str, Any], parsed: Mapping[str, Any] | None = None) -> bytes:
+    """``raw`` with the given top-level fields replaced (or appended when absent).
+
+    With ``parsed`` (the decoded ``raw``) the usual case costs a few C-level searches: absent
+    keys are appended without a scan and present ones are found by ``_unique_span``. Anything
+    ambiguous falls back to tokenising the whole body.
+    """
     if not changes:
         return raw
-    spans = top_level_spans(raw)
+    spans: dict[bytes, tuple[int, int]] | None = None
+    fast = parsed is not None and b"\\u" not in raw
     edits: list[tuple[int, int, bytes]] = []
     appended: list[bytes] = []
     for key, value in changes.items():
         encoded = orjson.dumps(value)
-        span = spans.get(key.encode())
+        span: tuple[int, int] | None = None
+        if fast and parsed is not None:
+            if key not in parsed:
+                appended.append(orjson.dumps(key) + b":" + encoded)
+                continue
+            span = _unique_span(raw, key, parsed[key])
+        if span is None:
+            if spans is None:
+                spans = top_level_spans(raw)
+            span = spans.get(key.encode())
         if span is None:
             appended.append(orjson.dumps(key) + b":" + encoded)
         else:

@@ -95,7 +95,7 @@ def build_upstream_body(
                 **(options if isinstance(options, dict) else {}),
                 "include_usage": True,
             }
-        return dialect, splice_top_level(call.raw, changes)
+        return dialect, splice_top_level(call.raw, changes, parsed=body)
     if call.fmt == "responses":
         _refuse_hosted_tools(body, provider)
     request = translation.request()
