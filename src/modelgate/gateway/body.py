@@ -105,7 +105,9 @@ def _unique_span(raw: bytes, key: str, value: Any) -> tuple[int, int] | None:
     return found
 
 
-def splice_top_level(raw: bytes, changes: Mapping[str, Any], parsed: Mapping[str, Any] | None = None) -> bytes:
+def splice_top_level(
+    raw: bytes, changes: Mapping[str, Any], parsed: Mapping[str, Any] | None = None
+) -> bytes:
     """``raw`` with the given top-level fields replaced (or appended when absent).
 
     With ``parsed`` (the decoded ``raw``) the usual case costs a few C-level searches: absent
