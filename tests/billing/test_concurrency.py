@@ -43,7 +43,11 @@ async def _race(
 ) -> list[tuple[str, bool, Seen]]:
     """Send every (format, secret, model, stream) of the plan with IN_FLIGHT requests at a time."""
     gate = asyncio.Semaphore(IN_FLIGHT)
-    limits = httpx.Limits(max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT)
+    # Idle pooled connections are dropped well before the server's 5 s keep-alive timeout, so a
+    # request never races the server closing its connection (a client-side ReadError).
+    limits = httpx.Limits(
+        max_connections=IN_FLIGHT, max_keepalive_connections=IN_FLIGHT, keepalive_expiry=1.0
+    )
     async with httpx.AsyncClient(base_url=gateway.base_url, limits=limits, timeout=120) as client:
 
         async def one(fmt: str, secret: str, model: str, stream: bool) -> tuple[str, bool, Seen]:
