@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Throwaway PostgreSQL and Redis for the test suite, sourced by scripts/test.sh.
+# Throwaway PostgreSQL and Redis for the test suite, sourced by scripts/test.sh, plus Debian's
+# headless Chromium for the dashboard's browser test.
 #
 #   start_services   initdb + pg_ctl on a temp dir and a loopback port, redis-server on another;
 #                    exports MODELGATE_TEST_DATABASE_URL, MODELGATE_TEST_REDIS_URL and
@@ -109,7 +110,17 @@ _mg_svc_start_redis() {
     _mg_svc_log "Redis $("$server" --version | awk '{print $3}' | sed 's/^v=//') on 127.0.0.1:$port"
 }
 
+# The dashboard's browser test drives Debian's headless Chromium (a binary from the package, no
+# browser download of a test tool's own).
+_mg_svc_ensure_chromium() {
+    if command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1; then
+        return 0
+    fi
+    _mg_svc_apt_install chromium-headless-shell || _mg_svc_log "no Chromium: the dashboard browser test cannot run"
+}
+
 start_services() {
+    _mg_svc_ensure_chromium
     if [ -n "${MODELGATE_TEST_DATABASE_URL:-}" ] && [ -n "${MODELGATE_TEST_REDIS_URL:-}" ]; then
         _mg_svc_log "using the PostgreSQL and Redis named by MODELGATE_TEST_DATABASE_URL / MODELGATE_TEST_REDIS_URL"
         export MODELGATE_TEST_REDIS_SERVER="${MODELGATE_TEST_REDIS_SERVER:-$(command -v redis-server || true)}"
