@@ -52,7 +52,7 @@ def pair(data: Path, bad_step: Step, good_step: Step) -> Iterator[Pair]:
         # Generous timeouts: under load (50 in flight, one process) a tight first-byte timeout
         # would fail healthy attempts too, and such a retry is legitimate (no byte was sent).
         # Here only the dead deployment may fail, so every re-send would be a bug.
-        t = {"timeouts": {"connect": 5.0, "first_byte": 15.0, "idle": 15.0, "total": 60.0}}
+        t: dict[str, Any] = {"timeouts": {"connect": 5.0, "first_byte": 15.0, "idle": 15.0, "total": 60.0}}
         providers = [
             anthropic_provider("ant-good", good.base_url, **t),
             anthropic_provider("ant-bad", bad.base_url, **t),
@@ -100,10 +100,10 @@ async def _one(p: Pair, i: int, sdk: tuple[Any, Any]) -> bool:
                     model="aria-sonnet-4.6", max_tokens=32, messages=prompt, stream=True
                 )
             ]
-            return events[-1] == "message_stop"
+            return bool(events[-1] == "message_stop")
         if not stream:
             done = await oai.chat.completions.create(model="nova-5.5", messages=prompt)
-            return done.choices[0].finish_reason == "stop"
+            return bool(done.choices[0].finish_reason == "stop")
         chunks = [
             c async for c in await oai.chat.completions.create(model="nova-5.5", messages=prompt, stream=True)
         ]

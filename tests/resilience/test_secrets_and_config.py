@@ -13,6 +13,7 @@ import pytest
 from modelgate.config import ConfigError
 from modelgate.gateway.services import Services
 from tests.fakes import FakeUpstream, Fault, Reply
+from tests.fakes.upstream import Step
 from tests.gateway_server import make_settings, running_gateway
 from tests.resilience.clients import call
 from tests.resilience.harness import (
@@ -28,7 +29,7 @@ from tests.resilience.harness import (
     rescript,
 )
 
-SCENARIOS = [
+SCENARIOS: list[Step] = [
     Fault.echo_key(401),
     Fault.echo_key(403),
     Fault.echo_key(400),
