@@ -212,3 +212,6 @@ def test_serve_with_a_bad_config_prints_the_error_and_exits_non_zero(
     # rich wraps long lines; compare with whitespace normalised.
     assert expected in " ".join(result.stderr.split()), result.stderr
     assert "sk-ant-set-but-unused" not in result.stderr + result.stdout
+    # Nothing was seeded: a bad config prints no first-start secrets and leaves no database.
+    assert "sk-cs4-" not in result.stdout and "admin token" not in result.stdout
+    assert not (tmp_path / "d" / "modelgate.db").exists()

@@ -67,14 +67,16 @@ def serve_command(
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if not no_bootstrap:
-        issued = with_management(options, bootstrap)
-        if issued:
-            _print_bootstrap(issued, settings)
+    # Build (and so validate) everything before the first-start bootstrap: a bad config must not
+    # leave a seeded database and printed secrets behind.
     try:
         app = create_app(settings)
     except ConfigError as exc:
         fail(str(exc))
+    if not no_bootstrap:
+        issued = with_management(options, bootstrap)
+        if issued:
+            _print_bootstrap(issued, settings)
     if any(p.kind == "simulator" for p in settings.providers):
         logging.getLogger("modelgate").info(
             "the 'simulator' provider is the built-in simulator, not a real model"
