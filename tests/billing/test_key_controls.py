@@ -205,3 +205,37 @@ def test_upstream_failure_releases_the_hold_and_the_error_shows_the_figures_afte
         assert int(failed.headers["x-modelgate-cap-remaining"]) == cap
         (record,) = records_of(gateway, issued.record.id)
         assert record.charged_uc == 0 and record.status.startswith("upstream_")
+
+
+def test_max_tokens_is_clamped_to_what_the_cap_affords_and_refused_below_the_input(tmp_path: Path) -> None:
+    import orjson
+
+    from modelgate.billing.pricing import affordable_output_tokens, bound_uc, input_tokens_bound
+
+    with running_gateway(tmp_path / "data") as gateway:
+        price = gateway.services.catalogue.models["aria-sonnet-4.6"].price
+        raw = orjson.dumps(body_for("messages", "aria-sonnet-4.6", "Hello there gateway", 4000))
+        in_bound = input_tokens_bound(len(raw), 0, 1024, 1600)
+        cap = bound_uc(in_bound, 25, price)  # room for the input and 25 output tokens
+        issued = gateway.key(gateway.account("acme"), "Pro", rpm=1000, monthly_cap_uc=cap)
+        url, headers = (
+            f"{gateway.base_url}/v1/messages",
+            {
+                **headers_for("messages", issued.secret),
+                "content-type": "application/json",
+            },
+        )
+        clamped = httpx.post(url, content=raw, headers=headers)
+        assert clamped.status_code == 200
+        granted = affordable_output_tokens(cap, in_bound, price)
+        assert granted == 25
+        assert clamped.headers["x-modelgate-max-tokens-clamped"] == f"4000->{granted}; reason=credits"
+        assert clamped.json()["usage"]["output_tokens"] <= granted
+        assert clamped.json()["stop_reason"] == "max_tokens"  # the simulator had more to say
+        # What is left cannot hold even the input: refused, in the Messages format.
+        refused = httpx.post(url, content=raw, headers=headers)
+        assert refused.status_code == 402
+        assert refused.json()["error"]["details"] == {"error_code": "monthly_cap_reached"}
+        assert int(clamped.headers["x-modelgate-cap-remaining"]) == cap - int(
+            clamped.headers["x-modelgate-credits-charged"]
+        )
