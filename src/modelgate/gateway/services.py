@@ -116,7 +116,7 @@ class TokenCounter:
         if providers and all("messages" in p.dialects for p in providers):
             attempt = await self._router.open(
                 model_id,
-                lambda d, p: ("messages", splice_top_level(raw, {"model": d.upstream_model})),
+                lambda d, p: ("messages", splice_top_level(raw, {"model": d.upstream_model}, parsed=body)),
                 stream=False,
                 client_headers=headers,
                 path_suffix="/count_tokens",
