@@ -25,7 +25,9 @@ from tests.admin.conftest import Admin
 BROWSER = shutil.which("chromium-headless-shell") or shutil.which("chromium")
 if BROWSER is None and os.environ.get("CI"):
     raise RuntimeError("CI needs Chromium for the dashboard test: apt-get install chromium-headless-shell")
-pytestmark = pytest.mark.skipif(BROWSER is None, reason="no Chromium: apt-get install chromium-headless-shell")
+pytestmark = pytest.mark.skipif(
+    BROWSER is None, reason="no Chromium: apt-get install chromium-headless-shell"
+)
 HOSTILE = '<img src=x onerror="document.title=1">'
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -37,6 +38,8 @@ from modelgate.storage.base import (
 )
 
 T = TypeVar("T")
+#: SQLite's "database is locked" answers (another connection holds the write lock).
+_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 _KEY_COLUMNS = (
     "id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, state, digest, prefix, last4, "
@@ -80,34 +83,59 @@ def _usage(row: tuple[Any, ...]) -> UsageRecord:
 
 
 class SqliteStore:
+    """Each thread that touches the store gets its own connection (``threading.local``).
+
+    Operations run inline on the caller's thread (the event loop) on a connection that never
+    waits for a lock (``busy_timeout=0``): a ledger transaction is tens of microseconds of work, far
+    less than a hop to a worker thread and back. Only when another writer holds the database (the
+    CLI, an admin command, a migration) does SQLite answer "busy", and the same operation is then
+    run on the single worker thread, whose connection waits up to 10 s. Each operation is one
+    transaction, so a refused inline attempt has changed nothing.
+    """
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="modelgate-sqlite")
-        self._conn: sqlite3.Connection | None = None
+        self._local = threading.local()
+        self._worker_ident: int | None = None
+        self._connections: list[sqlite3.Connection] = []
 
     # plumbing -----------------------------------------------------------------------------
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._executor, fn, *args)
+            try:
+                return fn(*args)
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode not in _BUSY:
+                    raise
+            # Another writer holds the lock: wait for it off the event loop.
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, self._on_worker, fn, args)
         except sqlite3.IntegrityError as exc:
             raise Conflict(str(exc)) from exc
         except sqlite3.Error as exc:
             raise StorageError(f"sqlite: {exc}") from exc
 
+    def _on_worker(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        self._worker_ident = threading.get_ident()
+        return fn(*args)
+
     def _db(self) -> sqlite3.Connection:
-        if self._conn is None:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
+            waits = threading.get_ident() == self._worker_ident
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0)
             conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode: a commit survives a process crash; only an OS crash or power loss
             # can drop the last transactions (documented in the README).
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA busy_timeout=10000")
-            self._conn = conn
-        return self._conn
+            conn.execute(f"PRAGMA busy_timeout={10000 if waits else 0}")
+            self._local.conn = conn
+            self._connections.append(conn)
+        return conn
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -139,13 +167,11 @@ class SqliteStore:
                 tx.execute("INSERT INTO schema_migrations VALUES (?, unixepoch())", (version,))
 
     async def close(self) -> None:
-        def _close() -> None:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-
-        await self._run(_close)
         self._executor.shutdown(wait=True)
+        for conn in self._connections:
+            conn.close()
+        self._connections.clear()
+        self._local = threading.local()
 
     async def ping(self) -> None:
         await self._run(lambda: self._db().execute("SELECT 1").fetchone())
