@@ -238,6 +238,7 @@ def test_body_limit_and_request_ids(tmp_path: Path) -> None:
 
 
 def test_health_endpoints(gateway: GatewayServer) -> None:
+    key = gateway.key(gateway.account("acme"), "Basic").secret
     healthz = httpx.get(f"{gateway.base_url}/healthz")
     assert healthz.status_code == 200 and healthz.json()["status"] == "ok"
     health = httpx.get(f"{gateway.base_url}/health").json()
@@ -254,6 +255,13 @@ def test_health_endpoints(gateway: GatewayServer) -> None:
     down = httpx.get(f"{gateway.base_url}/health")
     assert down.status_code == 503 and down.json()["checks"]["database"]["status"] == "unreachable"
     assert httpx.get(f"{gateway.base_url}/healthz").status_code == 200
+    # Model requests get a retryable 503 in their own format, not a 500.
+    with pytest.raises(anthropic.InternalServerError) as caught:
+        anthropic_client(gateway.base_url, key).messages.create(model="haiku", max_tokens=5, messages=HELLO)  # type: ignore[arg-type]
+    assert caught.value.status_code == 503 and "database is unavailable" in caught.value.message
+    with pytest.raises(openai.InternalServerError) as failed:
+        openai_client(gateway.base_url, key).chat.completions.create(model="haiku", messages=HELLO)  # type: ignore[arg-type]
+    assert failed.value.status_code == 503 and failed.value.code == "service_unavailable"
 
 
 def test_database_holds_no_key_secret(gateway: GatewayServer) -> None:

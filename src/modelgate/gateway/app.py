@@ -9,9 +9,10 @@ from typing import Any
 
 import orjson
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
 from modelgate import __version__, errors
 from modelgate.admin import admin_routes
@@ -57,7 +58,7 @@ def _visible_models(services: Services, key: KeyRecord) -> list[dict[str, Any]]:
 
 def create_app(
     settings: Settings, *, clock: Clock | None = None, services: Services | None = None
-) -> Starlette:
+) -> GatewayApp:
     services = services or Services.build(settings, clock=clock)
 
     @contextlib.asynccontextmanager
@@ -169,4 +170,35 @@ def create_app(
     routes += admin_routes(services)
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.services = services
-    return app
+    return GatewayApp(app, services)
+
+
+class GatewayApp:
+    """The ASGI entry point: model requests go straight to the request path, the rest to Starlette.
+
+    The four model endpoints carry nearly all traffic and every streamed chunk; skipping Starlette's
+    routing and middleware ``send`` wrappers for them removes a layer of calls per chunk. ``handle``
+    renders every error itself, so nothing is lost by skipping the middleware.
+    """
+
+    _HOT: dict[str, tuple[WireFormat, str]] = {
+        "/v1/messages": ("messages", "messages"),
+        "/v1/messages/count_tokens": ("messages", "count_tokens"),
+        "/v1/chat/completions": ("chat", "chat"),
+        "/v1/responses": ("responses", "responses"),
+    }
+
+    def __init__(self, starlette: Starlette, services: Services) -> None:
+        self.starlette = starlette
+        self.services = services
+        self.state = starlette.state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            target = self._HOT.get(scope["path"])
+            if target is not None:
+                response = await handle(self.services, target[0], target[1], Request(scope, receive))
+                with contextlib.suppress(ClientDisconnect):  # gone before the answer: nobody to tell
+                    await response(scope, receive, send)
+                return
+        await self.starlette(scope, receive, send)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from modelgate import errors, ir
@@ -37,7 +37,7 @@ from modelgate.gateway.body import parse_object, read_limited
 from modelgate.gateway.relay import Relay, StreamResponse
 from modelgate.gateway.services import Services
 from modelgate.gateway.translate import Translation, build_upstream_body
-from modelgate.storage.base import KeyRecord, Refusal, ReserveRequest, UsageRecord
+from modelgate.storage.base import KeyRecord, Refusal, ReserveRequest, StorageError, UsageRecord
 
 log = logging.getLogger("modelgate.request")
 T = TypeVar("T")
@@ -85,6 +85,13 @@ async def handle(services: Services, fmt: WireFormat, endpoint: str, request: Re
         return response
     except errors.GatewayError as error:
         return render_error(call, error)
+    except ClientDisconnect:  # gone while sending its body: nothing reserved, nobody to answer
+        return Response(status_code=499, headers=_common_headers(call))
+    except StorageError as exc:
+        # The database is down or unreachable: a retryable 503, not a bug. A reservation made
+        # before the failure is released by the sweeper (billing.sweeper) once it expires.
+        log.warning("request %s: storage unavailable: %s", call.request_id, exc)
+        return render_error(call, errors.Unavailable("the gateway's database is unavailable; retry shortly"))
     except Exception:  # the one boundary where surprises become a 500
         log.exception("request %s failed with an unexpected error", call.request_id)
         return render_error(

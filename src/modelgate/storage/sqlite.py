@@ -114,7 +114,7 @@ class SqliteStore:
             return await loop.run_in_executor(self._executor, self._on_worker, fn, args)
         except sqlite3.IntegrityError as exc:
             raise Conflict(str(exc)) from exc
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:  # OSError: the database file or folder is gone
             raise StorageError(f"sqlite: {exc}") from exc
 
     def _on_worker(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
