@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import errno
 from collections.abc import AsyncIterator, Mapping
-from types import SimpleNamespace
+from contextvars import ContextVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -37,7 +38,18 @@ _BROKEN = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, Connection
 class HttpReply:
     """``UpstreamReply`` over an aiohttp response; see base.UpstreamReply for the contract."""
 
-    __slots__ = ("_deadline", "_done", "_idle", "_label", "_response", "headers", "status")
+    __slots__ = (
+        "_deadline",
+        "_done",
+        "_expired",
+        "_idle",
+        "_label",
+        "_read_since",
+        "_response",
+        "_watchdog",
+        "headers",
+        "status",
+    )
 
     def __init__(self, response: aiohttp.ClientResponse, *, idle: float, deadline: float, label: str) -> None:
         self._response = response
@@ -46,6 +58,11 @@ class HttpReply:
         self._label = label
         # True once the body was read to EOF (connection reusable) or the reply was closed.
         self._done = False
+        # Streaming watchdog state: when the pending read began (None between reads), and which
+        # timeout fired, if any.
+        self._read_since: float | None = None
+        self._expired: errors.UpstreamTimeout | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
         self.status: int = response.status
         self.headers: Mapping[str, str] = {k.lower(): v for k, v in response.headers.items()}
 
@@ -64,30 +81,54 @@ class HttpReply:
         self._done = True
         return body
 
+    def _check(self) -> None:
+        """The streaming watchdog: one timer per stream instead of a timeout per chunk.
+
+        Idle means the upstream sent nothing while we were waiting for it; time the consumer
+        spends sending to a slow client does not count. On expiry the response is closed, which
+        ends the pending read; ``iter_chunks`` then raises the recorded timeout.
+        """
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        since = self._read_since
+        if now >= self._deadline:
+            self._expired = errors.UpstreamTimeout(f"upstream {self._label} exceeded its total timeout")
+        elif since is not None and now - since >= self._idle:
+            self._expired = IdleTimeout(
+                f"upstream {self._label} sent nothing for {self._idle:g}s mid-response"
+            )
+        if self._expired is not None:
+            self._response.close()
+            return
+        wake = (since if since is not None else now) + self._idle
+        self._watchdog = loop.call_at(min(wake, self._deadline), self._check)
+
     async def iter_chunks(self) -> AsyncIterator[bytes]:
+        loop = asyncio.get_running_loop()
         content = self._response.content
-        while True:
-            remaining = self._remaining()
-            wait = min(self._idle, max(remaining, 0.0))
-            try:
-                async with asyncio.timeout(wait):
+        self._read_since = loop.time()
+        self._watchdog = loop.call_at(min(self._read_since + self._idle, self._deadline), self._check)
+        try:
+            while True:
+                self._read_since = loop.time()
+                try:
                     chunk = await content.readany()
-            except TimeoutError:
-                if wait < self._idle:
-                    raise errors.UpstreamTimeout(
-                        f"upstream {self._label} exceeded its total timeout"
+                except _BROKEN as exc:
+                    if self._expired is not None:
+                        raise self._expired from None
+                    raise StreamBroken(
+                        f"upstream {self._label} connection broke mid-response: {type(exc).__name__}"
                     ) from None
-                raise IdleTimeout(
-                    f"upstream {self._label} sent nothing for {self._idle:g}s mid-response"
-                ) from None
-            except _BROKEN as exc:
-                raise StreamBroken(
-                    f"upstream {self._label} connection broke mid-response: {type(exc).__name__}"
-                ) from None
-            if not chunk:
-                self._done = True
-                return
-            yield chunk
+                self._read_since = None
+                if self._expired is not None:
+                    raise self._expired
+                if not chunk:
+                    self._done = True
+                    return
+                yield chunk
+        finally:
+            if self._watchdog is not None:
+                self._watchdog.cancel()
 
     async def close(self) -> None:
         if self._done:
@@ -112,12 +153,24 @@ class _FirstByteClock:
         self._scope.reschedule(min(now + self._first_byte, self._deadline))
 
 
-async def _start_first_byte_clock(
-    session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object
-) -> None:
-    clock = getattr(ctx, "trace_request_ctx", None)
-    if isinstance(clock, _FirstByteClock):
-        clock.start()
+#: The clock of the request being sent in this task; the connector starts it once a connection
+#: is held (aiohttp acquires the connection in the caller's task, so the context is shared).
+_first_byte_clock: ContextVar[_FirstByteClock | None] = ContextVar("modelgate_first_byte_clock", default=None)
+
+
+class _ClockedConnector(aiohttp.TCPConnector):
+    """Starts the first-byte clock when a pooled or new connection is handed out.
+
+    (aiohttp's trace hooks could do this too, but they build parameter objects for every signal
+    of every request, a measurable cost on the hot path.)
+    """
+
+    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:  # noqa: ASYNC109 - aiohttp signature
+        connection = await super().connect(req, traces, timeout)
+        clock = _first_byte_clock.get()
+        if clock is not None:
+            clock.start()
+        return connection
 
 
 class HttpClient:
@@ -132,7 +185,7 @@ class HttpClient:
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
+            connector = _ClockedConnector(
                 limit=self._max_concurrency, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=30
             )
             timeout = aiohttp.ClientTimeout(
@@ -141,15 +194,12 @@ class HttpClient:
                 sock_connect=self._timeouts.connect,
                 sock_read=None,
             )
-            trace = aiohttp.TraceConfig()
-            trace.on_connection_create_end.append(_start_first_byte_clock)
-            trace.on_connection_reuseconn.append(_start_first_byte_clock)
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=timeout,
                 auto_decompress=True,
                 raise_for_status=False,
-                trace_configs=[trace],
+                cookie_jar=aiohttp.DummyCookieJar(),  # upstream cookies are never wanted
             )
         return self._session
 
@@ -163,14 +213,13 @@ class HttpClient:
             # connect are bounded by ClientTimeout.connect); once it is held, the first-byte
             # clock starts, so requests queued for a pooled connection do not time out early.
             async with asyncio.timeout_at(deadline) as scope:
-                armed = _FirstByteClock(scope, timeouts.first_byte, deadline)
-                response = await session.post(
-                    url,
-                    data=body,
-                    headers=dict(headers),
-                    allow_redirects=False,
-                    trace_request_ctx=armed,
-                )
+                token = _first_byte_clock.set(_FirstByteClock(scope, timeouts.first_byte, deadline))
+                try:
+                    response = await session.post(
+                        url, data=body, headers=dict(headers), allow_redirects=False
+                    )
+                finally:
+                    _first_byte_clock.reset(token)
         except aiohttp.ConnectionTimeoutError:
             raise ConnectTimeout(
                 f"upstream {self._label}: no connection within {timeouts.connect:g}s"
