@@ -117,16 +117,24 @@ async def _serve(services: Services, call: Call, request: Request) -> Response:
     call.stream = call.body.get("stream") is True
     call.max_tokens = clamp_max_tokens(call, shape.requested_max_tokens(call.fmt, call.body))
     await reserve(services, call)
+    watch = DisconnectWatch(request)
+    try:
+        return await _call_upstream(services, call, watch)
+    finally:
+        watch.close()
+
+
+async def _call_upstream(services: Services, call: Call, watch: DisconnectWatch) -> Response:
+    assert call.model is not None
     try:
         translation = Translation.for_call(call.fmt, call.body)
-        attempt = await unless_disconnected(
-            request,
+        attempt = await watch.run(
             services.router.open(
                 call.model.id,
                 lambda deployment, provider: build_upstream_body(call, translation, deployment, provider),
                 stream=call.stream,
                 client_headers=call.headers,
-            ),
+            )
         )
     except BaseException as exc:
         await release_on_failure(services, call, exc)
@@ -142,7 +150,7 @@ async def _serve(services: Services, call: Call, request: Request) -> Response:
             on_done=services.inflight.release,
         )
     try:
-        body, usage, status = await unless_disconnected(request, relay.whole())
+        body, usage, status = await watch.run(relay.whole())
     except BaseException as exc:
         await release_on_failure(services, call, exc)
         if isinstance(exc, ClientGone):
@@ -159,28 +167,47 @@ class ClientGone(Exception):
     """The client disconnected while the gateway waited on the upstream."""
 
 
-async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
-    """Await ``work``, cancelling it the moment the client disconnects: the upstream request is
-    then aborted instead of running to completion for nobody. Once the body has been read,
-    uvicorn answers ``receive`` only with ``http.disconnect`` (when the client goes away), and a
-    pending ``receive`` can be cancelled without losing anything."""
+class DisconnectWatch:
+    """Aborts the upstream work of a request whose client has gone away.
 
-    async def disconnected() -> None:
+    One listener task per request waits for ``http.disconnect`` (after the body has been read,
+    uvicorn answers ``receive`` with nothing else). While the watch is *armed*, i.e. while the
+    request waits on the upstream, a disconnect cancels the request's own task, which aborts the
+    upstream call at once; outside armed sections (ledger operations) it is only noted, so money
+    is never left half-written by a cancellation.
+    """
+
+    __slots__ = ("_armed", "_listener", "_task", "gone")
+
+    def __init__(self, request: Request) -> None:
+        self._task = asyncio.current_task()
+        self._armed = False
+        self.gone = False
+        self._listener = asyncio.ensure_future(self._listen(request))
+
+    async def _listen(self, request: Request) -> None:
         while (await request.receive())["type"] != "http.disconnect":
             pass
+        self.gone = True
+        if self._armed and self._task is not None:
+            self._task.cancel()
 
-    task = asyncio.ensure_future(work)
-    listener = asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait({task, listener}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        listener.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-    if task.cancelled():
-        raise ClientGone
-    return task.result()
+    async def run(self, work: Awaitable[T]) -> T:
+        if self.gone:
+            raise ClientGone
+        self._armed = True
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if self.gone and self._task is not None:
+                self._task.uncancel()  # our own cancellation, turned into ClientGone
+                raise ClientGone from None
+            raise
+        finally:
+            self._armed = False
+
+    def close(self) -> None:
+        self._listener.cancel()
 
 
 def _status_of(exc: BaseException) -> str:
