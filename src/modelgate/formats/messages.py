@@ -492,6 +492,7 @@ __all__ = [
     "StreamTap",
     "decode_request",
     "decode_response",
+    "decode_usage",
     "encode_request",
     "encode_response",
     "render_error",

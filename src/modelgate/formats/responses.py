@@ -44,12 +44,16 @@ from modelgate.formats.responses_stream import (
     usage_from_wire,
 )
 
+#: Usage of a whole response object (passthrough reads only this).
+decode_usage = usage_from_wire
+
 __all__ = [
     "StreamDecoder",
     "StreamEncoder",
     "StreamTap",
     "decode_request",
     "decode_response",
+    "decode_usage",
     "encode_request",
     "encode_response",
     "hosted_tools",

@@ -114,20 +114,23 @@ class Relay:
             parsed = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             raise errors.UpstreamFailed("the upstream returned a malformed JSON body") from exc
-        upstream = CODECS[self.attempt.dialect].decode_response(parsed)
         if self.passthrough:
+            # Relayed as is: only the usage is read (the client's SDK judges the rest).
+            usage = CODECS[self.call.fmt].decode_usage(
+                parsed.get("usage") if isinstance(parsed, dict) else None
+            )
             body = _rewrite_model(data, self.attempt.deployment.upstream_model, self.client_model)
+            return body, usage, "ok"
+        upstream = CODECS[self.attempt.dialect].decode_response(parsed)
+        upstream.id = _NEW_ID[self.call.fmt]()
+        upstream.model = self.client_model
+        if self.call.fmt == "responses":
+            encoded = CODECS["responses"].encode_response(
+                upstream, self.translation.request(), namespaces=self.translation.namespaces
+            )
         else:
-            upstream.id = _NEW_ID[self.call.fmt]()
-            upstream.model = self.client_model
-            if self.call.fmt == "responses":
-                encoded = CODECS["responses"].encode_response(
-                    upstream, self.translation.request(), namespaces=self.translation.namespaces
-                )
-            else:
-                encoded = CODECS[self.call.fmt].encode_response(upstream)
-            body = orjson.dumps(encoded)
-        return body, upstream.usage, "ok"
+            encoded = CODECS[self.call.fmt].encode_response(upstream)
+        return orjson.dumps(encoded), upstream.usage, "ok"
 
     # streams --------------------------------------------------------------------------------
 

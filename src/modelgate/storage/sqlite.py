@@ -406,22 +406,19 @@ class SqliteStore:
 
     def _reserve(self, r: ReserveRequest) -> Reservation | Refusal:
         with self._write() as db:
-            acct = db.execute(
-                "SELECT balance_uc - reserved_uc FROM accounts WHERE id = ?", (r.account_id,)
+            # One read of everything the decision needs, under the write lock taken by BEGIN
+            # IMMEDIATE: nothing can change between this read and the updates below.
+            row = db.execute(
+                "SELECT a.balance_uc - a.reserved_uc, k.monthly_cap_uc, "
+                "COALESCE(s.spent_uc, 0) + COALESCE(s.reserved_uc, 0) "
+                "FROM accounts a JOIN api_keys k ON k.id = ? "
+                "LEFT JOIN key_month_spend s ON s.key_id = k.id AND s.month = ? WHERE a.id = ?",
+                (r.key_id, r.month, r.account_id),
             ).fetchone()
-            cap_row = db.execute("SELECT monthly_cap_uc FROM api_keys WHERE id = ?", (r.key_id,)).fetchone()
-            if acct is None or cap_row is None:
+            if row is None:
                 return Refusal("balance", 0)
-            balance_free = int(acct[0])
-            cap: int | None = cap_row[0]
-            db.execute(
-                "INSERT OR IGNORE INTO key_month_spend (key_id, month) VALUES (?, ?)", (r.key_id, r.month)
-            )
-            spent, held = db.execute(
-                "SELECT spent_uc, reserved_uc FROM key_month_spend WHERE key_id = ? AND month = ?",
-                (r.key_id, r.month),
-            ).fetchone()
-            cap_free = None if cap is None else max(0, cap - spent - held)
+            balance_free, cap, used = int(row[0]), row[1], int(row[2])
+            cap_free = None if cap is None else max(0, cap - used)
             affordable = balance_free if cap_free is None else min(balance_free, cap_free)
             if affordable < r.minimum_uc:
                 if cap_free is not None and cap_free <= balance_free:
@@ -437,8 +434,9 @@ class SqliteStore:
                 "UPDATE accounts SET reserved_uc = reserved_uc + ? WHERE id = ?", (granted, r.account_id)
             )
             db.execute(
-                "UPDATE key_month_spend SET reserved_uc = reserved_uc + ? WHERE key_id = ? AND month = ?",
-                (granted, r.key_id, r.month),
+                "INSERT INTO key_month_spend (key_id, month, reserved_uc) VALUES (?, ?, ?) "
+                "ON CONFLICT (key_id, month) DO UPDATE SET reserved_uc = reserved_uc + excluded.reserved_uc",
+                (r.key_id, r.month, granted),
             )
             return Reservation(
                 request_id=r.request_id,
@@ -455,13 +453,16 @@ class SqliteStore:
 
     def _finish(self, usage: UsageRecord, charge: bool) -> Settlement:
         with self._write() as db:
-            row = db.execute(
-                "SELECT amount_uc, state, month, key_id, account_id FROM reservations WHERE request_id = ?",
-                (usage.request_id,),
-            ).fetchone()
-            if row is None or row[1] != "pending":
+            # Conditional on 'pending' (under the write lock): of a racing settle, a replayed
+            # settle and a sweeper in another process, exactly one claims the reservation.
+            claimed = db.execute(
+                "UPDATE reservations SET state = ? WHERE request_id = ? AND state = 'pending' "
+                "RETURNING amount_uc, month, key_id, account_id",
+                ("settled" if charge else "released", usage.request_id),
+            ).fetchall()
+            if not claimed:
                 return Settlement(False, 0, *self._remaining(db, usage.account_id, usage.key_id, usage.month))
-            amount, _, month, key_id, account_id = row
+            amount, month, key_id, account_id = claimed[0]
             # A true upper bound was reserved, so the real cost fits; should an upstream ever report
             # more, the charge stops at the hold: a cap or balance is never overshot.
             charged = min(max(usage.charged_uc, 0), amount) if charge else 0
@@ -471,29 +472,23 @@ class SqliteStore:
             usage.month = month
             usage.key_id = key_id
             usage.account_id = account_id
-            # Conditional on 'pending' (re-checked under the write lock): of a racing settle, a
-            # replayed settle and a sweeper in another process, exactly one applies.
-            claimed = db.execute(
-                "UPDATE reservations SET state = ? WHERE request_id = ? AND state = 'pending'",
-                ("settled" if charge else "released", usage.request_id),
-            ).rowcount
-            if claimed != 1:  # pragma: no cover - BEGIN IMMEDIATE already serialises writers
-                return Settlement(False, 0, *self._remaining(db, account_id, key_id, month))
-            db.execute(
-                "UPDATE accounts SET reserved_uc = reserved_uc - ?, balance_uc = balance_uc - ? WHERE id = ?",
-                (amount, charged, usage.account_id),
-            )
-            db.execute(
+            balance = db.execute(
+                "UPDATE accounts SET reserved_uc = reserved_uc - ?, balance_uc = balance_uc - ? WHERE id = ? "
+                "RETURNING balance_uc - reserved_uc",
+                (amount, charged, account_id),
+            ).fetchall()
+            used = db.execute(
                 "UPDATE key_month_spend SET reserved_uc = reserved_uc - ?, spent_uc = spent_uc + ? "
-                "WHERE key_id = ? AND month = ?",
-                (amount, charged, usage.key_id, month),
-            )
+                "WHERE key_id = ? AND month = ? RETURNING spent_uc + reserved_uc",
+                (amount, charged, key_id, month),
+            ).fetchall()
+            cap = db.execute("SELECT monthly_cap_uc FROM api_keys WHERE id = ?", (key_id,)).fetchone()
             db.execute(
                 f"INSERT INTO usage_records ({_USAGE_COLUMNS}) VALUES ({', '.join('?' * 14)})",
                 (
                     usage.request_id,
-                    usage.key_id,
-                    usage.account_id,
+                    key_id,
+                    account_id,
                     usage.endpoint,
                     usage.model,
                     month,
@@ -507,7 +502,10 @@ class SqliteStore:
                     charged,
                 ),
             )
-            return Settlement(True, charged, *self._remaining(db, usage.account_id, usage.key_id, month))
+            cap_left = None
+            if cap is not None and cap[0] is not None:
+                cap_left = max(0, cap[0] - (used[0][0] if used else 0))
+            return Settlement(True, charged, balance[0][0] if balance else 0, cap_left)
 
     @staticmethod
     def _remaining(
