@@ -91,4 +91,6 @@ def serve_command(
         log_level=settings.log_level,
         lifespan="on",
         timeout_graceful_shutdown=10,
+        # Client addresses are never used, so X-Forwarded-* parsing would be work for nothing.
+        proxy_headers=False,
     )

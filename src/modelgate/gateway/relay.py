@@ -57,18 +57,48 @@ def _malformed_at(out: bytes) -> int:
     """Offset of the first event in ``out`` (whole SSE events) whose data is not JSON, or -1.
 
     A garbled event would make the client's SSE parser raise before it could learn why, so
-    passthrough stops in front of it. CRLF-framed output is checked as a whole (rare)."""
-    text = out.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if b"\r" in out else out
+    passthrough stops in front of it. This runs on every relayed chunk: an event whose single
+    ``data:`` line is its last line (every real upstream's framing) is located with ``bytes.find``
+    alone; anything else takes the general parse. CRLF-framed output is checked as a whole (rare).
+    """
+    if b"\r" in out:
+        return 0 if _malformed_block_at(out.replace(b"\r\n", b"\n").replace(b"\r", b"\n")) >= 0 else -1
+    at = 0
+    size = len(out)
+    while at < size:
+        end = out.find(b"\n\n", at)
+        if end < 0:
+            end = size
+        start = out.find(b"data:", at, end)
+        if start >= 0:
+            if out.find(b"\n", start, end) < 0:
+                data = out[start + 5 : end]
+                if data[:1] == b" ":
+                    data = data[1:]
+            else:
+                data = _data_of(out[at:end])
+            if data and data != b"[DONE]":
+                try:
+                    orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    return at
+        at = end + 2
+    return -1
+
+
+def _data_of(block: bytes) -> bytes:
+    return b"\n".join(line[5:].removeprefix(b" ") for line in block.split(b"\n") if line.startswith(b"data:"))
+
+
+def _malformed_block_at(text: bytes) -> int:
     at = 0
     for block in text.split(b"\n\n"):
-        data = b"\n".join(
-            line[5:].removeprefix(b" ") for line in block.split(b"\n") if line.startswith(b"data:")
-        )
+        data = _data_of(block)
         if data and data != b"[DONE]":
             try:
                 orjson.loads(data)
             except orjson.JSONDecodeError:
-                return at if text is out else 0
+                return at
         at += len(block) + 2
     return -1
 
