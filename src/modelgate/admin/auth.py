@@ -3,7 +3,8 @@
 An admin token arrives as ``Authorization: Bearer``. Its format and checksum are checked first
 (no lookup for garbage or typos), then its HMAC-SHA256 digest under the server secret is looked up;
 the token itself is never stored, logged or compared in the clear. Looking up a keyed digest reveals
-nothing about other tokens through timing, and the checksum check uses ``hmac.compare_digest``.
+nothing about other tokens through timing; the stored digest is then compared in constant time
+(``hmac.compare_digest``), as is the checksum.
 
 Scope comes from the stored token row: ``account_id`` None is an operator, otherwise the token sees
 one account. The token's prefix (``mg-op-`` / ``mg-acct-``) must agree with that row, so a token can
@@ -16,6 +17,7 @@ account's ids exist.
 
 from __future__ import annotations
 
+import hmac
 from dataclasses import dataclass
 
 from starlette.requests import Request
@@ -63,8 +65,9 @@ async def authenticate(request: Request, store: Store, digester: Digester) -> Pr
     token = bearer_token(request)
     if not is_well_formed_admin_token(token):
         raise _unauthorized("invalid admin token: not a well-formed mg-op-/mg-acct- token")
-    row = await store.find_admin_token(digester.digest(token))
-    if row is None:
+    digest = digester.digest(token)
+    row = await store.find_admin_token(digest)
+    if row is None or not hmac.compare_digest(row.digest, digest):
         raise _unauthorized("invalid admin token")
     operator_prefix = token.startswith(OPERATOR_TOKEN_PREFIX)
     if operator_prefix != (row.account_id is None) or (

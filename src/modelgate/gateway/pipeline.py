@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import orjson
@@ -37,6 +37,7 @@ from modelgate.gateway.body import parse_object, read_limited
 from modelgate.gateway.relay import Relay, StreamResponse
 from modelgate.gateway.services import Services
 from modelgate.gateway.translate import Translation, build_upstream_body
+from modelgate.limits.rpm import Decision
 from modelgate.storage.base import KeyRecord, Refusal, ReserveRequest, StorageError, UsageRecord
 
 log = logging.getLogger("modelgate.request")
@@ -67,6 +68,7 @@ class Call:
     max_tokens: int = 0
     input_bound: int = 0
     reserved: bool = False
+    admission: Decision | None = None
 
 
 async def handle(services: Services, fmt: WireFormat, endpoint: str, request: Request) -> Response:
@@ -245,6 +247,7 @@ def authorize(services: Services, call: Call) -> Model:
 async def admit_rate(services: Services, call: Call) -> None:
     assert call.key is not None
     decision = await services.rate_limiter.admit(call.key.id, call.key.rpm, call.started)
+    call.admission = decision
     call.response_headers.update(decision.headers())
     if not decision.admitted:
         raise errors.RateLimited(
@@ -286,6 +289,12 @@ async def reserve(services: Services, call: Call) -> None:
         )
     )
     if isinstance(outcome, Refusal):
+        # A refused request consumes no rate-limit unit either.
+        if call.admission is not None:
+            await services.rate_limiter.refund(call.key.id, call.admission)
+            call.response_headers.update(
+                replace(call.admission, remaining=call.admission.remaining + 1).headers()
+            )
         if outcome.reason == "monthly_cap":
             message, code = "this key has reached its monthly credit cap", "monthly_cap_reached"
         else:

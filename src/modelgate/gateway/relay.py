@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 from modelgate import errors, ir
 from modelgate.billing.estimate import text_tokens
 from modelgate.formats import CODECS, ids
+from modelgate.upstream.base import Redacts
 from modelgate.upstream.router import Attempt
 from modelgate.upstream.simulator import prompt_text
 
@@ -195,6 +196,8 @@ class Relay:
         self,
     ) -> tuple[Callable[[bytes], bytes], Callable[[], bytes], Callable[[errors.GatewayError], bytes]]:
         client = CODECS[self.call.fmt]
+        provider = self.attempt.provider
+        redact = provider.redact if isinstance(provider, Redacts) else None
         if self.passthrough:
             tap = client.StreamTap(
                 self.attempt.deployment.upstream_model,
@@ -233,6 +236,9 @@ class Relay:
                 if cut >= 0:
                     raise _CutStream("upstream sent malformed JSON in its stream", out[:cut])
                 upstream_error_relayed = upstream_error_relayed or tap.error is not None
+                if redact is not None and b'"error"' in out:
+                    # An upstream's in-band error may quote our credential or address.
+                    out = redact(out.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
                 return out
 
             def finish() -> bytes:
@@ -277,6 +283,8 @@ class Relay:
                     self.usage = event.usage
                 elif isinstance(event, ir.StreamError):
                     self.status = "upstream_error_in_band"
+                    if redact is not None:
+                        event.message = redact(event.message)
                 frames.append(encoder.encode(event))
             return b"".join(frames)
 

@@ -52,13 +52,16 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
 local count = redis.call('ZCARD', KEYS[1])
 if count >= limit then
     local entry = redis.call('ZRANGE', KEYS[1], count - limit, count - limit, 'WITHSCORES')
-    return {0, 0, tostring(tonumber(entry[2]) + window - now)}
+    return {0, 0, entry[2]}
 end
 redis.call('ZADD', KEYS[1], ARGV[1], ARGV[5])
 redis.call('PEXPIRE', KEYS[1], math.ceil(window * 1000) + 1000)
 local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {1, limit - count - 1, tostring(tonumber(oldest[2]) + window - now)}
+return {1, limit - count - 1, oldest[2]}
 """
+# The script returns scores as Redis prints them (full double precision), never arithmetic done
+# in Lua: tostring() keeps 14 significant digits, and a retry-after computed from a rounded wait
+# can come out one second short. The wait is computed here exactly as limits/rpm.py does.
 
 
 #: Connections per instance; a request waits for a free one at most the call's timeout.
@@ -136,6 +139,8 @@ class RedisRateLimiter:
             else:
                 self._recovered()
                 if decision.admitted:
+                    # The local shadow window (used while Redis is down) records the admission
+                    # under the same timestamp, so a refund finds it again.
                     self.local.admit_now(key_id, limit, now)
                 return decision
         self.fallback_decisions += 1
@@ -145,8 +150,22 @@ class RedisRateLimiter:
         member = f"{now!r}:{secrets.token_hex(6)}"
         args: list[str | int] = [repr(now), repr(now - self._window), repr(self._window), limit, member]
         async with asyncio.timeout(self._timeout):
-            admitted, remaining, wait = await self._script(keys=[self._prefix + key_id], args=args)
-        return Decision(bool(admitted), limit, int(remaining), max(float(wait), 0.0))
+            admitted, remaining, score = await self._script(keys=[self._prefix + key_id], args=args)
+        entry = float(score)
+        if not admitted:
+            return Decision(False, limit, 0, self.local.seconds_until_out(entry, now))
+        return Decision(True, limit, int(remaining), max(entry + self._window - now, 0.0), token=member)
+
+    async def refund(self, key_id: str, decision: Decision) -> None:
+        if not decision.admitted:
+            return
+        self.local.refund_now(key_id, Decision(True, decision.limit, 0, 0.0, token=_score_of(decision.token)))
+        if isinstance(decision.token, str):
+            try:
+                async with asyncio.timeout(self._timeout):
+                    await self._redis.zrem(self._prefix + key_id, decision.token)
+            except (RedisError, OSError, TimeoutError) as exc:  # the unit ages out within the window
+                log.warning("could not refund a rate-limit unit: %s", str(exc) or type(exc).__name__)
 
     def _trip(self, exc: BaseException) -> None:
         if self._open_until is None:
@@ -166,3 +185,10 @@ class RedisRateLimiter:
 
     async def aclose(self) -> None:
         await self._redis.aclose()
+
+
+def _score_of(token: str | float | None) -> float | None:
+    """The admission time inside a Redis member (``"<now>:<random>"``) or a local token."""
+    if isinstance(token, str):
+        return float(token.partition(":")[0])
+    return token

@@ -8,6 +8,7 @@ they consume no units. Memory is O(limit) per active key.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ class Decision:
     remaining: int
     #: Seconds until the window has room for one more request (0 when it has room now).
     reset_after: float
+    #: Identifies the admission for ``RateLimiter.refund`` (None when refused).
+    token: str | float | None = None
 
     @property
     def retry_after(self) -> int:
@@ -41,6 +44,11 @@ class RateLimiter(Protocol):
     """Per-key rolling-window admission; in memory (one instance) or shared (Redis)."""
 
     async def admit(self, key_id: str, limit: int, now: float) -> Decision: ...
+
+    async def refund(self, key_id: str, decision: Decision) -> None:
+        """Give back the unit of an admitted request that a later step refused (402): refused
+        requests consume no units."""
+        ...
 
 
 class RollingWindowLimiter:
@@ -63,11 +71,21 @@ class RollingWindowLimiter:
         if len(log) >= limit:
             # Admission needs fewer than `limit` entries in the window, so the entry at
             # len - limit must leave it (after a lowered limit, older ones go first).
-            return Decision(False, limit, 0, self._seconds_until_out(log[len(log) - limit], now))
+            return Decision(False, limit, 0, self.seconds_until_out(log[len(log) - limit], now))
         log.append(now)
-        return Decision(True, limit, limit - len(log), max(log[0] + self._window - now, 0.0))
+        return Decision(True, limit, limit - len(log), max(log[0] + self._window - now, 0.0), token=now)
 
-    def _seconds_until_out(self, entry: float, now: float) -> float:
+    async def refund(self, key_id: str, decision: Decision) -> None:
+        self.refund_now(key_id, decision)
+
+    def refund_now(self, key_id: str, decision: Decision) -> None:
+        log = self._log.get(key_id)
+        if log is not None and decision.admitted and isinstance(decision.token, float):
+            # Equal timestamps are interchangeable: removing any one of them is the same window.
+            with contextlib.suppress(ValueError):
+                log.remove(decision.token)
+
+    def seconds_until_out(self, entry: float, now: float) -> float:
         """Seconds until ``entry`` leaves the window, such that sleeping ``ceil`` of it is enough
         by the very float arithmetic ``admit_now`` will use then: ``entry + window - now`` can
         round down by an ulp onto a whole number, and a ``retry-after`` one ulp short would be

@@ -132,6 +132,8 @@ class AdminToken:
     #: None for an operator token; otherwise the only account the token may see.
     account_id: int | None
     created_at: float
+    #: The stored HMAC digest, for the caller's constant-time comparison.
+    digest: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -360,9 +360,11 @@ class PostgresStore:
     async def find_admin_token(self, digest: bytes) -> AdminToken | None:
         async with self._conn() as conn:
             row = await conn.fetchrow(
-                "SELECT id, account_id, created_at FROM admin_tokens WHERE digest = $1", digest
+                "SELECT id, account_id, created_at, digest FROM admin_tokens WHERE digest = $1", digest
             )
-        return AdminToken(id=row[0], account_id=row[1], created_at=row[2]) if row else None
+        return (
+            AdminToken(id=row[0], account_id=row[1], created_at=row[2], digest=bytes(row[3])) if row else None
+        )
 
     async def count_admin_tokens(self) -> int:
         async with self._conn() as conn:

@@ -10,6 +10,7 @@ run alongside).
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -38,6 +39,9 @@ from modelgate.storage.base import (
 )
 
 T = TypeVar("T")
+#: Writes on the event loop between two checkpoints run by the worker thread.
+CHECKPOINT_EVERY = 1000
+log = logging.getLogger("modelgate.storage")
 #: SQLite's "database is locked" answers (another connection holds the write lock).
 _BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
@@ -99,6 +103,8 @@ class SqliteStore:
         self._local = threading.local()
         self._worker_ident: int | None = None
         self._connections: list[sqlite3.Connection] = []
+        self._writes = 0
+        self._checkpointing = False
 
     # plumbing -----------------------------------------------------------------------------
 
@@ -133,6 +139,10 @@ class SqliteStore:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute(f"PRAGMA busy_timeout={10000 if waits else 0}")
+            if not waits:
+                # Checkpoints copy megabytes from the WAL into the database: never on the event
+                # loop. The worker runs them (see _count_write) and keeps SQLite's own default.
+                conn.execute("PRAGMA wal_autocheckpoint=0")
             self._local.conn = conn
             self._connections.append(conn)
         return conn
@@ -147,6 +157,32 @@ class SqliteStore:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
+        if threading.get_ident() != self._worker_ident:
+            self._count_write()
+
+    def _count_write(self) -> None:
+        """Every ``CHECKPOINT_EVERY`` writes made on the loop, a passive checkpoint on the worker
+        (it neither blocks writers nor holds the GIL while SQLite copies pages)."""
+        self._writes += 1
+        if self._writes < CHECKPOINT_EVERY or self._checkpointing:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a synchronous caller): SQLite checkpoints on close
+            return
+        self._writes = 0
+        self._checkpointing = True
+        done = loop.run_in_executor(self._executor, self._checkpoint)
+        done.add_done_callback(self._checkpointed)
+
+    def _checkpoint(self) -> None:
+        self._worker_ident = threading.get_ident()
+        self._db().execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def _checkpointed(self, done: asyncio.Future[None]) -> None:
+        self._checkpointing = False
+        if not done.cancelled() and done.exception() is not None:
+            log.warning("sqlite checkpoint failed: %s", done.exception())
 
     async def migrate(self) -> None:
         await self._run(self._migrate)
@@ -389,11 +425,15 @@ class SqliteStore:
         row = await self._run(
             lambda: (
                 self._db()
-                .execute("SELECT id, account_id, created_at FROM admin_tokens WHERE digest = ?", (digest,))
+                .execute(
+                    "SELECT id, account_id, created_at, digest FROM admin_tokens WHERE digest = ?", (digest,)
+                )
                 .fetchone()
             )
         )
-        return AdminToken(id=row[0], account_id=row[1], created_at=row[2]) if row else None
+        return (
+            AdminToken(id=row[0], account_id=row[1], created_at=row[2], digest=bytes(row[3])) if row else None
+        )
 
     async def count_admin_tokens(self) -> int:
         row = await self._run(lambda: self._db().execute("SELECT COUNT(*) FROM admin_tokens").fetchone())
