@@ -153,10 +153,19 @@ async def _call_upstream(services: Services, call: Call, watch: DisconnectWatch)
         )
     try:
         body, usage, status = await watch.run(relay.whole())
+    except ClientGone:
+        # The upstream had accepted the request (its headers came) and worked on the input
+        # until we cancelled it: bill the input, as a stream cut at its first byte would be.
+        await finish(
+            services,
+            call,
+            ir.Usage(input_tokens=relay.estimate_input()),
+            status="client_disconnected",
+            charge=True,
+        )
+        return Response(status_code=499, headers=_common_headers(call))
     except BaseException as exc:
         await release_on_failure(services, call, exc)
-        if isinstance(exc, ClientGone):
-            return Response(status_code=499, headers=_common_headers(call))
         raise
     settlement = await finish(services, call, usage, status=status, charge=True)
     call.response_headers.update(

@@ -297,11 +297,11 @@ class Relay:
         """Usage to settle: reported, or estimated from what was relayed when the stream was cut."""
         if self.usage is not None:
             return self.usage, self.status
-        input_tokens = self._input_seen if self._input_seen is not None else self._estimate_input()
+        input_tokens = self._input_seen if self._input_seen is not None else self.estimate_input()
         # Output relayed so far, estimated per delta (billing.estimate: exact for the simulator).
         return ir.Usage(input_tokens=input_tokens, output_tokens=self._output_tokens), self.status
 
-    def _estimate_input(self) -> int:
+    def estimate_input(self) -> int:
         """Input of a stream cut before the upstream reported it: the prompt's text counted like
         output (billing.estimate), or a quarter of the body's bytes if it cannot be decoded."""
         try:
