@@ -121,6 +121,9 @@ class Relay:
         self.attempt = attempt
         self.services = services
         self.passthrough = attempt.dialect == call.fmt
+        if not self.passthrough and call.fmt == "responses" and call.model is not None:
+            # The Responses encoders echo the request's model: show the canonical id, not an alias.
+            translation.request().model = call.model.id
         self.usage: ir.Usage | None = None
         self.status = "incomplete"
         # Streaming state: what was relayed, for estimates when the upstream never reports usage.
