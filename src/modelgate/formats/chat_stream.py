@@ -15,7 +15,7 @@ import orjson
 
 from modelgate import errors, ir
 from modelgate.billing.estimate import escaped_tokens, json_string_body
-from modelgate.formats.sse import SSEEvent, SSEParser
+from modelgate.formats.sse import EventBuffer, SSEEvent, SSEParser, model_rewrites
 
 FINISH_REASONS: dict[ir.StopReason, str] = {
     ir.StopReason.END_TURN: "stop",
@@ -443,7 +443,7 @@ class StreamTap:
     """
 
     __slots__ = (
-        "_buf",
+        "_events",
         "_rewrites",
         "_strip",
         "error",
@@ -455,15 +455,9 @@ class StreamTap:
     )
 
     def __init__(self, upstream_model: str, client_model: str, strip_usage_chunk: bool = False) -> None:
-        self._buf = b""
+        self._events = EventBuffer()
         self._strip = strip_usage_chunk
-        self._rewrites: list[tuple[bytes, bytes]] = []
-        if upstream_model != client_model:
-            old, new = orjson.dumps(upstream_model), orjson.dumps(client_model)
-            self._rewrites = [
-                (b'"model":' + old, b'"model":' + new),
-                (b'"model": ' + old, b'"model": ' + new),
-            ]
+        self._rewrites = model_rewrites(upstream_model, client_model)
         self.usage: ir.Usage | None = None
         self.stop_reason: ir.StopReason | None = None
         self.finished = False
@@ -473,19 +467,11 @@ class StreamTap:
         self.output_tokens = 0
 
     def feed(self, chunk: bytes) -> bytes:
-        buf = self._buf + chunk if self._buf else chunk
-        end = buf.rfind(b"\n\n") + 2
-        if b"\r" in buf:
-            crlf = buf.rfind(b"\r\n\r\n")
-            end = max(end, crlf + 4 if crlf >= 0 else 0, buf.rfind(b"\r\r") + 2)
-        if end < 2:
-            self._buf = buf
-            return b""
-        self._buf = buf[end:]
-        return self._inspect(buf[:end] if end < len(buf) else buf)
+        out = self._events.take(chunk)
+        return self._inspect(out) if out else b""
 
     def finish(self) -> bytes:
-        rest, self._buf = self._buf, b""
+        rest = self._events.rest()
         return self._inspect(rest) if rest.strip() else rest
 
     def _inspect(self, out: bytes) -> bytes:

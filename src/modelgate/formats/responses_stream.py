@@ -663,13 +663,7 @@ class StreamTap:
 
     def __init__(self, upstream_model: str, client_model: str, strip_usage_chunk: bool = False) -> None:
         self._pending = b""
-        self._rewrites: tuple[tuple[bytes, bytes], ...] = ()
-        if upstream_model != client_model:
-            up, client = orjson.dumps(upstream_model), orjson.dumps(client_model)
-            self._rewrites = (
-                (b'"model":' + up, b'"model":' + client),
-                (b'"model": ' + up, b'"model": ' + client),
-            )
+        self._rewrites = sse.model_rewrites(upstream_model, client_model)
         self.usage: ir.Usage | None = None
         self.stop_reason: ir.StopReason | None = None
         self.finished = False

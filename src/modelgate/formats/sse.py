@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from orjson import dumps
+
 
 @dataclass(slots=True)
 class SSEEvent:
@@ -86,3 +88,42 @@ def frame(data: bytes, event: str | None = None) -> bytes:
     if event is None:
         return b"data: " + data + b"\n\n"
     return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+
+
+class EventBuffer:
+    """Cuts a relayed byte stream at event boundaries, byte for byte (CRLF kept as sent).
+
+    ``take`` returns the whole events available so far and holds back a partial trailing one, so
+    whoever inspects or rewrites the output never sees half an event.
+    """
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held = b""
+
+    def take(self, chunk: bytes) -> bytes:
+        buffer = self._held + chunk if self._held else chunk
+        end = buffer.rfind(b"\n\n") + 2
+        if b"\r" in buffer:
+            crlf = buffer.rfind(b"\r\n\r\n")
+            end = max(end, crlf + 4 if crlf >= 0 else 0, buffer.rfind(b"\r\r") + 2)
+        if end < 2:
+            self._held = buffer
+            return b""
+        self._held = buffer[end:]
+        return buffer[:end] if end < len(buffer) else buffer
+
+    def rest(self) -> bytes:
+        """What is held at the end of the stream (an event sent without its blank line)."""
+        rest, self._held = self._held, b""
+        return rest
+
+
+def model_rewrites(upstream_model: str, client_model: str) -> tuple[tuple[bytes, bytes], ...]:
+    """Byte replacements that show the client's model id where the upstream wrote its own
+    (JSON written compactly or with a space after the colon)."""
+    if upstream_model == client_model:
+        return ()
+    old, new = dumps(upstream_model), dumps(client_model)
+    return ((b'"model":' + old, b'"model":' + new), (b'"model": ' + old, b'"model": ' + new))

@@ -27,6 +27,7 @@ from starlette.types import Receive, Scope, Send
 from modelgate import errors, ir
 from modelgate.billing.estimate import text_tokens
 from modelgate.formats import CODECS, ids
+from modelgate.formats.sse import model_rewrites
 from modelgate.upstream.base import Redacts
 from modelgate.upstream.router import Attempt
 from modelgate.upstream.simulator import prompt_text
@@ -105,12 +106,10 @@ def _malformed_block_at(text: bytes) -> int:
 
 
 def _rewrite_model(data: bytes, upstream: str, client: str) -> bytes:
-    if upstream == client:
-        return data
-    old, new = orjson.dumps(upstream), orjson.dumps(client)
-    for sep in (b":", b": "):
-        if b'"model"' + sep + old in data:
-            return data.replace(b'"model"' + sep + old, b'"model"' + sep + new, 1)
+    """The top-level model of a whole response (it precedes the content in every dialect)."""
+    for old, new in model_rewrites(upstream, client):
+        if old in data:
+            return data.replace(old, new, 1)
     return data
 
 
