@@ -31,6 +31,7 @@ from typing import Any
 
 import asyncpg
 
+from modelgate.storage import rows
 from modelgate.storage.base import (
     Account,
     AdminToken,
@@ -53,45 +54,15 @@ _LOCK_KEY_VERSIONS = _LOCK_MIGRATIONS + 1
 POOL_MAX_SIZE = 20
 COMMAND_TIMEOUT_SECONDS = 15.0
 
-_KEY_COLUMNS = (
-    "id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, state, digest, prefix, last4, "
-    "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version"
-)
-_ACCOUNT_COLUMNS = "id, name, balance_uc, reserved_uc, created_at"
-_USAGE_COLUMNS = (
-    "request_id, key_id, account_id, endpoint, model, month, status, created_at, finished_at, "
-    "input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, charged_uc"
-)
+_KEY_COLUMNS = rows.KEY_COLUMNS
+_ACCOUNT_COLUMNS = rows.ACCOUNT_COLUMNS
+_USAGE_COLUMNS = rows.USAGE_COLUMNS
+_account = rows.account_record
+_usage = rows.usage_record
 
 
 def _key(row: Sequence[Any]) -> KeyRecord:
-    return KeyRecord(
-        id=row[0],
-        account_id=row[1],
-        name=row[2],
-        group=row[3],
-        rpm=row[4],
-        allowed_models=tuple(row[5]) if row[5] is not None else None,
-        monthly_cap_uc=row[6],
-        state=row[7],
-        digest=bytes(row[8]),
-        prefix=row[9],
-        last4=row[10],
-        created_at=row[11],
-        previous_digest=bytes(row[12]) if row[12] is not None else None,
-        previous_expires_at=row[13],
-        rotated_at=row[14],
-        revoked_at=row[15],
-        version=row[16],
-    )
-
-
-def _account(row: Sequence[Any]) -> Account:
-    return Account(id=row[0], name=row[1], balance_uc=row[2], reserved_uc=row[3], created_at=row[4])
-
-
-def _usage(row: Sequence[Any]) -> UsageRecord:
-    return UsageRecord(*row)
+    return rows.key_record(row, tuple(row[5]) if row[5] is not None else None)
 
 
 class PostgresStore:

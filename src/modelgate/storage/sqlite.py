@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from modelgate.storage import rows
 from modelgate.storage.base import (
     Account,
     AdminToken,
@@ -45,45 +46,14 @@ log = logging.getLogger("modelgate.storage")
 #: SQLite's "database is locked" answers (another connection holds the write lock).
 _BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
-_KEY_COLUMNS = (
-    "id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, state, digest, prefix, last4, "
-    "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version"
-)
-_USAGE_COLUMNS = (
-    "request_id, key_id, account_id, endpoint, model, month, status, created_at, finished_at, "
-    "input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, charged_uc"
-)
+_KEY_COLUMNS = rows.KEY_COLUMNS
+_USAGE_COLUMNS = rows.USAGE_COLUMNS
+_account = rows.account_record
+_usage = rows.usage_record
 
 
 def _key(row: tuple[Any, ...]) -> KeyRecord:
-    allowed = tuple(orjson.loads(row[5])) if row[5] is not None else None
-    return KeyRecord(
-        id=row[0],
-        account_id=row[1],
-        name=row[2],
-        group=row[3],
-        rpm=row[4],
-        allowed_models=allowed,
-        monthly_cap_uc=row[6],
-        state=row[7],
-        digest=bytes(row[8]),
-        prefix=row[9],
-        last4=row[10],
-        created_at=row[11],
-        previous_digest=bytes(row[12]) if row[12] is not None else None,
-        previous_expires_at=row[13],
-        rotated_at=row[14],
-        revoked_at=row[15],
-        version=row[16],
-    )
-
-
-def _account(row: tuple[Any, ...]) -> Account:
-    return Account(id=row[0], name=row[1], balance_uc=row[2], reserved_uc=row[3], created_at=row[4])
-
-
-def _usage(row: tuple[Any, ...]) -> UsageRecord:
-    return UsageRecord(*row)
+    return rows.key_record(row, tuple(orjson.loads(row[5])) if row[5] is not None else None)
 
 
 class SqliteStore:

@@ -1,0 +1,55 @@
+"""Row shapes shared by both engines: column lists and row-to-record conversion.
+
+The engines differ only in how ``allowed_models`` is stored (SQLite: JSON text; PostgreSQL: a
+text array), so each passes that column already decoded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from modelgate.storage.base import Account, KeyRecord, UsageRecord
+
+KEY_COLUMNS = (
+    "id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, state, digest, prefix, last4, "
+    "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version"
+)
+ACCOUNT_COLUMNS = "id, name, balance_uc, reserved_uc, created_at"
+USAGE_COLUMNS = (
+    "request_id, key_id, account_id, endpoint, model, month, status, created_at, finished_at, "
+    "input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, charged_uc"
+)
+
+
+def key_record(row: Sequence[Any], allowed_models: tuple[str, ...] | None) -> KeyRecord:
+    """A ``KEY_COLUMNS`` row; ``allowed_models`` is column 5 as the engine decoded it."""
+    return KeyRecord(
+        id=row[0],
+        account_id=row[1],
+        name=row[2],
+        group=row[3],
+        rpm=row[4],
+        allowed_models=allowed_models,
+        monthly_cap_uc=row[6],
+        state=row[7],
+        digest=bytes(row[8]),
+        prefix=row[9],
+        last4=row[10],
+        created_at=row[11],
+        previous_digest=bytes(row[12]) if row[12] is not None else None,
+        previous_expires_at=row[13],
+        rotated_at=row[14],
+        revoked_at=row[15],
+        version=row[16],
+    )
+
+
+def account_record(row: Sequence[Any]) -> Account:
+    """An ``ACCOUNT_COLUMNS`` row."""
+    return Account(id=row[0], name=row[1], balance_uc=row[2], reserved_uc=row[3], created_at=row[4])
+
+
+def usage_record(row: Sequence[Any]) -> UsageRecord:
+    """A ``USAGE_COLUMNS`` row."""
+    return UsageRecord(*row)
