@@ -159,11 +159,7 @@ class Services:
             raise ConfigError(str(exc)) from exc
         deployments = deployments_of(settings, catalogue)
         try:
-            validate_upstreams(
-                settings.providers,
-                {m: [c for c in settings.deployments[m]] for m in settings.deployments},
-                env,
-            )
+            validate_upstreams(settings.providers, settings.deployments, env)
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         catalogue = served_catalogue(settings, catalogue, deployments)
