@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
+import orjson
+
 
 class StopReason(StrEnum):
     """Why generation ended; the Messages vocabulary, mapped per format (reference §4.7)."""
@@ -86,6 +88,23 @@ class ToolUsePart:
     name: str
     input: dict[str, Any]
     type: Literal["tool_use"] = "tool_use"
+
+
+def tool_input(arguments: Any) -> dict[str, Any]:
+    """An OpenAI-style ``arguments`` JSON string as the IR's tool input object.
+
+    Empty or absent arguments are ``{}``; text that is not a JSON object is kept verbatim under
+    ``_raw`` so nothing the model produced is lost.
+    """
+    if isinstance(arguments, dict):
+        return arguments
+    if not isinstance(arguments, str) or not arguments.strip():
+        return {}
+    try:
+        value = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return {"_raw": arguments}
+    return value if isinstance(value, dict) else {"_raw": arguments}
 
 
 @dataclass(slots=True)

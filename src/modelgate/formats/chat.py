@@ -109,21 +109,10 @@ def _assistant_parts(msg: dict[str, Any], param: str) -> list[ir.Part]:
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(call, dict) or not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise _invalid(f"{param}.tool_calls.{j}: expected a function call", f"{param}.tool_calls.{j}")
-        parts.append(ir.ToolUsePart(str(call.get("id") or ""), fn["name"], _arguments(fn.get("arguments"))))
+        parts.append(
+            ir.ToolUsePart(str(call.get("id") or ""), fn["name"], ir.tool_input(fn.get("arguments")))
+        )
     return parts
-
-
-def _arguments(raw: Any) -> dict[str, Any]:
-    """Tool-call ``arguments`` -> ``input`` object; text that is not a JSON object is kept as ``_raw``."""
-    if isinstance(raw, dict):
-        return raw
-    if not isinstance(raw, str) or not raw.strip():
-        return {}
-    try:
-        value = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return {"_raw": raw}
-    return value if isinstance(value, dict) else {"_raw": raw}
 
 
 def _decode_messages(messages: list[Any], req: ir.Request) -> None:
@@ -479,7 +468,7 @@ def decode_response(body: dict[str, Any]) -> ir.Response:
         if isinstance(call, dict) and isinstance(fn, dict):
             parts.append(
                 ir.ToolUsePart(
-                    str(call.get("id") or ""), str(fn.get("name") or ""), _arguments(fn.get("arguments"))
+                    str(call.get("id") or ""), str(fn.get("name") or ""), ir.tool_input(fn.get("arguments"))
                 )
             )
     has_calls = any(isinstance(p, ir.ToolUsePart) for p in parts)

@@ -175,7 +175,7 @@ def _decode_items(items: list[Any], system: list[str]) -> list[ir.Message]:
                 raise errors.InvalidRequest("function_call needs call_id and name", param=param)
             if isinstance(item.get("namespace"), str) and item["namespace"]:
                 name = item["namespace"] + NAMESPACE_SEPARATOR + name
-            add("assistant", [ir.ToolUsePart(call_id, name, _parse_arguments(item.get("arguments")))])
+            add("assistant", [ir.ToolUsePart(call_id, name, ir.tool_input(item.get("arguments")))])
         elif kind == "function_call_output":
             call_id = item.get("call_id")
             if not isinstance(call_id, str):
@@ -265,19 +265,6 @@ def _decode_tool_output(output: Any, param: str) -> list[ir.TextPart | ir.ImageP
         elif isinstance(part, ir.DocumentPart) and part.text is not None:
             result.append(ir.TextPart(part.text))
     return result
-
-
-def _parse_arguments(arguments: Any) -> dict[str, Any]:
-    if isinstance(arguments, dict):
-        return arguments
-    if not isinstance(arguments, str) or not arguments.strip():
-        return {}
-    try:
-        parsed = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return {"_raw": arguments}
-    # IR tool input is always an object; a bare JSON value is kept verbatim under _raw.
-    return parsed if isinstance(parsed, dict) else {"_raw": arguments}
 
 
 def _decode_tools(tools: Any) -> list[ir.Tool]:
@@ -530,7 +517,7 @@ def decode_response(body: dict[str, Any]) -> ir.Response:
             if isinstance(item.get("namespace"), str) and item["namespace"]:
                 name = item["namespace"] + NAMESPACE_SEPARATOR + name
             call_id = str(item.get("call_id") or ids.new_call_id())
-            content.append(ir.ToolUsePart(call_id, name, _parse_arguments(item.get("arguments"))))
+            content.append(ir.ToolUsePart(call_id, name, ir.tool_input(item.get("arguments"))))
         elif kind == "reasoning":
             summary = "".join(
                 str(s.get("text") or "") for s in item.get("summary") or () if isinstance(s, dict)
