@@ -67,7 +67,8 @@ class Call:
     stream: bool = False
     max_tokens: int = 0
     input_bound: int = 0
-    reserved: bool = False
+    #: ``max_tokens`` as the client asked (None: not given), for the clamp header.
+    requested_max_tokens: int | None = None
     admission: Decision | None = None
 
 
@@ -129,7 +130,7 @@ async def _serve(services: Services, call: Call, request: Request) -> Response:
 async def _call_upstream(services: Services, call: Call, watch: DisconnectWatch) -> Response:
     assert call.model is not None
     try:
-        translation = Translation.for_call(call.fmt, call.body)
+        translation = Translation(call.fmt, call.body)
         attempt = await watch.run(
             services.router.open(
                 call.model.id,
@@ -268,6 +269,7 @@ async def admit_rate(services: Services, call: Call) -> None:
 
 def clamp_max_tokens(call: Call, requested: int | None) -> int:
     assert call.model is not None
+    call.requested_max_tokens = requested
     limit = call.model.output_limit
     if requested is None:
         return limit
@@ -309,12 +311,10 @@ async def reserve(services: Services, call: Call) -> None:
         else:
             message, code = "the account's credit balance is too low for this request", "insufficient_balance"
         raise errors.BillingRefused(message, code=code, headers={"x-should-retry": "false"})
-    call.reserved = True
     affordable = affordable_output_tokens(outcome.granted_uc, call.input_bound, price)
     if affordable < call.max_tokens:
-        previous = call.response_headers.get(hdr.MAX_TOKENS_CLAMPED)
-        requested = previous.split("->")[0] if previous else str(call.max_tokens)
-        call.response_headers[hdr.MAX_TOKENS_CLAMPED] = f"{requested}->{affordable}; reason=credits"
+        asked = call.requested_max_tokens if call.requested_max_tokens is not None else call.max_tokens
+        call.response_headers[hdr.MAX_TOKENS_CLAMPED] = f"{asked}->{affordable}; reason=credits"
         call.max_tokens = affordable
     call.response_headers.update(
         hdr.money_headers(None, outcome.cap_remaining_after_uc, outcome.balance_after_uc)

@@ -127,7 +127,6 @@ class Relay:
         self.status = "incomplete"
         # Streaming state: what was relayed, for estimates when the upstream never reports usage.
         self._input_seen: int | None = None
-        self._output_chars = 0
         self._output_tokens = 0
 
     @property
@@ -208,7 +207,6 @@ class Relay:
             )
 
             def observe(out: bytes) -> bytes:
-                self._output_chars = tap.output_chars
                 self._output_tokens = tap.output_tokens
                 if tap.usage is not None:
                     if self._input_seen is None and tap.usage.total_input:
@@ -276,10 +274,8 @@ class Relay:
                         self._input_seen = event.usage.total_input
                 elif isinstance(event, ir.TextDelta | ir.ThinkingDelta):
                     text = event.text if isinstance(event, ir.TextDelta) else event.thinking
-                    self._output_chars += len(text)
                     self._output_tokens += text_tokens(text)
                 elif isinstance(event, ir.ToolArgsDelta):
-                    self._output_chars += len(event.partial_json)
                     self._output_tokens += text_tokens(event.partial_json)
                 elif isinstance(event, ir.Finish):
                     self.usage = event.usage

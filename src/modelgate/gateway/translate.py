@@ -45,10 +45,6 @@ class Translation:
     body: dict[str, Any]
     _request: ir.Request | None = None
 
-    @classmethod
-    def for_call(cls, fmt: WireFormat, body: dict[str, Any]) -> Translation:
-        return cls(fmt, body)
-
     def request(self) -> ir.Request:
         if self._request is None:
             self._request = CODECS[self.fmt].decode_request(self.body)

@@ -94,6 +94,3 @@ class RollingWindowLimiter:
         while entry > (now + max(1, math.ceil(wait))) - self._window:
             wait = math.nextafter(float(max(1, math.ceil(wait))), math.inf)
         return max(wait, 0.0)
-
-    def forget(self, key_id: str) -> None:
-        self._log.pop(key_id, None)
