@@ -24,15 +24,16 @@ money lives in Redis or in process memory, so N gateway instances sharing one da
   Refusal reason: ``monthly_cap`` when the key's free cap is the binding constraint (free cap
   below the minimum and not above the free balance), otherwise ``balance``.
 - ``settle``/``release`` are one transaction each, conditional on the reservation still being
-  ``pending`` (``UPDATE reservations SET state = … WHERE request_id = $1 AND state = 'pending'``;
-  zero rows means it already happened: return ``applied=False`` and change nothing). The
+  pending: a reservation row exists only while its request is in flight, and finishing claims it
+  with ``DELETE FROM reservations WHERE request_id = $1 RETURNING …`` (zero rows means it already
+  happened: return ``applied=False`` and change nothing). The
   reservation row is authoritative for key, account and **month**: a request that began before
   midnight UTC and ended after it is charged to the month it was reserved in, so a cap check
   and its charge always concern the same month. The charge is ``min(usage.charged_uc, amount)``
   (0 for release); the usage record is written with that charge and the reservation's key,
   account and month, in the same transaction. Settle, a replayed settle and the expiry sweeper
   of any number of processes may race: exactly one applies.
-- Expiry: a reservation still ``pending`` after ``expires_at`` belongs to a request whose process
+- Expiry: a reservation still pending after ``expires_at`` belongs to a request whose process
   crashed or lost it. ``billing.sweeper`` lists them with ``expired_reservations`` and releases
   each (charge 0, usage status ``"abandoned"``, endpoint and model ``"unknown"``), so its hold
   stops blocking the balance and the cap. Releasing is the same conditional step as above, so

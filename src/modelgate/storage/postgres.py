@@ -7,9 +7,10 @@ writes are serialised by row locks, so the invariants of ``storage.base`` hold a
   computes what is affordable from the locked values and writes the hold before committing. Two
   instances reserving against one account queue on the account row; nothing is read and then
   written without a lock.
-- ``settle``/``release`` flip the reservation with ``UPDATE … WHERE state = 'pending' RETURNING``:
-  of two concurrent attempts (a request finishing while a sweeper on another instance releases it)
-  exactly one sees the row, the other changes nothing. The returned row (key, account, month,
+- ``settle``/``release`` claim the reservation with ``DELETE … RETURNING`` (a reservation row lives
+  only while its request is in flight; the usage record is the permanent trace): of two concurrent
+  attempts (a request finishing while a sweeper on another instance releases it) exactly one sees
+  the row, the other changes nothing. The returned row (key, account, month,
   amount) is what gets charged and recorded. Lock order is always reservation → account →
   month spend, and reserve takes account → month spend, so they cannot deadlock.
 - Key versions come from a sequence. A sequence alone hands out numbers in call order but
@@ -374,7 +375,7 @@ class PostgresStore:
             granted = min(r.amount_uc, affordable)
             await conn.execute(
                 "WITH hold AS (INSERT INTO reservations (request_id, key_id, account_id, month, amount_uc, "
-                "state, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7)), "
+                "created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)), "
                 "acct AS (UPDATE accounts SET reserved_uc = reserved_uc + $5 WHERE id = $3) "
                 "UPDATE key_month_spend SET reserved_uc = reserved_uc + $5 WHERE key_id = $2 AND month = $4",
                 r.request_id,
@@ -401,10 +402,8 @@ class PostgresStore:
     async def _finish(self, usage: UsageRecord, charge: bool) -> Settlement:
         async with self._tx() as conn:
             held = await conn.fetchrow(
-                "UPDATE reservations SET state = $2 WHERE request_id = $1 AND state = 'pending' "
-                "RETURNING amount_uc, month, key_id, account_id",
+                "DELETE FROM reservations WHERE request_id = $1 RETURNING amount_uc, month, key_id, account_id",
                 usage.request_id,
-                "settled" if charge else "released",
             )
             if held is None:  # unknown, or already settled or released: nothing changes
                 return Settlement(
@@ -465,7 +464,7 @@ class PostgresStore:
         async with self._conn() as conn:
             rows = await conn.fetch(
                 "SELECT request_id, key_id, account_id, month FROM reservations "
-                "WHERE state = 'pending' AND expires_at < $1 ORDER BY expires_at LIMIT $2",
+                "WHERE expires_at < $1 ORDER BY expires_at LIMIT $2",
                 now,
                 limit,
             )
@@ -482,7 +481,7 @@ class PostgresStore:
 
     async def pending_reservations(self) -> int:
         async with self._conn() as conn:
-            return int(await conn.fetchval("SELECT COUNT(*) FROM reservations WHERE state = 'pending'"))
+            return int(await conn.fetchval("SELECT COUNT(*) FROM reservations"))
 
     # usage --------------------------------------------------------------------------------
 

@@ -1,10 +1,11 @@
 """SQLite implementation of ``Store``: the embedded single-machine default.
 
-One connection lives on one dedicated thread; every operation is one synchronous function run
-there, so a whole ledger transaction costs one hop off the event loop. Writes use
-``BEGIN IMMEDIATE``, which takes SQLite's write lock up front: the read-check-update inside a
-reservation is serialised against every other writer, the CLI included (WAL mode lets readers
-run alongside).
+Operations run on the event loop's own connection (see ``SqliteStore``); ledger writes of one
+loop turn share a transaction (``group_commit``). Writes use ``BEGIN IMMEDIATE``, which takes
+SQLite's write lock up front: the read-check-update inside a reservation is serialised against
+every other writer, the CLI included (WAL mode lets readers run alongside). A reservation row
+lives only while its request is in flight: settle and release delete it, and the usage record
+is the permanent trace.
 """
 
 from __future__ import annotations
@@ -38,13 +39,12 @@ from modelgate.storage.base import (
     UsageRecord,
     UsageSummary,
 )
+from modelgate.storage.group_commit import BUSY, GroupCommit
 
 T = TypeVar("T")
 #: Writes on the event loop between two checkpoints run by the worker thread.
 CHECKPOINT_EVERY = 1000
 log = logging.getLogger("modelgate.storage")
-#: SQLite's "database is locked" answers (another connection holds the write lock).
-_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 _KEY_COLUMNS = rows.KEY_COLUMNS
 _USAGE_COLUMNS = rows.USAGE_COLUMNS
@@ -75,6 +75,7 @@ class SqliteStore:
         self._connections: list[sqlite3.Connection] = []
         self._writes = 0
         self._checkpointing = False
+        self._ledger = GroupCommit(self._write, self._run_on_worker)
 
     # plumbing -----------------------------------------------------------------------------
 
@@ -83,7 +84,7 @@ class SqliteStore:
             try:
                 return fn(*args)
             except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode not in _BUSY:
+                if exc.sqlite_errorcode not in BUSY:
                     raise
             # Another writer holds the lock: wait for it off the event loop.
             loop = asyncio.get_running_loop()
@@ -92,6 +93,9 @@ class SqliteStore:
             raise Conflict(str(exc)) from exc
         except (sqlite3.Error, OSError) as exc:  # OSError: the database file or folder is gone
             raise StorageError(f"sqlite: {exc}") from exc
+
+    async def _run_on_worker(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._on_worker, fn, ())
 
     def _on_worker(self, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
         self._worker_ident = threading.get_ident()
@@ -412,110 +416,106 @@ class SqliteStore:
     # ledger -------------------------------------------------------------------------------
 
     async def reserve(self, request: ReserveRequest) -> Reservation | Refusal:
-        return await self._run(self._reserve, request)
+        return await self._ledger.run(lambda db: self._reserve(db, request))
 
-    def _reserve(self, r: ReserveRequest) -> Reservation | Refusal:
-        with self._write() as db:
-            # One read of everything the decision needs, under the write lock taken by BEGIN
-            # IMMEDIATE: nothing can change between this read and the updates below.
-            row = db.execute(
-                "SELECT a.balance_uc - a.reserved_uc, k.monthly_cap_uc, "
-                "COALESCE(s.spent_uc, 0) + COALESCE(s.reserved_uc, 0) "
-                "FROM accounts a JOIN api_keys k ON k.id = ? "
-                "LEFT JOIN key_month_spend s ON s.key_id = k.id AND s.month = ? WHERE a.id = ?",
-                (r.key_id, r.month, r.account_id),
-            ).fetchone()
-            if row is None:
-                return Refusal("balance", 0)
-            balance_free, cap, used = int(row[0]), row[1], int(row[2])
-            cap_free = None if cap is None else max(0, cap - used)
-            affordable = balance_free if cap_free is None else min(balance_free, cap_free)
-            if affordable < r.minimum_uc:
-                if cap_free is not None and cap_free <= balance_free:
-                    return Refusal("monthly_cap", max(0, affordable))
-                return Refusal("balance", max(0, affordable))
-            granted = min(r.amount_uc, affordable)
-            db.execute(
-                "INSERT INTO reservations (request_id, key_id, account_id, month, amount_uc, state, created_at, "
-                "expires_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
-                (r.request_id, r.key_id, r.account_id, r.month, granted, r.now, r.expires_at),
-            )
-            db.execute(
-                "UPDATE accounts SET reserved_uc = reserved_uc + ? WHERE id = ?", (granted, r.account_id)
-            )
-            db.execute(
-                "INSERT INTO key_month_spend (key_id, month, reserved_uc) VALUES (?, ?, ?) "
-                "ON CONFLICT (key_id, month) DO UPDATE SET reserved_uc = reserved_uc + excluded.reserved_uc",
-                (r.key_id, r.month, granted),
-            )
-            return Reservation(
-                request_id=r.request_id,
-                granted_uc=granted,
-                balance_after_uc=balance_free - granted,
-                cap_remaining_after_uc=None if cap_free is None else cap_free - granted,
-            )
+    @staticmethod
+    def _reserve(db: sqlite3.Connection, r: ReserveRequest) -> Reservation | Refusal:
+        # One read of everything the decision needs, under the write lock taken by BEGIN
+        # IMMEDIATE: nothing can change between this read and the updates below.
+        row = db.execute(
+            "SELECT a.balance_uc - a.reserved_uc, k.monthly_cap_uc, "
+            "COALESCE(s.spent_uc, 0) + COALESCE(s.reserved_uc, 0) "
+            "FROM accounts a JOIN api_keys k ON k.id = ? "
+            "LEFT JOIN key_month_spend s ON s.key_id = k.id AND s.month = ? WHERE a.id = ?",
+            (r.key_id, r.month, r.account_id),
+        ).fetchone()
+        if row is None:
+            return Refusal("balance", 0)
+        balance_free, cap, used = int(row[0]), row[1], int(row[2])
+        cap_free = None if cap is None else max(0, cap - used)
+        affordable = balance_free if cap_free is None else min(balance_free, cap_free)
+        if affordable < r.minimum_uc:
+            if cap_free is not None and cap_free <= balance_free:
+                return Refusal("monthly_cap", max(0, affordable))
+            return Refusal("balance", max(0, affordable))
+        granted = min(r.amount_uc, affordable)
+        db.execute(
+            "INSERT INTO reservations (request_id, key_id, account_id, month, amount_uc, created_at, "
+            "expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (r.request_id, r.key_id, r.account_id, r.month, granted, r.now, r.expires_at),
+        )
+        db.execute("UPDATE accounts SET reserved_uc = reserved_uc + ? WHERE id = ?", (granted, r.account_id))
+        db.execute(
+            "INSERT INTO key_month_spend (key_id, month, reserved_uc) VALUES (?, ?, ?) "
+            "ON CONFLICT (key_id, month) DO UPDATE SET reserved_uc = reserved_uc + excluded.reserved_uc",
+            (r.key_id, r.month, granted),
+        )
+        return Reservation(
+            request_id=r.request_id,
+            granted_uc=granted,
+            balance_after_uc=balance_free - granted,
+            cap_remaining_after_uc=None if cap_free is None else cap_free - granted,
+        )
 
     async def settle(self, usage: UsageRecord) -> Settlement:
-        return await self._run(self._finish, usage, True)
+        return await self._ledger.run(lambda db: self._finish(db, usage, True))
 
     async def release(self, usage: UsageRecord) -> Settlement:
-        return await self._run(self._finish, usage, False)
+        return await self._ledger.run(lambda db: self._finish(db, usage, False))
 
-    def _finish(self, usage: UsageRecord, charge: bool) -> Settlement:
-        with self._write() as db:
-            # Conditional on 'pending' (under the write lock): of a racing settle, a replayed
-            # settle and a sweeper in another process, exactly one claims the reservation.
-            claimed = db.execute(
-                "UPDATE reservations SET state = ? WHERE request_id = ? AND state = 'pending' "
-                "RETURNING amount_uc, month, key_id, account_id",
-                ("settled" if charge else "released", usage.request_id),
-            ).fetchall()
-            if not claimed:
-                return Settlement(False, 0, *self._remaining(db, usage.account_id, usage.key_id, usage.month))
-            amount, month, key_id, account_id = claimed[0]
-            # A true upper bound was reserved, so the real cost fits; should an upstream ever report
-            # more, the charge stops at the hold: a cap or balance is never overshot.
-            charged = min(max(usage.charged_uc, 0), amount) if charge else 0
-            # The reservation is the authority on whose money and which month this is: a request
-            # that starts before midnight UTC and ends after it counts in the month it started.
-            usage.charged_uc = charged
-            usage.month = month
-            usage.key_id = key_id
-            usage.account_id = account_id
-            balance = db.execute(
-                "UPDATE accounts SET reserved_uc = reserved_uc - ?, balance_uc = balance_uc - ? WHERE id = ? "
-                "RETURNING balance_uc - reserved_uc",
-                (amount, charged, account_id),
-            ).fetchall()
-            used = db.execute(
-                "UPDATE key_month_spend SET reserved_uc = reserved_uc - ?, spent_uc = spent_uc + ? "
-                "WHERE key_id = ? AND month = ? RETURNING spent_uc + reserved_uc",
-                (amount, charged, key_id, month),
-            ).fetchall()
-            cap = db.execute("SELECT monthly_cap_uc FROM api_keys WHERE id = ?", (key_id,)).fetchone()
-            db.execute(
-                f"INSERT INTO usage_records ({_USAGE_COLUMNS}) VALUES ({', '.join('?' * 14)})",
-                (
-                    usage.request_id,
-                    key_id,
-                    account_id,
-                    usage.endpoint,
-                    usage.model,
-                    month,
-                    usage.status,
-                    usage.created_at,
-                    usage.finished_at,
-                    usage.input_tokens,
-                    usage.output_tokens,
-                    usage.cache_creation_tokens,
-                    usage.cache_read_tokens,
-                    charged,
-                ),
-            )
-            cap_left = None
-            if cap is not None and cap[0] is not None:
-                cap_left = max(0, cap[0] - (used[0][0] if used else 0))
-            return Settlement(True, charged, balance[0][0] if balance else 0, cap_left)
+    def _finish(self, db: sqlite3.Connection, usage: UsageRecord, charge: bool) -> Settlement:
+        # Claiming deletes the pending reservation (under the write lock): of a racing settle, a
+        # replayed settle and a sweeper in another process, exactly one finds it.
+        claimed = db.execute(
+            "DELETE FROM reservations WHERE request_id = ? RETURNING amount_uc, month, key_id, account_id",
+            (usage.request_id,),
+        ).fetchall()
+        if not claimed:
+            return Settlement(False, 0, *self._remaining(db, usage.account_id, usage.key_id, usage.month))
+        amount, month, key_id, account_id = claimed[0]
+        # A true upper bound was reserved, so the real cost fits; should an upstream ever report
+        # more, the charge stops at the hold: a cap or balance is never overshot.
+        charged = min(max(usage.charged_uc, 0), amount) if charge else 0
+        # The reservation is the authority on whose money and which month this is: a request
+        # that starts before midnight UTC and ends after it counts in the month it started.
+        usage.charged_uc = charged
+        usage.month = month
+        usage.key_id = key_id
+        usage.account_id = account_id
+        balance = db.execute(
+            "UPDATE accounts SET reserved_uc = reserved_uc - ?, balance_uc = balance_uc - ? WHERE id = ? "
+            "RETURNING balance_uc - reserved_uc",
+            (amount, charged, account_id),
+        ).fetchall()
+        used = db.execute(
+            "UPDATE key_month_spend SET reserved_uc = reserved_uc - ?, spent_uc = spent_uc + ? "
+            "WHERE key_id = ? AND month = ? RETURNING spent_uc + reserved_uc",
+            (amount, charged, key_id, month),
+        ).fetchall()
+        cap = db.execute("SELECT monthly_cap_uc FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+        db.execute(
+            f"INSERT INTO usage_records ({_USAGE_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+            (
+                usage.request_id,
+                key_id,
+                account_id,
+                usage.endpoint,
+                usage.model,
+                month,
+                usage.status,
+                usage.created_at,
+                usage.finished_at,
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_creation_tokens,
+                usage.cache_read_tokens,
+                charged,
+            ),
+        )
+        cap_left = None
+        if cap is not None and cap[0] is not None:
+            cap_left = max(0, cap[0] - (used[0][0] if used else 0))
+        return Settlement(True, charged, balance[0][0] if balance else 0, cap_left)
 
     @staticmethod
     def _remaining(
@@ -540,7 +540,7 @@ class SqliteStore:
                 self._db()
                 .execute(
                     "SELECT request_id, key_id, account_id, month FROM reservations "
-                    "WHERE state = 'pending' AND expires_at < ? ORDER BY expires_at LIMIT ?",
+                    "WHERE expires_at < ? ORDER BY expires_at LIMIT ?",
                     (now, limit),
                 )
                 .fetchall()
@@ -562,9 +562,7 @@ class SqliteStore:
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     async def pending_reservations(self) -> int:
-        row = await self._run(
-            lambda: self._db().execute("SELECT COUNT(*) FROM reservations WHERE state = 'pending'").fetchone()
-        )
+        row = await self._run(lambda: self._db().execute("SELECT COUNT(*) FROM reservations").fetchone())
         return int(row[0])
 
     # usage --------------------------------------------------------------------------------

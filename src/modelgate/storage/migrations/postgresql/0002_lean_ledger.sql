@@ -1,0 +1,5 @@
+-- A reservation row now lives only while its request is in flight: settle and release delete it
+-- (the usage record is the permanent trace), so the table stays small and has no state column.
+DELETE FROM reservations WHERE state <> 'pending';
+DROP INDEX reservations_pending;
+ALTER TABLE reservations DROP COLUMN state;

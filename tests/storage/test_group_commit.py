@@ -1,0 +1,93 @@
+"""SQLite ledger writes of one event-loop turn share one transaction (storage.group_commit), and
+sharing never changes an outcome: each operation still succeeds or fails alone."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from modelgate.storage.base import Conflict, NewKey, Reservation, ReserveRequest, UsageRecord
+from modelgate.storage.sqlite import SqliteStore
+
+MONTH = "2026-11"
+
+
+async def _store(tmp_path: Path) -> tuple[SqliteStore, int]:
+    store = SqliteStore(tmp_path / "db.sqlite")
+    await store.migrate()
+    account = await store.create_account("a", 1_000_000, time.time())
+    await store.create_key(
+        NewKey("key_1", account.id, "", "Basic", 60, None, None, b"d" * 32, "sk-cs4-abcd", "wxyz"),
+        time.time(),
+    )
+    return store, account.id
+
+
+def _hold(account_id: int, request_id: str, amount: int = 1_000) -> ReserveRequest:
+    now = time.time()
+    return ReserveRequest(request_id, "key_1", account_id, MONTH, amount, 1, now, now + 60)
+
+
+def _usage(account_id: int, request_id: str, charged: int) -> UsageRecord:
+    now = time.time()
+    return UsageRecord(
+        request_id, "key_1", account_id, "chat", "m", MONTH, "ok", now, now, 1, 1, 0, 0, charged
+    )
+
+
+async def test_concurrent_writes_commit_once_and_a_failing_one_fails_alone(tmp_path: Path) -> None:
+    store, account_id = await _store(tmp_path)
+    await store.reserve(_hold(account_id, "req_first"))
+    statements: list[str] = []
+    store._db().set_trace_callback(statements.append)
+    outcomes = await asyncio.gather(
+        *(store.reserve(_hold(account_id, f"req_{i}")) for i in range(20)),
+        store.reserve(_hold(account_id, "req_first")),  # a duplicate request id
+        store.settle(_usage(account_id, "req_first", 300)),
+        return_exceptions=True,
+    )
+    store._db().set_trace_callback(None)
+    assert [s for s in statements if s in ("BEGIN IMMEDIATE", "COMMIT")] == ["BEGIN IMMEDIATE", "COMMIT"]
+    assert all(isinstance(o, Reservation) and o.granted_uc == 1_000 for o in outcomes[:20])
+    assert isinstance(outcomes[20], Conflict)
+    assert outcomes[21].applied and outcomes[21].charged_uc == 300  # type: ignore[union-attr]
+    # The rolled-back duplicate left nothing: 20 holds pending, one settled for 300.
+    account = await store.get_account(account_id)
+    assert account is not None and account.reserved_uc == 20_000 and account.balance_uc == 1_000_000 - 300
+    assert await store.pending_reservations() == 20
+    assert await store.month_spend("key_1", MONTH) == (300, 20_000)
+    await store.close()
+
+
+async def test_a_write_cancelled_before_its_commit_is_never_applied(tmp_path: Path) -> None:
+    store, account_id = await _store(tmp_path)
+    kept = asyncio.ensure_future(store.reserve(_hold(account_id, "req_kept")))
+    dropped = asyncio.ensure_future(store.reserve(_hold(account_id, "req_dropped")))
+    await asyncio.sleep(0)  # both are queued for the next turn's commit
+    dropped.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await dropped
+    assert isinstance(await kept, Reservation)
+    assert await store.pending_reservations() == 1
+    account = await store.get_account(account_id)
+    assert account is not None and account.reserved_uc == 1_000
+    await store.close()
+
+
+async def test_a_replayed_settle_in_the_same_commit_applies_once(tmp_path: Path) -> None:
+    store, account_id = await _store(tmp_path)
+    await store.reserve(_hold(account_id, "req_1"))
+    first, replay, release = await asyncio.gather(
+        store.settle(_usage(account_id, "req_1", 400)),
+        store.settle(_usage(account_id, "req_1", 400)),
+        store.release(_usage(account_id, "req_1", 0)),
+    )
+    assert (first.applied, replay.applied, release.applied) == (True, False, False)
+    account = await store.get_account(account_id)
+    assert account is not None and account.balance_uc == 1_000_000 - 400 and account.reserved_uc == 0
+    summary = await store.usage_summary(MONTH, account_id=account_id)
+    assert summary.requests == 1 and summary.charged_uc == 400
+    await store.close()
