@@ -182,23 +182,35 @@ class ClientGone(Exception):
 class DisconnectWatch:
     """Aborts the upstream work of a request whose client has gone away.
 
-    One listener task per request waits for ``http.disconnect`` (after the body has been read,
-    uvicorn answers ``receive`` with nothing else). While the watch is *armed*, i.e. while the
-    request waits on the upstream, a disconnect cancels the request's own task, which aborts the
-    upstream call at once; outside armed sections (ledger operations) it is only noted, so money
-    is never left half-written by a cancellation.
+    A listener task waits for ``http.disconnect`` (after the body has been read, uvicorn answers
+    ``receive`` with nothing else). While the watch is *armed*, i.e. while the request waits on the
+    upstream, a disconnect cancels the request's own task, which aborts the upstream call at once;
+    outside armed sections (ledger operations) it is only noted, so money is never left
+    half-written by a cancellation. The listener starts once an armed wait has lasted
+    ``LISTEN_AFTER`` seconds: a request answered sooner never pays for a task, and one that waits
+    longer (any real model call) is watched from then on.
     """
 
-    __slots__ = ("_armed", "_listener", "_task", "gone")
+    __slots__ = ("_armed", "_listener", "_request", "_task", "_timer", "gone")
+
+    #: Seconds an armed wait lasts before the listener starts (the most a disconnect goes unseen).
+    LISTEN_AFTER = 0.05
 
     def __init__(self, request: Request) -> None:
+        self._request = request
         self._task = asyncio.current_task()
         self._armed = False
         self.gone = False
-        self._listener = asyncio.ensure_future(self._listen(request))
+        self._listener: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
-    async def _listen(self, request: Request) -> None:
-        while (await request.receive())["type"] != "http.disconnect":
+    def _start_listening(self) -> None:
+        self._timer = None
+        if self._listener is None:
+            self._listener = asyncio.ensure_future(self._listen())
+
+    async def _listen(self) -> None:
+        while (await self._request.receive())["type"] != "http.disconnect":
             pass
         self.gone = True
         if self._armed and self._task is not None:
@@ -208,6 +220,8 @@ class DisconnectWatch:
         if self.gone:
             raise ClientGone
         self._armed = True
+        if self._listener is None and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.LISTEN_AFTER, self._start_listening)
         try:
             return await work
         except asyncio.CancelledError:
@@ -219,7 +233,10 @@ class DisconnectWatch:
             self._armed = False
 
     def close(self) -> None:
-        self._listener.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._listener is not None:
+            self._listener.cancel()
 
 
 def _status_of(exc: BaseException) -> str:
