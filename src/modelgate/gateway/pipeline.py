@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -34,6 +34,7 @@ from modelgate.formats import CODECS, ids
 from modelgate.gateway import headers as hdr
 from modelgate.gateway import shape
 from modelgate.gateway.body import parse_object, read_limited
+from modelgate.gateway.disconnect import ClientGone, DisconnectWatch
 from modelgate.gateway.relay import Relay, StreamResponse
 from modelgate.gateway.services import Services
 from modelgate.gateway.translate import Translation, build_upstream_body
@@ -120,7 +121,7 @@ async def _serve(services: Services, call: Call, request: Request) -> Response:
     call.stream = call.body.get("stream") is True
     call.max_tokens = clamp_max_tokens(call, shape.requested_max_tokens(call.fmt, call.body))
     await reserve(services, call)
-    watch = DisconnectWatch(request)
+    watch = DisconnectWatch(request.receive)
     try:
         return await _call_upstream(services, call, watch)
     finally:
@@ -173,70 +174,6 @@ async def _call_upstream(services: Services, call: Call, watch: DisconnectWatch)
         hdr.money_headers(settlement.charged_uc, settlement.cap_remaining_uc, settlement.balance_uc)
     )
     return Response(body, media_type="application/json", headers=_common_headers(call))
-
-
-class ClientGone(Exception):
-    """The client disconnected while the gateway waited on the upstream."""
-
-
-class DisconnectWatch:
-    """Aborts the upstream work of a request whose client has gone away.
-
-    A listener task waits for ``http.disconnect`` (after the body has been read, uvicorn answers
-    ``receive`` with nothing else). While the watch is *armed*, i.e. while the request waits on the
-    upstream, a disconnect cancels the request's own task, which aborts the upstream call at once;
-    outside armed sections (ledger operations) it is only noted, so money is never left
-    half-written by a cancellation. The listener starts once an armed wait has lasted
-    ``LISTEN_AFTER`` seconds: a request answered sooner never pays for a task, and one that waits
-    longer (any real model call) is watched from then on.
-    """
-
-    __slots__ = ("_armed", "_listener", "_request", "_task", "_timer", "gone")
-
-    #: Seconds an armed wait lasts before the listener starts (the most a disconnect goes unseen).
-    LISTEN_AFTER = 0.05
-
-    def __init__(self, request: Request) -> None:
-        self._request = request
-        self._task = asyncio.current_task()
-        self._armed = False
-        self.gone = False
-        self._listener: asyncio.Future[None] | None = None
-        self._timer: asyncio.TimerHandle | None = None
-
-    def _start_listening(self) -> None:
-        self._timer = None
-        if self._listener is None:
-            self._listener = asyncio.ensure_future(self._listen())
-
-    async def _listen(self) -> None:
-        while (await self._request.receive())["type"] != "http.disconnect":
-            pass
-        self.gone = True
-        if self._armed and self._task is not None:
-            self._task.cancel()
-
-    async def run(self, work: Awaitable[T]) -> T:
-        if self.gone:
-            raise ClientGone
-        self._armed = True
-        if self._listener is None and self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self.LISTEN_AFTER, self._start_listening)
-        try:
-            return await work
-        except asyncio.CancelledError:
-            if self.gone and self._task is not None:
-                self._task.uncancel()  # our own cancellation, turned into ClientGone
-                raise ClientGone from None
-            raise
-        finally:
-            self._armed = False
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        if self._listener is not None:
-            self._listener.cancel()
 
 
 def _status_of(exc: BaseException) -> str:

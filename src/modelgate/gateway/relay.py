@@ -14,7 +14,6 @@ body) and output estimated from what was relayed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import re
 from collections.abc import Awaitable, Callable
@@ -28,6 +27,7 @@ from modelgate import errors, ir
 from modelgate.billing.estimate import text_tokens
 from modelgate.formats import CODECS, ids
 from modelgate.formats.sse import model_rewrites
+from modelgate.gateway.disconnect import ClientGone, DisconnectWatch
 from modelgate.upstream.base import Redacts
 from modelgate.upstream.router import Attempt
 from modelgate.upstream.simulator import prompt_text
@@ -314,11 +314,11 @@ SettleStream = Callable[[ir.Usage, str], Awaitable[Any]]
 
 
 class StreamResponse(Response):
-    """An SSE response that notices a client disconnect at once, even while the upstream is silent.
+    """An SSE response that notices a client disconnect, even while the upstream is silent.
 
-    The relay runs as one task and a listener waits for ``http.disconnect``; whichever ends first
-    stops the other. Settlement then runs on the gateway's settlement runner, shielded, so a
-    cancelled request still leaves exactly one usage record.
+    The relay runs in the request's own task, armed under a ``DisconnectWatch``: a disconnect
+    cancels it, which closes the upstream request at once. Settlement then runs on the gateway's
+    settlement runner, shielded, so a cancelled request still leaves exactly one usage record.
     """
 
     media_type = "text/event-stream"
@@ -338,28 +338,18 @@ class StreamResponse(Response):
         async def send_body(chunk: bytes) -> None:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
-        async def wait_disconnect() -> None:
-            while (await receive())["type"] != "http.disconnect":
-                pass
-
+        watch = DisconnectWatch(receive)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            pump = asyncio.ensure_future(self.relay.pump(send_body))
-            listener = asyncio.ensure_future(wait_disconnect())
-            try:
-                await asyncio.wait({pump, listener}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (pump, listener):
-                    task.cancel()
-                await asyncio.gather(pump, listener, return_exceptions=True)
-            if pump.cancelled():
-                self.relay.status = "client_disconnected"
-            elif pump.exception() is None:
-                with contextlib.suppress(OSError):
-                    await send({"type": "http.response.body", "body": b"", "more_body": False})
-            elif not isinstance(pump.exception(), OSError):
-                raise pump.exception()  # type: ignore[misc]
+            await watch.run(self.relay.pump(send_body))
+            watch.close()
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except ClientGone:
+            self.relay.status = "client_disconnected"
+        except OSError:
+            pass  # the client's connection failed under a write: nobody left to tell
         finally:
+            watch.close()
             try:
                 usage, status = self.relay.outcome()
                 await self.settle(usage, status)

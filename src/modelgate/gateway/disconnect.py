@@ -1,0 +1,75 @@
+"""Noticing that a client went away while the gateway waits on the upstream for it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from starlette.types import Receive
+
+T = TypeVar("T")
+
+
+class ClientGone(Exception):
+    """The client disconnected while the gateway waited on the upstream."""
+
+
+class DisconnectWatch:
+    """Aborts the upstream work of a request whose client has gone away.
+
+    A listener task waits for ``http.disconnect`` (after the body has been read, uvicorn answers
+    ``receive`` with nothing else). While the watch is *armed*, i.e. while the request waits on the
+    upstream, a disconnect cancels the request's own task, which aborts the upstream call at once;
+    outside armed sections (ledger operations) it is only noted, so money is never left
+    half-written by a cancellation. The listener starts once an armed wait has lasted
+    ``LISTEN_AFTER`` seconds: a request answered sooner never pays for a task, and one that waits
+    longer (any real model call) is watched from then on.
+    """
+
+    __slots__ = ("_armed", "_listener", "_receive", "_task", "_timer", "gone")
+
+    #: Seconds an armed wait lasts before the listener starts (the most a disconnect goes unseen).
+    LISTEN_AFTER = 0.05
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self._task = asyncio.current_task()
+        self._armed = False
+        self.gone = False
+        self._listener: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def _start_listening(self) -> None:
+        self._timer = None
+        if self._listener is None:
+            self._listener = asyncio.ensure_future(self._listen())
+
+    async def _listen(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+        self.gone = True
+        if self._armed and self._task is not None:
+            self._task.cancel()
+
+    async def run(self, work: Awaitable[T]) -> T:
+        if self.gone:
+            raise ClientGone
+        self._armed = True
+        if self._listener is None and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.LISTEN_AFTER, self._start_listening)
+        try:
+            return await work
+        except asyncio.CancelledError:
+            if self.gone and self._task is not None:
+                self._task.uncancel()  # our own cancellation, turned into ClientGone
+                raise ClientGone from None
+            raise
+        finally:
+            self._armed = False
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._listener is not None:
+            self._listener.cancel()
