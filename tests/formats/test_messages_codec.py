@@ -13,6 +13,7 @@ import pydantic
 import pytest
 
 from modelgate import errors, ir
+from modelgate.billing.estimate import text_tokens
 from modelgate.formats import messages
 from modelgate.formats.sse import SSEParser
 
@@ -651,7 +652,8 @@ def check_tap(tap: messages.StreamTap) -> None:
     assert tap.usage == ir.Usage(10, 9, cache_read_input_tokens=3)
     assert tap.stop_reason is ir.StopReason.TOOL_USE
     assert tap.finished and tap.error is None
-    assert tap.output_chars == len('say "model":"claude-x" ünï') + len('{"a": "\\\\"}')
+    # Escaped quotes and backslashes inside a delta do not end it: both deltas are counted whole.
+    assert tap.output_tokens == text_tokens('say "model":"claude-x" ünï') + text_tokens('{"a": "\\\\"}')
 
 
 def test_tap_forwards_bytes_exactly_when_models_match() -> None:

@@ -415,24 +415,6 @@ _META_MARKERS = (
 )
 
 
-def json_string_len(buf: bytes, start: int) -> int:
-    """Approximate character count of the JSON string whose body starts at ``buf[start]``."""
-    pos = start
-    while True:
-        end = buf.find(b'"', pos)
-        if end < 0:
-            return 0
-        back = end - 1
-        while back >= start and buf[back] == 0x5C:
-            back -= 1
-        if (end - 1 - back) % 2 == 0:
-            break
-        pos = end + 1
-    raw = buf[start:end]
-    n = len(raw) if raw.isascii() else len(raw.decode("utf-8", "replace"))
-    return n - raw.count(b"\\") + raw.count(b"\\\\") if b"\\" in raw else n
-
-
 class StreamTap:
     """Relays upstream Chat SSE bytes, rewriting only the model id, reading what billing needs.
 
@@ -448,7 +430,6 @@ class StreamTap:
         "_strip",
         "error",
         "finished",
-        "output_chars",
         "output_tokens",
         "stop_reason",
         "usage",
@@ -462,7 +443,6 @@ class StreamTap:
         self.stop_reason: ir.StopReason | None = None
         self.finished = False
         self.error: ir.StreamError | None = None
-        self.output_chars = 0
         #: Output tokens relayed so far, estimated per delta (billing.estimate); exact for the simulator.
         self.output_tokens = 0
 
@@ -484,7 +464,6 @@ class StreamTap:
             for key in _VALUE_KEYS:
                 at = block.find(key)
                 if at >= 0:
-                    self.output_chars += json_string_len(block, at + len(key))
                     self.output_tokens += escaped_tokens(json_string_body(block, at + len(key)))
             if block.startswith(b"data: [DONE]") or block.startswith(b"data:[DONE]"):
                 self.finished = True

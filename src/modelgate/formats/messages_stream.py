@@ -98,28 +98,6 @@ def stream_error_from(error: Any) -> ir.StreamError:
     return ir.StreamError(kind, str(error.get("message") or "upstream stream error"))
 
 
-def json_string_len(buf: bytes, start: int) -> int:
-    """Approximate character count of the JSON string whose body starts at ``buf[start]``.
-
-    Finds the closing unescaped quote without parsing; escapes count as one character each
-    (``\\uXXXX`` counts a few more), which is close enough for output-token estimates.
-    """
-    pos = start
-    while True:
-        end = buf.find(b'"', pos)
-        if end < 0:
-            return 0
-        back = end - 1
-        while back >= start and buf[back] == 0x5C:
-            back -= 1
-        if (end - 1 - back) % 2 == 0:
-            break
-        pos = end + 1
-    raw = buf[start:end]
-    n = len(raw) if raw.isascii() else len(raw.decode("utf-8", "replace"))
-    return n - raw.count(b"\\") + raw.count(b"\\\\") if b"\\" in raw else n
-
-
 # ---------------------------------------------------------------------------------------------
 # IR events -> Messages SSE (for the client)
 # ---------------------------------------------------------------------------------------------
@@ -387,7 +365,6 @@ class StreamTap:
         "_rewrites",
         "error",
         "finished",
-        "output_chars",
         "output_tokens",
         "stop_reason",
         "usage",
@@ -401,7 +378,6 @@ class StreamTap:
         self.stop_reason: ir.StopReason | None = None
         self.finished = False
         self.error: ir.StreamError | None = None
-        self.output_chars = 0
         #: Output tokens relayed so far, estimated per delta (billing.estimate); exact for the simulator.
         self.output_tokens = 0
 
@@ -421,7 +397,6 @@ class StreamTap:
                 for key in _VALUE_KEYS:
                     at = block.find(key)
                     if at >= 0:
-                        self.output_chars += json_string_len(block, at + len(key))
                         self.output_tokens += escaped_tokens(json_string_body(block, at + len(key)))
                         break
             elif block and not block.startswith((b"event: ping", b"event: content_block_")):

@@ -668,7 +668,6 @@ class StreamTap:
         self.stop_reason: ir.StopReason | None = None
         self.finished = False
         self.error: ir.StreamError | None = None
-        self.output_chars = 0
         #: Output tokens relayed so far, estimated per delta (billing.estimate); exact for the simulator.
         self.output_tokens = 0
         #: The sequence number an in-band failure frame appended by the gateway should use.
@@ -704,10 +703,6 @@ class StreamTap:
             complete = complete.replace(old, new)
         for match in _DELTA_RE.finditer(complete):
             escaped = match.group(1)
-            # Exact char count; the common no-escape ASCII case skips the decode.
-            self.output_chars += (
-                len(escaped) if escaped.isascii() and b"\\" not in escaped else _chars(escaped)
-            )
             self.output_tokens += escaped_tokens(escaped)
         if self.response_id is None:
             found = _RESPONSE_ID_RE.search(complete)
@@ -766,11 +761,3 @@ def _is_whole_event(raw: bytes) -> bool:
 
 def _dict(value: Any) -> Json:
     return value if isinstance(value, dict) else {}
-
-
-def _chars(escaped: bytes) -> int:
-    try:
-        value = orjson.loads(b'"' + escaped + b'"')
-    except orjson.JSONDecodeError:
-        return len(escaped)
-    return len(value) if isinstance(value, str) else 0
