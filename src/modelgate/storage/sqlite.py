@@ -107,6 +107,10 @@ class SqliteStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             waits = threading.get_ident() == self._worker_ident
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=0)
+            # 1 KiB pages (for a new database; an existing one keeps its size): a commit writes
+            # every page it touched to the WAL, and ledger rows are small, so smaller pages mean
+            # a quarter of the WAL bytes per request, cheaper commits and shorter checkpoints.
+            conn.execute("PRAGMA page_size=1024")
             conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode: a commit survives a process crash; only an OS crash or power loss
             # can drop the last transactions (documented in the README).
