@@ -7,6 +7,7 @@ objects). Chat SSE is data-only: ``data: <chunk>`` events ending with ``data: [D
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -405,14 +406,8 @@ class StreamDecoder:
 # ---------------------------------------------------------------------------------------------
 
 _VALUE_KEYS = (b'"content":"', b'"arguments":"', b'"reasoning_content":"', b'"refusal":"')
-_META_MARKERS = (
-    b'"finish_reason":"',
-    b'"finish_reason": "',
-    b'"usage":{',
-    b'"usage": {',
-    b'"error":',
-    b'"error" :',
-)
+#: A chunk that may carry a finish reason, usage or an error (the only ones parsed).
+_META = re.compile(rb'"finish_reason": ?"|"usage": ?\{|"error" ?:')
 
 
 class StreamTap:
@@ -467,7 +462,7 @@ class StreamTap:
                     self.output_tokens += escaped_tokens(json_string_body(block, at + len(key)))
             if block.startswith(b"data: [DONE]") or block.startswith(b"data:[DONE]"):
                 self.finished = True
-            elif any(m in block for m in _META_MARKERS) and self._chunk(block) and self._strip:
+            elif _META.search(block) is not None and self._chunk(block) and self._strip:
                 dropped = True
         if dropped:
             # Rare path (once per stream): rebuild the output without the usage chunk.
