@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import load as lg
+from bench.floors import KINDS as FLOOR_KINDS
 from bench.procs import Proc, cpu_ns, free_port, pinned, rss_kib, tree
 from bench.targets import GATEWAY_CORE, ROOT, Target, direct_endpoints, start_litellm, start_modelgate
 
@@ -179,6 +180,41 @@ async def bench_target(target: Target, upstream: Upstream, args: argparse.Namesp
     return out
 
 
+async def bench_floor(
+    kind: str, upstream: Upstream, workdir: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    """A relay with no gateway work (bench.floors), measured like the gateway: chat req/s per busy
+    core at c = 16 and CPU per chunk of paced streams."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "bench.floors", kind, str(port), str(upstream.port)]
+    proc = Proc(f"floor {kind}", pinned(cmd, GATEWAY_CORE), log=workdir / f"floor-{kind}.log")
+    try:
+        proc.wait_http(f"http://127.0.0.1:{port}/health", 20)
+        chat = next(ep for ep in direct_endpoints() if ep.name == "chat")
+
+        def load(stream: bool) -> lg.Load:
+            req = lg.build_request("127.0.0.1", port, chat.path, chat.headers, chat.body(stream))
+            cpu = lambda: cpu_ns(tree(proc.pid))  # noqa: E731
+            return lg.Load(kind, "127.0.0.1", port, req, MARKER if stream else b"", cpu, GATEWAY_CORE)
+
+        upstream.configure()
+        await lg.interleaved([load(False)], 4, 0.5)
+        (whole,) = await lg.interleaved([load(False)], 16, args.seconds)
+        per_stream = {}
+        for chunks in (50, 2):
+            upstream.configure(chunks=chunks, delay_ms=2)
+            (st,) = await lg.interleaved([load(True)], 2, args.seconds)
+            per_stream[chunks] = st.cpu_ns / 1000 / max(st.completed, 1)
+        upstream.configure()
+        return {
+            "rps_per_core_c16": whole.rps_per_core,
+            "cpu_us_per_chunk": (per_stream[50] - per_stream[2]) / 48,
+            "errors": whole.errors,
+        }
+    finally:
+        proc.stop()
+
+
 # --- reporting ---------------------------------------------------------------------------------
 
 
@@ -291,6 +327,7 @@ async def main_async(args: argparse.Namespace) -> None:
         workdir = Path(tmp)
         upstream = Upstream(workdir)
         results: dict[str, Any] = {}
+        floors: dict[str, Any] = {}
         try:
             targets = [("modelgate", start_modelgate)]
             if args.peer == "litellm":
@@ -302,15 +339,34 @@ async def main_async(args: argparse.Namespace) -> None:
                     results[name] = await bench_target(target, upstream, args)
                 finally:
                     target.stop()
+            for kind in FLOOR_KINDS if args.floors else ():
+                print(f"floor {kind} on core 0 ...")
+                floors[kind] = await bench_floor(kind, upstream, workdir, args)
         finally:
             upstream.stop()
     for r in results.values():
         print_target(r)
     print_budget(results["modelgate"], results.get("litellm"))
+    if floors:
+        print_floors(results["modelgate"], floors)
+        results["floors"] = floors
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / time.strftime("bench-%Y%m%d-%H%M%S.json")
     path.write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
     print(f"\nraw results: {path.relative_to(ROOT)}")
+
+
+def print_floors(ours: dict[str, Any], floors: dict[str, Any]) -> None:
+    print("\n== floors: relays with no gateway work, same load (bench/floors.py) ==")
+    print(f"{'relay':18} {'chat req/s/core c=16':>21} {'CPU µs/chunk (chat)':>20}")
+    for kind, f in floors.items():
+        print(f"{kind:18} {_f(f['rps_per_core_c16'], 0):>21} {_f(f['cpu_us_per_chunk'], 1):>20}")
+    whole = ours["whole"].get("chat", {}).get("16", {})
+    stream = ours["stream"].get("chat", {})
+    print(
+        f"{'modelgate':18} {_f(whole.get('rps_per_core', math.nan), 0):>21} "
+        f"{_f(stream.get('cpu_us_per_chunk', math.nan), 1):>20}"
+    )
 
 
 def main() -> None:
@@ -322,6 +378,9 @@ def main() -> None:
         "--endpoints", nargs="+", default=["messages", "chat", "responses"], help="endpoints to bench"
     )
     parser.add_argument("--concurrency", nargs="+", type=int, default=list(CONCURRENCY))
+    parser.add_argument(
+        "--floors", action="store_true", help="also measure bare relays (bench/floors.py) on the same load"
+    )
     args = parser.parse_args()
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("bench: needs at least 2 cores (system under test on 0, load on 1)")

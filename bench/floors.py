@@ -1,0 +1,165 @@
+"""Floors: what the HTTP libraries alone cost, measured like the gateway (``make bench ARGS=--floors``).
+
+Each floor is a relay with no gateway work at all (no auth, limits, ledger, taps), run on core 0
+against the same fake upstream and measured with the same load: Chat whole requests at c = 16
+(requests per busy core) and paced 50- vs 2-chunk streams (CPU per chunk). The distance between a
+floor and modelgate is what the gateway's own work costs; a budget below a floor cannot be met
+with that pair of libraries.
+
+- ``uvicorn+aiohttp``: the pair modelgate runs on (ASGI server, pooled client), relaying bytes.
+- ``aiohttp+aiohttp``: aiohttp's own server in front of the same client.
+- ``raw``: uvloop protocols forwarding bytes between the two sockets (no HTTP parsing): what the
+  kernel, loopback TCP and the event loop cost per chunk, the floor under any Python stack.
+
+Run one relay: ``python -m bench.floors KIND PORT UPSTREAM_PORT``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+import aiohttp
+import uvloop
+
+KINDS = ("uvicorn+aiohttp", "aiohttp+aiohttp", "raw")
+UPSTREAM_HEADERS = {"authorization": "Bearer sk-bench-upstream", "content-type": "application/json"}
+
+
+class _Client:
+    """One pooled aiohttp session, created inside the running loop."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.url = f"http://127.0.0.1:{upstream_port}/v1/chat/completions"
+        self._session: aiohttp.ClientSession | None = None
+
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(limit=0)
+            self._session = aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+        return self._session
+
+
+def run_uvicorn(port: int, upstream_port: int) -> None:
+    import uvicorn
+
+    client = _Client(upstream_port)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await receive()
+            await send({"type": "lifespan.startup.complete"})
+            await receive()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        if scope["method"] == "GET":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"ok"})
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        reply = await client.session().post(client.url, data=body, headers=UPSTREAM_HEADERS)
+        kind = reply.headers.get("content-type", "application/json").encode()
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", kind)]})
+        while chunk := await reply.content.readany():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        reply.release()
+        await send({"type": "http.response.body", "body": b""})
+
+    uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", log_level="warning", access_log=False)
+
+
+def run_aiohttp(port: int, upstream_port: int) -> None:
+    from aiohttp import web
+
+    client = _Client(upstream_port)
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.method == "GET":
+            return web.Response(text="ok")
+        body = await request.read()
+        reply = await client.session().post(client.url, data=body, headers=UPSTREAM_HEADERS)
+        out = web.StreamResponse(headers={"content-type": reply.headers.get("content-type", "")})
+        await out.prepare(request)
+        while chunk := await reply.content.readany():
+            await out.write(chunk)
+        reply.release()
+        await out.write_eof()
+        return out
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    uvloop.install()
+    web.run_app(app, host="127.0.0.1", port=port, access_log=None, print=None)
+
+
+class _UpstreamSide(asyncio.Protocol):
+    def __init__(self, client: asyncio.Transport) -> None:
+        self.client = client
+
+    def data_received(self, data: bytes) -> None:
+        self.client.write(data)
+
+
+class _ClientSide(asyncio.Protocol):
+    """Forwards a client connection's bytes to its own upstream connection and back."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.transport: asyncio.Transport | None = None
+        self.upstream: asyncio.Transport | None = None
+        self.pending: list[bytes] = []
+        self.connecting: asyncio.Future[None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        if data.startswith(b"GET"):  # the harness's readiness probe
+            self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        elif self.upstream is not None:
+            self.upstream.write(data)
+        else:
+            self.pending.append(data)
+            if self.connecting is None:
+                self.connecting = asyncio.ensure_future(self._connect())
+
+    async def _connect(self) -> None:
+        assert self.transport is not None
+        loop = asyncio.get_running_loop()
+        client = self.transport
+        self.upstream, _ = await loop.create_connection(
+            lambda: _UpstreamSide(client), "127.0.0.1", self.upstream_port
+        )
+        for data in self.pending:
+            self.upstream.write(data)
+        self.pending.clear()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.upstream is not None:
+            self.upstream.close()
+
+
+def run_raw(port: int, upstream_port: int) -> None:
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: _ClientSide(upstream_port), "127.0.0.1", port)
+        await server.serve_forever()
+
+    uvloop.run(serve())
+
+
+def main() -> None:
+    kind, port, upstream_port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    runners = {"uvicorn+aiohttp": run_uvicorn, "aiohttp+aiohttp": run_aiohttp, "raw": run_raw}
+    runners[kind](port, upstream_port)
+
+
+if __name__ == "__main__":
+    main()
