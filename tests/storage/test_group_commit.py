@@ -1,9 +1,12 @@
 """SQLite ledger writes of one event-loop turn share one transaction (storage.group_commit), and
-sharing never changes an outcome: each operation still succeeds or fails alone."""
+sharing never changes an outcome: each operation still succeeds or fails alone. Writes run
+inline on the event loop, and on the store's worker thread only while another writer (the CLI,
+say) holds the database: the loop never blocks on a lock."""
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 from pathlib import Path
 
@@ -90,4 +93,22 @@ async def test_a_replayed_settle_in_the_same_commit_applies_once(tmp_path: Path)
     assert account is not None and account.balance_uc == 1_000_000 - 400 and account.reserved_uc == 0
     summary = await store.usage_summary(MONTH, account_id=account_id)
     assert summary.requests == 1 and summary.charged_uc == 400
+    await store.close()
+
+
+async def test_writes_wait_off_the_loop_while_another_writer_holds_the_lock(tmp_path: Path) -> None:
+    store, account_id = await _store(tmp_path)
+    other = sqlite3.connect(tmp_path / "db.sqlite", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # e.g. a CLI command in the middle of a write
+    reservation = asyncio.ensure_future(store.reserve(_hold(account_id, "req_1", 500)))
+    ticks = 0
+    for _ in range(20):  # the loop keeps running while the reservation waits for the lock
+        await asyncio.sleep(0.01)
+        ticks += 1
+    assert not reservation.done() and ticks == 20
+    other.execute("COMMIT")
+    outcome = await asyncio.wait_for(reservation, 5)
+    assert isinstance(outcome, Reservation) and outcome.granted_uc == 500
+    assert await store.pending_reservations() == 1
+    other.close()
     await store.close()

@@ -113,7 +113,7 @@ class SqliteStore:
             conn.execute("PRAGMA page_size=1024")
             conn.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode: a commit survives a process crash; only an OS crash or power loss
-            # can drop the last transactions (documented in the README).
+            # can drop the last transactions (docs/billing.md, "How the ledger is stored").
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute(f"PRAGMA busy_timeout={10000 if waits else 0}")
