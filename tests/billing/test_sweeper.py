@@ -29,7 +29,16 @@ def test_gateway_releases_a_crashed_requests_hold_after_its_ttl(tmp_path: Path) 
         store, month = gateway.services.store, month_of(START)
         # A request reserved 0.5 credit, then its process died before settling.
         crashed = ReserveRequest(
-            "req_crashed", issued.record.id, account.id, month, 500_000, 1, START, START + 600
+            "req_crashed",
+            issued.record.id,
+            account.id,
+            month,
+            500_000,
+            1,
+            START,
+            START + 600,
+            endpoint="messages",
+            model="aria-haiku-4.5",
         )
         assert isinstance(gateway.call(store.reserve(crashed)), Reservation)
         url, body = f"{gateway.base_url}/v1/messages", body_for("messages", "haiku", "hi", 5)
@@ -47,6 +56,9 @@ def test_gateway_releases_a_crashed_requests_hold_after_its_ttl(tmp_path: Path) 
         records = gateway.call(store.usage_records(month, key_id=issued.record.id))
         abandoned = [r for r in records if r.request_id == "req_crashed"]
         assert len(abandoned) == 1 and abandoned[0].status == ABANDONED and abandoned[0].charged_uc == 0
+        # The record says what the hold was for and when it was made, not when it was swept.
+        assert (abandoned[0].endpoint, abandoned[0].model) == ("messages", "aria-haiku-4.5")
+        assert abandoned[0].created_at == START
         spent, held = gateway.call(store.month_spend(issued.record.id, month))
         assert held == 0 and spent == int(squeezed.headers["x-modelgate-credits-charged"])
         freed = httpx.post(url, json=body, headers=headers)

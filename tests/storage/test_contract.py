@@ -55,7 +55,13 @@ def new_key(account: Account, **overrides: object) -> NewKey:
 
 
 def hold(
-    key: KeyRecord, amount: int, minimum: int = 1, *, request_id: str | None = None, now: float = NOW
+    key: KeyRecord,
+    amount: int,
+    minimum: int = 1,
+    *,
+    request_id: str | None = None,
+    now: float = NOW,
+    model: str = "aria-haiku-4.5",
 ) -> ReserveRequest:
     return ReserveRequest(
         request_id=request_id or f"req_{secrets.token_hex(8)}",
@@ -66,6 +72,8 @@ def hold(
         minimum_uc=minimum,
         now=now,
         expires_at=now + 600,
+        endpoint="messages",
+        model=model,
     )
 
 
@@ -399,10 +407,23 @@ async def test_settlement_books_the_reservations_month_key_and_account(store: St
     _, stranger = await setup_key(store, balance=1_000)
     request = hold(key, 100)
     await store.reserve(request)
-    # Finished after the month turned, and carrying the wrong key: the reservation is the authority.
-    usage = usage_of(request, 40, month="2026-06", key_id=stranger.id, account_id=stranger.account_id)
+    # Finished after the month turned, and carrying the wrong key: the reservation is the authority
+    # (so it is for what the request was for and when it began, e.g. for a sweeper's placeholders).
+    usage = usage_of(
+        request,
+        40,
+        month="2026-06",
+        key_id=stranger.id,
+        account_id=stranger.account_id,
+        endpoint="unknown",
+        model="unknown",
+        created_at=NOW + 99,
+    )
     await store.settle(usage)
     assert (usage.month, usage.key_id, usage.account_id) == (MONTH, key.id, account.id)
+    assert (usage.endpoint, usage.model, usage.created_at) == ("messages", "aria-haiku-4.5", NOW)
+    (record,) = await store.usage_records(MONTH, key_id=key.id)
+    assert (record.endpoint, record.model, record.created_at) == ("messages", "aria-haiku-4.5", NOW)
     assert await store.month_spend(key.id, MONTH) == (40, 0)
     assert await store.month_spend(stranger.id, MONTH) == (0, 0)
     await assert_ledger_invariants(store, account.id)
@@ -437,9 +458,9 @@ async def test_usage_summary_and_records_filter_by_month_account_and_key(store: 
         (other_key, "aria-haiku-4.5", 30, NOW + 2),
         (stranger, "aria-haiku-4.5", 40, NOW + 3),
     ]:
-        request = hold(k, 100, now=at)
+        request = hold(k, 100, now=at, model=model)
         await store.reserve(request)
-        await store.settle(usage_of(request, charged, model=model))
+        await store.settle(usage_of(request, charged))
     summary = await store.usage_summary(MONTH, account_id=account.id)
     assert (summary.requests, summary.charged_uc, summary.input_tokens, summary.output_tokens) == (
         3,

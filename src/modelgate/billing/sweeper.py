@@ -30,7 +30,7 @@ from modelgate.storage.base import Store, UsageRecord
 log = logging.getLogger("modelgate.billing")
 
 ABANDONED = "abandoned"
-#: Endpoint and model of an abandoned record: reservations do not store them.
+#: Placeholders: releasing records the endpoint, model and start time stored with the hold.
 UNKNOWN = "unknown"
 
 

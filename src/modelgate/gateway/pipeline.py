@@ -251,6 +251,8 @@ async def reserve(services: Services, call: Call) -> None:
             minimum_uc=bound_uc(call.input_bound, min(1, call.max_tokens), price),
             now=call.started,
             expires_at=call.started + billing.reservation_ttl_seconds,
+            endpoint=call.endpoint,
+            model=call.model.id,
         )
     )
     if isinstance(outcome, Refusal):

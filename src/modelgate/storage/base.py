@@ -31,11 +31,11 @@ money lives in Redis or in process memory, so N gateway instances sharing one da
   midnight UTC and ended after it is charged to the month it was reserved in, so a cap check
   and its charge always concern the same month. The charge is ``min(usage.charged_uc, amount)``
   (0 for release); the usage record is written with that charge and the reservation's key,
-  account and month, in the same transaction. Settle, a replayed settle and the expiry sweeper
+  account, month, endpoint, model and start time, in the same transaction. Settle, a replayed settle and the expiry sweeper
   of any number of processes may race: exactly one applies.
 - Expiry: a reservation still pending after ``expires_at`` belongs to a request whose process
   crashed or lost it. ``billing.sweeper`` lists them with ``expired_reservations`` and releases
-  each (charge 0, usage status ``"abandoned"``, endpoint and model ``"unknown"``), so its hold
+  each (charge 0, usage status ``"abandoned"``, the endpoint and model the hold was made for), so its hold
   stops blocking the balance and the cap. Releasing is the same conditional step as above, so
   sweepers may run in every instance at once.
 - ``Settlement.balance_uc`` and ``Reservation.balance_after_uc`` are the balance *available*
@@ -149,6 +149,9 @@ class ReserveRequest:
     minimum_uc: int
     now: float
     expires_at: float
+    #: Recorded with the hold, so that a hold released by the sweeper still says what it was for.
+    endpoint: str = "unknown"
+    model: str = "unknown"
 
 
 @dataclass(frozen=True, slots=True)

@@ -375,7 +375,7 @@ class PostgresStore:
             granted = min(r.amount_uc, affordable)
             await conn.execute(
                 "WITH hold AS (INSERT INTO reservations (request_id, key_id, account_id, month, amount_uc, "
-                "created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7)), "
+                "created_at, expires_at, endpoint, model) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)), "
                 "acct AS (UPDATE accounts SET reserved_uc = reserved_uc + $5 WHERE id = $3) "
                 "UPDATE key_month_spend SET reserved_uc = reserved_uc + $5 WHERE key_id = $2 AND month = $4",
                 r.request_id,
@@ -385,6 +385,8 @@ class PostgresStore:
                 granted,
                 r.now,
                 r.expires_at,
+                r.endpoint,
+                r.model,
             )
             return Reservation(
                 request_id=r.request_id,
@@ -402,7 +404,8 @@ class PostgresStore:
     async def _finish(self, usage: UsageRecord, charge: bool) -> Settlement:
         async with self._tx() as conn:
             held = await conn.fetchrow(
-                "DELETE FROM reservations WHERE request_id = $1 RETURNING amount_uc, month, key_id, account_id",
+                "DELETE FROM reservations WHERE request_id = $1 "
+                "RETURNING amount_uc, month, key_id, account_id, endpoint, model, created_at",
                 usage.request_id,
             )
             if held is None:  # unknown, or already settled or released: nothing changes
@@ -418,6 +421,7 @@ class PostgresStore:
             usage.month = month
             usage.key_id = key_id
             usage.account_id = account_id
+            usage.endpoint, usage.model, usage.created_at = held[4], held[5], float(held[6])
             row = await conn.fetchrow(
                 "WITH acct AS (UPDATE accounts SET reserved_uc = reserved_uc - $1, balance_uc = balance_uc - $2 "
                 "WHERE id = $3 RETURNING balance_uc - reserved_uc AS available), "

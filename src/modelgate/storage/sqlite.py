@@ -445,8 +445,18 @@ class SqliteStore:
         granted = min(r.amount_uc, affordable)
         db.execute(
             "INSERT INTO reservations (request_id, key_id, account_id, month, amount_uc, created_at, "
-            "expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (r.request_id, r.key_id, r.account_id, r.month, granted, r.now, r.expires_at),
+            "expires_at, endpoint, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                r.request_id,
+                r.key_id,
+                r.account_id,
+                r.month,
+                granted,
+                r.now,
+                r.expires_at,
+                r.endpoint,
+                r.model,
+            ),
         )
         db.execute("UPDATE accounts SET reserved_uc = reserved_uc + ? WHERE id = ?", (granted, r.account_id))
         db.execute(
@@ -471,12 +481,13 @@ class SqliteStore:
         # Claiming deletes the pending reservation (under the write lock): of a racing settle, a
         # replayed settle and a sweeper in another process, exactly one finds it.
         claimed = db.execute(
-            "DELETE FROM reservations WHERE request_id = ? RETURNING amount_uc, month, key_id, account_id",
+            "DELETE FROM reservations WHERE request_id = ? "
+            "RETURNING amount_uc, month, key_id, account_id, endpoint, model, created_at",
             (usage.request_id,),
         ).fetchall()
         if not claimed:
             return Settlement(False, 0, *self._remaining(db, usage.account_id, usage.key_id, usage.month))
-        amount, month, key_id, account_id = claimed[0]
+        amount, month, key_id, account_id, endpoint, model, created_at = claimed[0]
         # A true upper bound was reserved, so the real cost fits; should an upstream ever report
         # more, the charge stops at the hold: a cap or balance is never overshot.
         charged = min(max(usage.charged_uc, 0), amount) if charge else 0
@@ -486,6 +497,7 @@ class SqliteStore:
         usage.month = month
         usage.key_id = key_id
         usage.account_id = account_id
+        usage.endpoint, usage.model, usage.created_at = endpoint, model, created_at
         balance = db.execute(
             "UPDATE accounts SET reserved_uc = reserved_uc - ?, balance_uc = balance_uc - ? WHERE id = ? "
             "RETURNING balance_uc - reserved_uc",

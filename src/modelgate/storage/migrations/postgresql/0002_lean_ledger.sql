@@ -3,3 +3,7 @@
 DELETE FROM reservations WHERE state <> 'pending';
 DROP INDEX reservations_pending;
 ALTER TABLE reservations DROP COLUMN state;
+-- A hold also records its endpoint and model, so one the sweeper releases says what it was for.
+ALTER TABLE reservations
+    ADD COLUMN endpoint TEXT NOT NULL DEFAULT 'unknown',
+    ADD COLUMN model TEXT NOT NULL DEFAULT 'unknown';

@@ -1,7 +1,8 @@
 -- A reservation row now lives only while its request is in flight: settle and release delete it
 -- (the usage record is the permanent trace), so the table stays small and has no state column.
 -- Both ledger tables become WITHOUT ROWID: one b-tree each instead of a table plus a key index,
--- so a ledger write touches fewer pages.
+-- so a ledger write touches fewer pages. A hold also records its endpoint and model, so one the
+-- sweeper releases still says what it was for.
 CREATE TABLE reservations_lean (
     request_id TEXT PRIMARY KEY,
     key_id     TEXT NOT NULL,
@@ -9,9 +10,11 @@ CREATE TABLE reservations_lean (
     month      TEXT NOT NULL,
     amount_uc  INTEGER NOT NULL,
     created_at REAL NOT NULL,
-    expires_at REAL NOT NULL
+    expires_at REAL NOT NULL,
+    endpoint   TEXT NOT NULL DEFAULT 'unknown',
+    model      TEXT NOT NULL DEFAULT 'unknown'
 ) WITHOUT ROWID;
-INSERT INTO reservations_lean
+INSERT INTO reservations_lean (request_id, key_id, account_id, month, amount_uc, created_at, expires_at)
     SELECT request_id, key_id, account_id, month, amount_uc, created_at, expires_at
     FROM reservations WHERE state = 'pending';
 DROP TABLE reservations;
