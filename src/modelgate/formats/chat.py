@@ -16,13 +16,13 @@ from modelgate.formats.chat_stream import (
     FINISH_REASONS,
     StreamDecoder,
     StreamEncoder,
-    StreamTap,
     decode_usage,
     error_frame,
     error_object,
     stop_reason_of,
     usage_json,
 )
+from modelgate.formats.chat_tap import StreamTap
 
 #: Chat allows at most four stop strings.
 MAX_STOP = 4

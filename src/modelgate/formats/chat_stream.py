@@ -1,13 +1,12 @@
-"""Chat Completions streaming: IR events -> chunks, upstream chunks -> IR events, passthrough tap.
+"""Chat Completions streaming: IR events -> chunks, upstream chunks -> IR events.
 
-Also holds the wire helpers ``chat`` shares with the stream code (usage, finish reasons, error
+Also holds the wire helpers ``chat`` and ``chat_tap`` share with the stream code (usage, finish reasons, error
 objects). Chat SSE is data-only: ``data: <chunk>`` events ending with ``data: [DONE]``
 (reference §2.5); the translation state machine follows §4.3.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,8 +14,7 @@ from typing import Any
 import orjson
 
 from modelgate import errors, ir
-from modelgate.billing.estimate import escaped_tokens, json_string_body
-from modelgate.formats.sse import EventBuffer, SSEEvent, SSEParser, model_rewrites
+from modelgate.formats.sse import SSEEvent, SSEParser
 
 FINISH_REASONS: dict[ir.StopReason, str] = {
     ir.StopReason.END_TURN: "stop",
@@ -399,103 +397,3 @@ class StreamDecoder:
         self._done = True
         stop = stop_reason_of(self._finish_reason, has_tool_calls=bool(self._calls))
         out.append(ir.Finish(stop, self._usage or ir.Usage()))
-
-
-# ---------------------------------------------------------------------------------------------
-# Same-dialect passthrough
-# ---------------------------------------------------------------------------------------------
-
-_VALUE_KEYS = (b'"content":"', b'"arguments":"', b'"reasoning_content":"', b'"refusal":"')
-#: A chunk that may carry a finish reason, usage or an error (the only ones parsed).
-_META = re.compile(rb'"finish_reason": ?"|"usage": ?\{|"error" ?:')
-
-
-class StreamTap:
-    """Relays upstream Chat SSE bytes, rewriting only the model id, reading what billing needs.
-
-    Only whole events are forwarded. Only chunks that can carry a finish reason, usage or an
-    error are parsed; text, argument and reasoning lengths are measured by scanning bytes. With
-    ``strip_usage_chunk`` the ``"choices":[]`` usage chunk the gateway forced is recorded but not
-    forwarded, and so are the ``"usage":null`` fields the client did not ask for.
-    """
-
-    __slots__ = (
-        "_events",
-        "_rewrites",
-        "_strip",
-        "error",
-        "finished",
-        "output_tokens",
-        "stop_reason",
-        "usage",
-    )
-
-    def __init__(self, upstream_model: str, client_model: str, strip_usage_chunk: bool = False) -> None:
-        self._events = EventBuffer()
-        self._strip = strip_usage_chunk
-        self._rewrites = model_rewrites(upstream_model, client_model)
-        self.usage: ir.Usage | None = None
-        self.stop_reason: ir.StopReason | None = None
-        self.finished = False
-        self.error: ir.StreamError | None = None
-        #: Output tokens relayed so far, estimated per delta (billing.estimate); exact for the simulator.
-        self.output_tokens = 0
-
-    def feed(self, chunk: bytes) -> bytes:
-        out = self._events.take(chunk)
-        return self._inspect(out) if out else b""
-
-    def finish(self) -> bytes:
-        rest = self._events.rest()
-        return self._inspect(rest) if rest.strip() else rest
-
-    def _inspect(self, out: bytes) -> bytes:
-        crlf = b"\r" in out
-        text = out.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if crlf else out
-        dropped = False
-        for block in text.split(b"\n\n"):
-            if not block:
-                continue
-            for key in _VALUE_KEYS:
-                at = block.find(key)
-                if at >= 0:
-                    self.output_tokens += escaped_tokens(json_string_body(block, at + len(key)))
-            if block.startswith(b"data: [DONE]") or block.startswith(b"data:[DONE]"):
-                self.finished = True
-            elif _META.search(block) is not None and self._chunk(block) and self._strip:
-                dropped = True
-        if dropped:
-            # Rare path (once per stream): rebuild the output without the usage chunk.
-            kept = [b for b in text.split(b"\n\n") if b and not (b'"choices":[]' in b and b'"usage":{' in b)]
-            out = b"".join(b + b"\n\n" for b in kept)
-        if self._strip:
-            out = out.replace(b',"usage":null', b"")
-        for old, new in self._rewrites:
-            out = out.replace(old, new)
-        return out
-
-    def _chunk(self, block: bytes) -> bool:
-        """Read one metadata chunk; True when it is the ``choices:[]`` usage chunk."""
-        data = b"\n".join(
-            line[6:] if line.startswith(b"data: ") else line[5:]
-            for line in block.split(b"\n")
-            if line.startswith(b"data:")
-        )
-        try:
-            chunk = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return False
-        if not isinstance(chunk, dict):
-            return False
-        if chunk.get("error"):
-            self.error = stream_error_from(chunk["error"])
-            return False
-        choices = chunk.get("choices")
-        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
-            reason = choices[0].get("finish_reason")
-            if isinstance(reason, str):
-                self.stop_reason = stop_reason_of(reason)
-        if chunk.get("usage"):
-            self.usage = decode_usage(chunk["usage"])
-            return choices == []
-        return False

@@ -15,13 +15,13 @@ from modelgate import errors, ir
 from modelgate.formats.messages_stream import (
     StreamDecoder,
     StreamEncoder,
-    StreamTap,
     decode_usage,
     error_object,
     is_int,
     stop_reason_of,
     usage_json,
 )
+from modelgate.formats.messages_tap import StreamTap
 from modelgate.formats.sse import frame
 
 #: Placeholder first turn: the Messages API requires the conversation to start with a user turn.

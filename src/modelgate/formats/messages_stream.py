@@ -1,6 +1,7 @@
-"""Messages-format streaming: IR events -> SSE, upstream SSE -> IR events, and the passthrough tap.
+"""Messages-format streaming: IR events -> SSE, upstream SSE -> IR events.
 
-Also holds the small wire helpers (usage, stop reasons, error objects) that ``messages`` shares
+Also holds the small wire helpers (usage, stop reasons, error objects) that ``messages`` and
+``messages_tap`` share
 with the stream code. Grammar (reference §1.6): ``message_start``, then per block
 ``content_block_start``/``_delta*``/``_stop``, ``message_delta``, ``message_stop``; ``ping`` and
 ``error`` may appear anywhere and every event carries an ``event:`` line (clients need it).
@@ -13,8 +14,7 @@ from typing import Any
 import orjson
 
 from modelgate import errors, ir
-from modelgate.billing.estimate import escaped_tokens, json_string_body
-from modelgate.formats.sse import EventBuffer, SSEEvent, SSEParser, frame, model_rewrites
+from modelgate.formats.sse import SSEEvent, SSEParser, frame
 
 _STOP_REASONS = {r.value: r for r in ir.StopReason}
 
@@ -335,97 +335,3 @@ class StreamDecoder:
             out.append(ir.BlockStart(index, "text"))
             if block.get("text"):
                 out.append(ir.TextDelta(index, str(block["text"])))
-
-
-# ---------------------------------------------------------------------------------------------
-# Same-dialect passthrough
-# ---------------------------------------------------------------------------------------------
-
-_VALUE_KEYS = (b'"text":"', b'"partial_json":"', b'"thinking":"')
-
-
-def _data_of(block: bytes) -> bytes:
-    return b"\n".join(
-        line[6:] if line.startswith(b"data: ") else line[5:]
-        for line in block.split(b"\n")
-        if line.startswith(b"data:")
-    )
-
-
-class StreamTap:
-    """Relays upstream Messages SSE bytes unchanged except the model id, reading what billing needs.
-
-    Only whole events are forwarded (a partial trailing event waits for the next chunk), so a
-    rewrite never straddles a chunk boundary. Only ``message_start``, ``message_delta``,
-    ``message_stop`` and ``error`` are parsed; deltas are measured by scanning bytes.
-    """
-
-    __slots__ = (
-        "_events",
-        "_rewrites",
-        "error",
-        "finished",
-        "output_tokens",
-        "stop_reason",
-        "usage",
-    )
-
-    def __init__(self, upstream_model: str, client_model: str, strip_usage_chunk: bool = False) -> None:
-        # ``strip_usage_chunk`` is a Chat notion: Messages streams always carry usage.
-        self._events = EventBuffer()
-        self._rewrites = model_rewrites(upstream_model, client_model)
-        self.usage: ir.Usage | None = None
-        self.stop_reason: ir.StopReason | None = None
-        self.finished = False
-        self.error: ir.StreamError | None = None
-        #: Output tokens relayed so far, estimated per delta (billing.estimate); exact for the simulator.
-        self.output_tokens = 0
-
-    def feed(self, chunk: bytes) -> bytes:
-        out = self._events.take(chunk)
-        return self._inspect(out) if out else b""
-
-    def finish(self) -> bytes:
-        rest = self._events.rest()
-        return self._inspect(rest) if rest.strip() else rest
-
-    def _inspect(self, out: bytes) -> bytes:
-        text = out.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if b"\r" in out else out
-        rewrite = False
-        for block in text.split(b"\n\n"):
-            if block.startswith(b"event: content_block_delta"):
-                for key in _VALUE_KEYS:
-                    at = block.find(key)
-                    if at >= 0:
-                        self.output_tokens += escaped_tokens(json_string_body(block, at + len(key)))
-                        break
-            elif block and not block.startswith((b"event: ping", b"event: content_block_")):
-                rewrite = self._event(block) or rewrite
-        if rewrite:
-            for old, new in self._rewrites:
-                out = out.replace(old, new)
-        return out
-
-    def _event(self, block: bytes) -> bool:
-        """Parse one metadata event; True when it is ``message_start`` (the one naming the model)."""
-        try:
-            data = orjson.loads(_data_of(block))
-        except orjson.JSONDecodeError:
-            return False  # relayed as is: the client sees exactly what the upstream sent
-        if not isinstance(data, dict):
-            return False
-        kind = data.get("type")
-        if kind == "message_start":
-            message = data.get("message")
-            self.usage = decode_usage(message.get("usage") if isinstance(message, dict) else None)
-            return bool(self._rewrites)
-        if kind == "message_delta":
-            self.usage = decode_usage(data.get("usage"), self.usage)
-            delta = data.get("delta")
-            if isinstance(delta, dict) and delta.get("stop_reason") is not None:
-                self.stop_reason = stop_reason_of(delta["stop_reason"])
-        elif kind == "message_stop":
-            self.finished = True
-        elif kind == "error":
-            self.error = stream_error_from(data.get("error"))
-        return False

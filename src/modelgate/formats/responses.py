@@ -27,7 +27,6 @@ from modelgate.formats.responses_stream import (
     Namespaces,
     StreamDecoder,
     StreamEncoder,
-    StreamTap,
     failed_error,
     failure_events,
     function_call_item,
@@ -43,6 +42,7 @@ from modelgate.formats.responses_stream import (
     tool_to_wire,
     usage_from_wire,
 )
+from modelgate.formats.responses_tap import StreamTap
 
 #: Usage of a whole response object (passthrough reads only this).
 decode_usage = usage_from_wire

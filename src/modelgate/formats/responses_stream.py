@@ -1,4 +1,5 @@
-"""Responses-format wire objects and the three stream state machines (reference §3.5, §3.6, §4.6).
+"""Responses-format wire objects and the stream encoder and decoder (reference §3.5, §3.6, §4.6);
+the passthrough tap is ``responses_tap``.
 
 ``responses`` (the public codec module) re-exports the stream classes and builds its
 non-streaming bodies from the object builders here, so a streamed ``response.completed`` and a
@@ -16,7 +17,6 @@ Invariants of every stream written here:
 from __future__ import annotations
 
 import os
-import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -24,11 +24,10 @@ from typing import Any
 import orjson
 
 from modelgate import ir
-from modelgate.billing.estimate import escaped_tokens
 from modelgate.errors import ERROR_KINDS
 from modelgate.formats import ids, sse
 
-__all__ = ["Namespaces", "StreamDecoder", "StreamEncoder", "StreamTap"]
+__all__ = ["Namespaces", "StreamDecoder", "StreamEncoder"]
 
 Json = dict[str, Any]
 #: Flattened tool name -> (namespace, original name), for Codex ``namespace`` tools.
@@ -488,10 +487,10 @@ _UPSTREAM_CODE_KINDS = {
     "overloaded": "overloaded",
     "service_unavailable": "unavailable",
 }
-_TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+TERMINAL_TYPES = ("response.completed", "response.incomplete", "response.failed")
 
 
-def _error_kind(error: Any) -> tuple[str, str]:
+def error_kind(error: Any) -> tuple[str, str]:
     if not isinstance(error, dict):
         return "upstream_error", "upstream response failed"
     code = error.get("code") or error.get("type")
@@ -531,7 +530,7 @@ class StreamDecoder:
         for event in self._parser.finish():
             # A final event without its blank line counts only if it is whole; a cut one means
             # the connection dropped, reported below as an early end rather than bad JSON.
-            if not self._done and _is_whole_event(event.raw):
+            if not self._done and is_whole_event(event.raw):
                 self._handle(event, out)
         if not self._done:
             self._done = True
@@ -548,7 +547,7 @@ class StreamDecoder:
         if not isinstance(data, dict):
             return
         kind = data.get("type") or event.event
-        response = _dict(data.get("response"))
+        response = as_object(data.get("response"))
         if not self._started:
             self._started = True
             usage = usage_from_wire(response.get("usage"))
@@ -564,12 +563,12 @@ class StreamDecoder:
         elif kind == "response.output_item.done":
             if self._open is not None and self._open[0] == data.get("output_index"):
                 self._close(out)
-        elif kind in _TERMINAL:
+        elif kind in TERMINAL_TYPES:
             self._done = True
             if kind == "response.failed":
                 # Ended early: an open block stays open (IR allows StreamError anywhere), so no
                 # encoder reports a half-written item as complete.
-                out.append(ir.StreamError(*_error_kind(response.get("error"))))
+                out.append(ir.StreamError(*error_kind(response.get("error"))))
                 return
             self._close(out)
             has_call = self._saw_function_call or any(
@@ -581,7 +580,7 @@ class StreamDecoder:
         elif kind == "error":
             self._done = True
             nested = data.get("error")
-            out.append(ir.StreamError(*_error_kind(nested if isinstance(nested, dict) else data)))
+            out.append(ir.StreamError(*error_kind(nested if isinstance(nested, dict) else data)))
 
     def _open_block(self, output_index: Any, block: ir.BlockStart, out: list[ir.Event]) -> None:
         self._close(out)
@@ -629,126 +628,11 @@ class StreamDecoder:
             self._open = None
 
 
-# ---------------------------------------------------------------------------------------------
-# Same-dialect passthrough
-# ---------------------------------------------------------------------------------------------
-
-#: The JSON string of a delta event's ``delta`` (escapes kept); only delta events are matched.
-_DELTA_RE = re.compile(
-    rb"event: response\.(?:output_text|function_call_arguments)\.delta\n"
-    rb'[^\n]*?"delta": ?"((?:[^"\\]|\\.)*)"'
-)
-_SEQ_RE = re.compile(rb'"sequence_number": ?(\d+)')
-_RESPONSE_ID_RE = re.compile(rb'"response": ?\{"id": ?"([^"\\]+)"')
-# ``"error":null`` sits in every response object, so match the error *event* only.
-_TERMINAL_MARKS = (
-    b"response.completed",
-    b"response.incomplete",
-    b"response.failed",
-    b"event: error",
-    b'"type":"error"',
-    b'"type": "error"',
-)
+def as_object(value: Any) -> Json:
+    return value if isinstance(value, dict) else {}
 
 
-class StreamTap:
-    """Relay upstream Responses SSE bytes unchanged except for the model id.
-
-    Only whole events are forwarded (a partial trailing event is held), so a rewrite or a
-    terminal-event check never sees half an event. JSON is parsed only for events whose bytes
-    mention a terminal type; delta lengths are read with one regex pass per chunk.
-    ``strip_usage_chunk`` is accepted for parity with the Chat tap: Responses usage lives in the
-    terminal event, which is always forwarded.
-    """
-
-    def __init__(self, upstream_model: str, client_model: str, strip_usage_chunk: bool = False) -> None:
-        self._pending = b""
-        self._rewrites = sse.model_rewrites(upstream_model, client_model)
-        self.usage: ir.Usage | None = None
-        self.stop_reason: ir.StopReason | None = None
-        self.finished = False
-        self.error: ir.StreamError | None = None
-        #: Output tokens relayed so far, estimated per delta (billing.estimate); exact for the simulator.
-        self.output_tokens = 0
-        #: The sequence number an in-band failure frame appended by the gateway should use.
-        self.next_sequence_number = 0
-        #: The upstream's response id (from ``response.created``), for that failure frame.
-        self.response_id: str | None = None
-
-    def feed(self, chunk: bytes) -> bytes:
-        buffer = self._pending + chunk if self._pending else chunk
-        if b"\r" in buffer:
-            buffer = buffer.replace(b"\r\n", b"\n")
-        end = buffer.rfind(b"\n\n")
-        if end < 0:
-            self._pending = buffer
-            return b""
-        complete, self._pending = buffer[: end + 2], buffer[end + 2 :]
-        return self._process(complete)
-
-    def finish(self) -> bytes:
-        """Flush a final event the upstream sent without its blank line. A *cut* event (the
-        connection dropped mid-JSON) is dropped instead: forwarded, it would make the client's
-        parser fail before the gateway's in-band failure frame could explain what happened."""
-        rest, self._pending = self._pending.rstrip(b"\n"), b""
-        out = b""
-        if rest.strip() and _is_whole_event(rest):
-            out = self._process(rest + b"\n\n")
-        if not self.finished and self.error is None:
-            self.error = ir.StreamError("upstream_error", "upstream stream ended early")
-        return out
-
-    def _process(self, complete: bytes) -> bytes:
-        for old, new in self._rewrites:
-            complete = complete.replace(old, new)
-        for match in _DELTA_RE.finditer(complete):
-            escaped = match.group(1)
-            self.output_tokens += escaped_tokens(escaped)
-        if self.response_id is None:
-            found = _RESPONSE_ID_RE.search(complete)
-            if found is not None:
-                self.response_id = found.group(1).decode()
-        seq_at = complete.rfind(b'"sequence_number":')
-        if seq_at >= 0:
-            seq = _SEQ_RE.match(complete, seq_at)
-            if seq is not None:
-                self.next_sequence_number = int(seq.group(1)) + 1
-        if any(mark in complete for mark in _TERMINAL_MARKS):
-            self._scan_terminal(complete)
-        return complete
-
-    def _scan_terminal(self, complete: bytes) -> None:
-        for raw in complete.split(b"\n\n"):
-            if not any(mark in raw for mark in _TERMINAL_MARKS):
-                continue
-            event = sse.SSEParser().feed(raw + b"\n\n")
-            if not event:
-                continue
-            try:
-                data = orjson.loads(event[0].data)
-            except orjson.JSONDecodeError:
-                continue
-            kind = data.get("type") if isinstance(data, dict) else None
-            if kind in _TERMINAL:
-                response = _dict(data.get("response"))
-                self.finished = True
-                self.usage = usage_from_wire(response.get("usage"))
-                if kind == "response.failed":
-                    self.error = ir.StreamError(*_error_kind(response.get("error")))
-                else:
-                    has_call = any(
-                        isinstance(i, dict) and i.get("type") == "function_call"
-                        for i in response.get("output") or ()
-                    )
-                    details = response.get("incomplete_details")
-                    self.stop_reason = stop_reason_from(response.get("status"), details, has_call)
-            elif kind == "error":
-                self.finished = True
-                nested = data.get("error")
-                self.error = ir.StreamError(*_error_kind(nested if isinstance(nested, dict) else data))
-
-
-def _is_whole_event(raw: bytes) -> bool:
+def is_whole_event(raw: bytes) -> bool:
     events = sse.SSEParser().feed(raw + b"\n\n")
     if not events:
         return False
@@ -757,7 +641,3 @@ def _is_whole_event(raw: bytes) -> bool:
     except orjson.JSONDecodeError:
         return False
     return True
-
-
-def _dict(value: Any) -> Json:
-    return value if isinstance(value, dict) else {}
