@@ -1,10 +1,9 @@
 """Messages-format streaming: IR events -> SSE, upstream SSE -> IR events.
 
 Also holds the small wire helpers (usage, stop reasons, error objects) that ``messages`` and
-``messages_tap`` share
-with the stream code. Grammar (reference §1.6): ``message_start``, then per block
-``content_block_start``/``_delta*``/``_stop``, ``message_delta``, ``message_stop``; ``ping`` and
-``error`` may appear anywhere and every event carries an ``event:`` line (clients need it).
+``messages_tap`` share with the stream code. Grammar (reference §1.6): ``message_start``, then per
+block ``content_block_start``/``_delta*``/``_stop``, ``message_delta``, ``message_stop``; ``ping``
+and ``error`` may appear anywhere and every event carries an ``event:`` line (clients need it).
 """
 
 from __future__ import annotations
