@@ -1,8 +1,8 @@
 """Chat Completions streaming: IR events -> chunks, upstream chunks -> IR events.
 
-Also holds the wire helpers ``chat`` and ``chat_tap`` share with the stream code (usage, finish reasons, error
-objects). Chat SSE is data-only: ``data: <chunk>`` events ending with ``data: [DONE]``
-(reference §2.5); the translation state machine follows §4.3.
+Also holds the wire helpers ``chat`` and ``chat_tap`` share with the stream code (usage, finish
+reasons, error objects). Chat SSE is data-only: ``data: <chunk>`` events ending with
+``data: [DONE]`` (reference §2.5); the translation state machine follows §4.3.
 """
 
 from __future__ import annotations
