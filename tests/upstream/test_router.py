@@ -275,6 +275,36 @@ async def test_upstream_messages_are_scrubbed_of_credentials_and_address(kind: s
         assert "credentials for provider a" in message
 
 
+@pytest.mark.parametrize(
+    "fault", [Fault.status(401), Fault.status(402), Fault.status(403, message="invalid api key")]
+)
+async def test_a_refused_upstream_credential_fails_over_and_cools_that_deployment(fault: Fault) -> None:
+    async with FakeUpstream(default=fault) as a, FakeUpstream() as b:
+        router = make_router(
+            {"a": a.base_url, "b": b.base_url}, [Deployment("a", "x", 1000), Deployment("b", "y")]
+        )
+        try:
+            first = await call(router)  # "a" is chosen first (weight), refuses our key, "b" serves
+            assert first.startswith(b'{"id":"msg_') and (a.count, b.count) == (1, 1)
+            for _ in range(5):  # the refused deployment cools down at once: it is not asked again
+                await call(router)
+        finally:
+            await router.aclose()
+    assert (a.count, b.count) == (1, 6)
+
+
+async def test_a_refused_credential_on_the_only_deployment_is_not_retried() -> None:
+    async with FakeUpstream(default=Fault.status(401)) as a:
+        router = make_router({"a": a.base_url}, [Deployment("a", "x")])
+        try:
+            with pytest.raises(errors.UpstreamFailed) as info:
+                await call(router)
+        finally:
+            await router.aclose()
+    assert a.count == 1
+    assert "rejected the gateway's credentials for provider a" in info.value.message
+
+
 async def test_foreign_secret_like_strings_are_scrubbed() -> None:
     leaked = "sk-proj-abcdefghijklmnopqrstuvwxyz0123"
     async with FakeUpstream(default=Fault.status(400, message=f"bad token {leaked} here")) as fake:

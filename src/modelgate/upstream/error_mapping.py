@@ -25,7 +25,8 @@ RETRYABLE_STATUSES: frozenset[int] = frozenset({429, 500, 502, 503, 504, 529})
 _SECRET_LIKE = re.compile(r"\b(?:sk|rk|pk)-[A-Za-z0-9_\-]{20,}")
 _MAX_MESSAGE = 500
 
-FailureKind = Literal["status", "connect", "timeout", "broken"]
+#: ``credentials``: the upstream refused the gateway's own key or account (401, 402, some 403s).
+FailureKind = Literal["status", "connect", "timeout", "broken", "credentials"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +173,8 @@ def give_up_error(failure: Failure | None, attempts: int) -> errors.GatewayError
         return errors.UpstreamTimeout(f"{failure.note}{tried}")
     if failure.kind == "broken":
         return errors.UpstreamFailed(f"{failure.note}{tried}")
+    if failure.kind == "credentials" and failure.status is not None and failure.detail is not None:
+        return client_error(failure.status, failure.detail, failure.provider)
     status = failure.status
     base = detail or f"upstream provider {failure.provider} returned HTTP {status}"
     if status == 429:

@@ -139,6 +139,8 @@ class Router:
                 same = deployment == tried[-1]
                 if same and last.retry_after is not None and last.retry_after > self._config.retry_after_cap:
                     break  # the upstream asked for a longer pause than we hold a client for
+                if last.kind == "credentials" and deployment in tried:
+                    break  # our key for it was refused: only another deployment can help
                 if not self._budget.try_withdraw():
                     break
                 await self._sleep(self._delay(attempt - 1, last, same))
@@ -211,15 +213,17 @@ class Router:
             return Failure("status", name, status=status, detail=detail, retry_after=retry_after)
         if 400 <= status < 500:
             if credentials_rejected(status, detail) or status == 402:
-                health.failed(deployment)
+                # Our key or account for this deployment is refused, not the request: another
+                # deployment may serve it, and this one cools down at once (a key does not heal).
+                health.failed(deployment, hold=self._config.cooldown)
                 log.error(
                     "upstream %s rejected the gateway's credentials or account (HTTP %d): %s",
                     name,
                     status,
                     detail.message or "no message",
                 )
-            else:
-                health.succeeded(deployment)  # the upstream works; the request was refused
+                return Failure("credentials", name, status=status, detail=detail)
+            health.succeeded(deployment)  # the upstream works; the request was refused
             raise client_error(status, detail, name)
         # 1xx/3xx/other 5xx: a misconfigured or broken upstream; another try will not help.
         health.failed(deployment)
@@ -270,7 +274,7 @@ class Router:
 
 
 def _describe(failure: Failure) -> str:
-    if failure.kind != "status":
+    if failure.kind not in ("status", "credentials"):
         return failure.note
     message = failure.detail.message if failure.detail and failure.detail.message else "no message"
     return f"HTTP {failure.status}: {message}"
