@@ -26,18 +26,18 @@ money lives in Redis or in process memory, so N gateway instances sharing one da
 - ``settle``/``release`` are one transaction each, conditional on the reservation still being
   pending: a reservation row exists only while its request is in flight, and finishing claims it
   with ``DELETE FROM reservations WHERE request_id = $1 RETURNING …`` (zero rows means it already
-  happened: return ``applied=False`` and change nothing). The
-  reservation row is authoritative for key, account and **month**: a request that began before
-  midnight UTC and ended after it is charged to the month it was reserved in, so a cap check
-  and its charge always concern the same month. The charge is ``min(usage.charged_uc, amount)``
-  (0 for release); the usage record is written with that charge and the reservation's key,
-  account, month, endpoint, model and start time, in the same transaction. Settle, a replayed settle and the expiry sweeper
-  of any number of processes may race: exactly one applies.
+  happened: return ``applied=False`` and change nothing). The reservation row is authoritative
+  for key, account and **month**: a request that began before midnight UTC and ended after it is
+  charged to the month it was reserved in, so a cap check and its charge always concern the same
+  month. The charge is ``min(usage.charged_uc, amount)`` (0 for release); the usage record is
+  written with that charge and the reservation's key, account, month, endpoint, model and start
+  time, in the same transaction. Settle, a replayed settle and the expiry sweeper of any number
+  of processes may race: exactly one applies.
 - Expiry: a reservation still pending after ``expires_at`` belongs to a request whose process
   crashed or lost it. ``billing.sweeper`` lists them with ``expired_reservations`` and releases
-  each (charge 0, usage status ``"abandoned"``, the endpoint and model the hold was made for), so its hold
-  stops blocking the balance and the cap. Releasing is the same conditional step as above, so
-  sweepers may run in every instance at once.
+  each (charge 0, usage status ``"abandoned"``, the endpoint and model the hold was made for), so
+  its hold stops blocking the balance and the cap. Releasing is the same conditional step as
+  above, so sweepers may run in every instance at once.
 - ``Settlement.balance_uc`` and ``Reservation.balance_after_uc`` are the balance *available*
   (``balance_uc - reserved_uc``) after the step; the cap figures are ``cap - spent - reserved``
   of the reservation's month (None: no cap). They feed the response headers.

@@ -10,8 +10,8 @@ writes are serialised by row locks, so the invariants of ``storage.base`` hold a
 - ``settle``/``release`` claim the reservation with ``DELETE … RETURNING`` (a reservation row lives
   only while its request is in flight; the usage record is the permanent trace): of two concurrent
   attempts (a request finishing while a sweeper on another instance releases it) exactly one sees
-  the row, the other changes nothing. The returned row (key, account, month,
-  amount) is what gets charged and recorded. Lock order is always reservation → account →
+  the row, the other changes nothing. The returned row (key, account, month, amount, endpoint,
+  model, start) is what gets charged and recorded. Lock order is always reservation → account →
   month spend, and reserve takes account → month spend, so they cannot deadlock.
 - Key versions come from a sequence. A sequence alone hands out numbers in call order but
   transactions commit in any order: a poller that saw version 7 could miss a version 6 committed
