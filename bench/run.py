@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import math
 import os
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -166,18 +168,33 @@ async def bench_target(target: Target, upstream: Upstream, args: argparse.Namesp
             "ttft_added_p99_ms": _ms(lg.pct(gw.ttfts, 0.99) - lg.pct(dr.ttfts, 0.99)),
             "stream_added_p50_ms": _ms(lg.pct(gw.latencies, 0.5) - lg.pct(dr.latencies, 0.5)),
         }
-        cpu_per_stream = {}
-        for chunks in (50, 2):
-            upstream.configure(chunks=chunks, delay_ms=2)
-            (st,) = await lg.interleaved([load(ep, True)], 2, seconds)
+        paced = await paced_streams(functools.partial(load, ep, True), upstream, seconds)
+        for chunks, st in paced.items():
             check(st, f"{ep.name} paced stream chunks={chunks}")
-            cpu_per_stream[chunks] = st.cpu_ns / 1000 / st.completed
-        row["cpu_us_per_stream_50"] = cpu_per_stream[50]
-        row["cpu_us_per_stream_2"] = cpu_per_stream[2]
-        row["cpu_us_per_chunk"] = (cpu_per_stream[50] - cpu_per_stream[2]) / 48
+        row["cpu_us_per_stream_50"], row["cpu_us_per_stream_2"], row["cpu_us_per_chunk"] = cpu_per_chunk(
+            paced
+        )
         out["stream"][ep.name] = row
     upstream.configure()
     return out
+
+
+async def paced_streams(
+    make: Callable[[], lg.Load], upstream: Upstream, seconds: float
+) -> dict[int, lg.Stats]:
+    """Streams of 50 and of 2 text deltas, 2 ms apart, at c = 2: every chunk is a cold wakeup."""
+    out = {}
+    for chunks in (50, 2):
+        upstream.configure(chunks=chunks, delay_ms=2)
+        (out[chunks],) = await lg.interleaved([make()], 2, seconds)
+    upstream.configure()
+    return out
+
+
+def cpu_per_chunk(paced: dict[int, lg.Stats]) -> tuple[float, float, float]:
+    """CPU µs per 50-chunk stream, per 2-chunk stream, and per chunk (their difference / 48)."""
+    per_stream = {chunks: st.cpu_ns / 1000 / max(st.completed, 1) for chunks, st in paced.items()}
+    return per_stream[50], per_stream[2], (per_stream[50] - per_stream[2]) / 48
 
 
 async def bench_floor(
@@ -192,24 +209,21 @@ async def bench_floor(
         proc.wait_http(f"http://127.0.0.1:{port}/health", 20)
         chat = next(ep for ep in direct_endpoints() if ep.name == "chat")
 
+        def cpu() -> int:
+            return cpu_ns(tree(proc.pid))
+
         def load(stream: bool) -> lg.Load:
             req = lg.build_request("127.0.0.1", port, chat.path, chat.headers, chat.body(stream))
-            cpu = lambda: cpu_ns(tree(proc.pid))  # noqa: E731
             return lg.Load(kind, "127.0.0.1", port, req, MARKER if stream else b"", cpu, GATEWAY_CORE)
 
         upstream.configure()
         await lg.interleaved([load(False)], 4, 0.5)
         (whole,) = await lg.interleaved([load(False)], 16, args.seconds)
-        per_stream = {}
-        for chunks in (50, 2):
-            upstream.configure(chunks=chunks, delay_ms=2)
-            (st,) = await lg.interleaved([load(True)], 2, args.seconds)
-            per_stream[chunks] = st.cpu_ns / 1000 / max(st.completed, 1)
-        upstream.configure()
+        paced = await paced_streams(lambda: load(True), upstream, args.seconds)
         return {
             "rps_per_core_c16": whole.rps_per_core,
-            "cpu_us_per_chunk": (per_stream[50] - per_stream[2]) / 48,
-            "errors": whole.errors,
+            "cpu_us_per_chunk": cpu_per_chunk(paced)[2],
+            "errors": whole.errors + sum(st.errors for st in paced.values()),
         }
     finally:
         proc.stop()
