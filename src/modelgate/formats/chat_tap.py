@@ -8,17 +8,16 @@ import re
 
 import orjson
 
-from modelgate import ir
 from modelgate.billing.estimate import escaped_tokens, json_string_body
 from modelgate.formats.chat_stream import decode_usage, stop_reason_of, stream_error_from
-from modelgate.formats.sse import EventBuffer, model_rewrites
+from modelgate.formats.sse import PassthroughTap, data_of
 
 _VALUE_KEYS = (b'"content":"', b'"arguments":"', b'"reasoning_content":"', b'"refusal":"')
 #: A chunk that may carry a finish reason, usage or an error (the only ones parsed).
 _META = re.compile(rb'"finish_reason": ?"|"usage": ?\{|"error" ?:')
 
 
-class StreamTap:
+class StreamTap(PassthroughTap):
     """Relays upstream Chat SSE bytes, rewriting only the model id, reading what billing needs.
 
     Only whole events are forwarded. Only chunks that can carry a finish reason, usage or an
@@ -27,35 +26,11 @@ class StreamTap:
     forwarded, and so are the ``"usage":null`` fields the client did not ask for.
     """
 
-    __slots__ = (
-        "_events",
-        "_rewrites",
-        "_strip",
-        "error",
-        "finished",
-        "output_tokens",
-        "stop_reason",
-        "usage",
-    )
+    __slots__ = ("_strip",)
 
     def __init__(self, upstream_model: str, client_model: str, strip_usage_chunk: bool = False) -> None:
-        self._events = EventBuffer()
+        super().__init__(upstream_model, client_model)
         self._strip = strip_usage_chunk
-        self._rewrites = model_rewrites(upstream_model, client_model)
-        self.usage: ir.Usage | None = None
-        self.stop_reason: ir.StopReason | None = None
-        self.finished = False
-        self.error: ir.StreamError | None = None
-        #: Output tokens relayed so far, estimated per delta (billing.estimate); exact for the simulator.
-        self.output_tokens = 0
-
-    def feed(self, chunk: bytes) -> bytes:
-        out = self._events.take(chunk)
-        return self._inspect(out) if out else b""
-
-    def finish(self) -> bytes:
-        rest = self._events.rest()
-        return self._inspect(rest) if rest.strip() else rest
 
     def _inspect(self, out: bytes) -> bytes:
         crlf = b"\r" in out
@@ -84,11 +59,7 @@ class StreamTap:
 
     def _chunk(self, block: bytes) -> bool:
         """Read one metadata chunk; True when it is the ``choices:[]`` usage chunk."""
-        data = b"\n".join(
-            line[6:] if line.startswith(b"data: ") else line[5:]
-            for line in block.split(b"\n")
-            if line.startswith(b"data:")
-        )
+        data = data_of(block)
         try:
             chunk = orjson.loads(data)
         except orjson.JSONDecodeError:

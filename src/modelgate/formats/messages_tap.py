@@ -6,23 +6,14 @@ from __future__ import annotations
 
 import orjson
 
-from modelgate import ir
 from modelgate.billing.estimate import escaped_tokens, json_string_body
 from modelgate.formats.messages_stream import decode_usage, stop_reason_of, stream_error_from
-from modelgate.formats.sse import EventBuffer, model_rewrites
+from modelgate.formats.sse import PassthroughTap, data_of
 
 _VALUE_KEYS = (b'"text":"', b'"partial_json":"', b'"thinking":"')
 
 
-def _data_of(block: bytes) -> bytes:
-    return b"\n".join(
-        line[6:] if line.startswith(b"data: ") else line[5:]
-        for line in block.split(b"\n")
-        if line.startswith(b"data:")
-    )
-
-
-class StreamTap:
+class StreamTap(PassthroughTap):
     """Relays upstream Messages SSE bytes unchanged except the model id, reading what billing needs.
 
     Only whole events are forwarded (a partial trailing event waits for the next chunk), so a
@@ -30,34 +21,7 @@ class StreamTap:
     ``message_stop`` and ``error`` are parsed; deltas are measured by scanning bytes.
     """
 
-    __slots__ = (
-        "_events",
-        "_rewrites",
-        "error",
-        "finished",
-        "output_tokens",
-        "stop_reason",
-        "usage",
-    )
-
-    def __init__(self, upstream_model: str, client_model: str, strip_usage_chunk: bool = False) -> None:
-        # ``strip_usage_chunk`` is a Chat notion: Messages streams always carry usage.
-        self._events = EventBuffer()
-        self._rewrites = model_rewrites(upstream_model, client_model)
-        self.usage: ir.Usage | None = None
-        self.stop_reason: ir.StopReason | None = None
-        self.finished = False
-        self.error: ir.StreamError | None = None
-        #: Output tokens relayed so far, estimated per delta (billing.estimate); exact for the simulator.
-        self.output_tokens = 0
-
-    def feed(self, chunk: bytes) -> bytes:
-        out = self._events.take(chunk)
-        return self._inspect(out) if out else b""
-
-    def finish(self) -> bytes:
-        rest = self._events.rest()
-        return self._inspect(rest) if rest.strip() else rest
+    __slots__ = ()
 
     def _inspect(self, out: bytes) -> bytes:
         text = out.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if b"\r" in out else out
@@ -79,7 +43,7 @@ class StreamTap:
     def _event(self, block: bytes) -> bool:
         """Parse one metadata event; True when it is ``message_start`` (the one naming the model)."""
         try:
-            data = orjson.loads(_data_of(block))
+            data = orjson.loads(data_of(block))
         except orjson.JSONDecodeError:
             return False  # relayed as is: the client sees exactly what the upstream sent
         if not isinstance(data, dict):

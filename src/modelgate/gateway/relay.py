@@ -26,7 +26,7 @@ from starlette.types import Receive, Scope, Send
 from modelgate import errors, ir
 from modelgate.billing.estimate import text_tokens
 from modelgate.formats import CODECS, ids
-from modelgate.formats.sse import model_rewrites
+from modelgate.formats.sse import data_of, model_rewrites
 from modelgate.gateway.disconnect import ClientGone, DisconnectWatch
 from modelgate.upstream.base import Redacts
 from modelgate.upstream.router import Attempt
@@ -78,7 +78,7 @@ def _malformed_at(out: bytes) -> int:
                 if data[:1] == b" ":
                     data = data[1:]
             else:
-                data = _data_of(out[at:end])
+                data = data_of(out[at:end])
             if data and data != b"[DONE]":
                 try:
                     orjson.loads(data)
@@ -88,14 +88,10 @@ def _malformed_at(out: bytes) -> int:
     return -1
 
 
-def _data_of(block: bytes) -> bytes:
-    return b"\n".join(line[5:].removeprefix(b" ") for line in block.split(b"\n") if line.startswith(b"data:"))
-
-
 def _malformed_block_at(text: bytes) -> int:
     at = 0
     for block in text.split(b"\n\n"):
-        data = _data_of(block)
+        data = data_of(block)
         if data and data != b"[DONE]":
             try:
                 orjson.loads(data)
