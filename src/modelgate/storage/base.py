@@ -169,6 +169,25 @@ class Refusal:
     available_uc: int
 
 
+def decide_hold(r: ReserveRequest, balance_free: int, cap: int | None, used: int) -> Reservation | Refusal:
+    """The reservation rule, applied by every engine to figures read under its lock: grant
+    ``min(amount, free balance, free cap)`` when that is at least ``minimum``; otherwise refuse,
+    naming the cap when it is the binding constraint. ``used`` is the key's spent + held this month."""
+    cap_free = None if cap is None else max(0, cap - used)
+    affordable = balance_free if cap_free is None else min(balance_free, cap_free)
+    if affordable < r.minimum_uc:
+        if cap_free is not None and cap_free <= balance_free:
+            return Refusal("monthly_cap", max(0, affordable))
+        return Refusal("balance", max(0, affordable))
+    granted = min(r.amount_uc, affordable)
+    return Reservation(
+        request_id=r.request_id,
+        granted_uc=granted,
+        balance_after_uc=balance_free - granted,
+        cap_remaining_after_uc=None if cap_free is None else cap_free - granted,
+    )
+
+
 @dataclass(slots=True)
 class UsageRecord:
     request_id: str

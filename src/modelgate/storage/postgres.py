@@ -47,6 +47,7 @@ from modelgate.storage.base import (
     StorageError,
     UsageRecord,
     UsageSummary,
+    decide_hold,
 )
 
 #: Advisory lock ids ("modelgat" in ASCII, then +1): migrations, and key-version ordering.
@@ -365,14 +366,10 @@ class PostgresStore:
                     r.month,
                 )
                 spend = await conn.fetchrow(spend_sql, r.key_id, r.month)
-            spent, held = int(spend[0]), int(spend[1])
-            cap_free = None if cap is None else max(0, cap - spent - held)
-            affordable = balance_free if cap_free is None else min(balance_free, cap_free)
-            if affordable < r.minimum_uc:
-                if cap_free is not None and cap_free <= balance_free:
-                    return Refusal("monthly_cap", max(0, affordable))
-                return Refusal("balance", max(0, affordable))
-            granted = min(r.amount_uc, affordable)
+            decision = decide_hold(r, balance_free, cap, int(spend[0]) + int(spend[1]))
+            if isinstance(decision, Refusal):
+                return decision
+            granted = decision.granted_uc
             await conn.execute(
                 "WITH hold AS (INSERT INTO reservations (request_id, key_id, account_id, month, amount_uc, "
                 "created_at, expires_at, endpoint, model) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)), "
@@ -388,12 +385,7 @@ class PostgresStore:
                 r.endpoint,
                 r.model,
             )
-            return Reservation(
-                request_id=r.request_id,
-                granted_uc=granted,
-                balance_after_uc=balance_free - granted,
-                cap_remaining_after_uc=None if cap_free is None else cap_free - granted,
-            )
+            return decision
 
     async def settle(self, usage: UsageRecord) -> Settlement:
         return await self._finish(usage, True)

@@ -38,6 +38,7 @@ from modelgate.storage.base import (
     StorageError,
     UsageRecord,
     UsageSummary,
+    decide_hold,
 )
 from modelgate.storage.group_commit import BUSY, GroupCommit
 
@@ -435,14 +436,10 @@ class SqliteStore:
         ).fetchone()
         if row is None:
             return Refusal("balance", 0)
-        balance_free, cap, used = int(row[0]), row[1], int(row[2])
-        cap_free = None if cap is None else max(0, cap - used)
-        affordable = balance_free if cap_free is None else min(balance_free, cap_free)
-        if affordable < r.minimum_uc:
-            if cap_free is not None and cap_free <= balance_free:
-                return Refusal("monthly_cap", max(0, affordable))
-            return Refusal("balance", max(0, affordable))
-        granted = min(r.amount_uc, affordable)
+        decision = decide_hold(r, int(row[0]), row[1], int(row[2]))
+        if isinstance(decision, Refusal):
+            return decision
+        granted = decision.granted_uc
         db.execute(
             "INSERT INTO reservations (request_id, key_id, account_id, month, amount_uc, created_at, "
             "expires_at, endpoint, model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -464,12 +461,7 @@ class SqliteStore:
             "ON CONFLICT (key_id, month) DO UPDATE SET reserved_uc = reserved_uc + excluded.reserved_uc",
             (r.key_id, r.month, granted),
         )
-        return Reservation(
-            request_id=r.request_id,
-            granted_uc=granted,
-            balance_after_uc=balance_free - granted,
-            cap_remaining_after_uc=None if cap_free is None else cap_free - granted,
-        )
+        return decision
 
     async def settle(self, usage: UsageRecord) -> Settlement:
         return await self._ledger.run(lambda db: self._finish(db, usage, True))
