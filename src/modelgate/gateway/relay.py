@@ -338,7 +338,6 @@ class StreamResponse(Response):
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             await watch.run(self.relay.pump(send_body))
-            watch.close()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except ClientGone:
             self.relay.status = "client_disconnected"
