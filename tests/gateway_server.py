@@ -19,9 +19,9 @@ import uvicorn
 
 from modelgate.clock import Clock
 from modelgate.config import Settings, load_settings
-from modelgate.gateway.app import create_app
-from modelgate.gateway.services import Services
 from modelgate.management import IssuedKey, Management
+from modelgate.server.app import create_app
+from modelgate.services import Services
 from modelgate.storage.base import Account
 
 T = TypeVar("T")

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 
 from modelgate.errors import AuthenticationFailed
 from modelgate.keys import KEY_PREFIX, Digester, is_well_formed_key
-from modelgate.storage.base import KeyRecord, Store
+from modelgate.storage.base import KeyRecord, KeyStore
 
 log = logging.getLogger("modelgate.auth")
 FULL_RELOAD_SECONDS = 30.0
@@ -28,7 +28,7 @@ _SEND_GATEWAY_KEY = (
 
 
 class KeyView:
-    def __init__(self, store: Store, digester: Digester) -> None:
+    def __init__(self, store: KeyStore, digester: Digester) -> None:
         self._store = store
         self._digester = digester
         self._by_id: dict[str, KeyRecord] = {}

@@ -18,7 +18,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from modelgate.upstream.config import DeploymentConfig, ProviderConfig, RoutingConfig
+from modelgate.upstream.config import DeploymentConfig, ProviderConfig, RoutingConfig, SimulatorConfig
 
 ENV_PREFIX = "MODELGATE_"
 MIB = 1024 * 1024
@@ -42,17 +42,6 @@ class ServerConfig(_Section):
     #: Seconds a 429 from the protective limiter asks clients to wait.
     overload_retry_after: int = Field(1, ge=1)
     access_log: bool = False
-
-
-class SimulatorConfig(_Section):
-    """The built-in simulator upstream (deterministic text; labelled as a simulator everywhere)."""
-
-    #: Milliseconds before the first byte.
-    latency_ms: float = Field(0.0, ge=0)
-    #: Output pacing; 0 means as fast as possible.
-    tokens_per_second: float = Field(0.0, ge=0)
-    #: Words of reply text when the request's max_tokens allows.
-    reply_words: int = Field(24, ge=1)
 
 
 class KeysConfig(_Section):

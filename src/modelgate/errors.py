@@ -33,6 +33,9 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "billing": ErrorKind(402, "billing_error", "insufficient_quota", "insufficient_quota", retryable=False),
     "permission": ErrorKind(403, "permission_error", "permission_error", "model_not_allowed"),
     "not_found": ErrorKind(404, "not_found_error", "invalid_request_error", "model_not_found"),
+    "method_not_allowed": ErrorKind(
+        405, "invalid_request_error", "invalid_request_error", "method_not_allowed"
+    ),
     "request_too_large": ErrorKind(413, "request_too_large", "invalid_request_error", "request_too_large"),
     "rate_limit": ErrorKind(429, "rate_limit_error", "rate_limit_error", "rate_limit_exceeded"),
     "api_error": ErrorKind(500, "api_error", "server_error", None),
@@ -51,6 +54,9 @@ class GatewayError(Exception):
     """
 
     kind: str = "api_error"
+    #: True when the error reports what an upstream did (its refusal or failure); False for the
+    #: gateway's own refusals. Usage records tell the two apart.
+    from_upstream: bool = False
 
     def __init__(
         self,
@@ -104,6 +110,10 @@ class NotFound(GatewayError):
     kind = "not_found"
 
 
+class MethodNotAllowed(GatewayError):
+    kind = "method_not_allowed"
+
+
 class RequestTooLarge(GatewayError):
     kind = "request_too_large"
 
@@ -117,6 +127,7 @@ class InternalError(GatewayError):
 
 
 class UpstreamFailed(GatewayError):
+    from_upstream = True
     kind = "upstream_error"
 
 
@@ -125,10 +136,12 @@ class Unavailable(GatewayError):
 
 
 class UpstreamTimeout(GatewayError):
+    from_upstream = True
     kind = "timeout"
 
 
 class Overloaded(GatewayError):
+    from_upstream = True
     kind = "overloaded"
 
 

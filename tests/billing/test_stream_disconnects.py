@@ -142,8 +142,9 @@ def test_sdk_streams_closed_early_are_billed_once(gateway: GatewayServer) -> Non
 def test_tap_estimate_is_exact_for_the_simulator(dialect: str, tools: bool) -> None:
     """Each passthrough tap's per-delta estimate equals the simulator's own count, text and tool
     calls alike, so a cut simulator stream is billed exactly what was relayed."""
-    from modelgate.config import SimulatorConfig
-    from modelgate.formats import CODECS
+    from modelgate.billing.estimate import DELTA_ESTIMATOR
+    from modelgate.formats import CODECS, ClientRequest
+    from modelgate.upstream.config import SimulatorConfig
     from modelgate.upstream.simulator import SimulatorProvider
 
     body: dict[str, Any] = body_for(dialect, "sim", PROMPT + " with get_weather", 200, stream=True)
@@ -161,7 +162,8 @@ def test_tap_estimate_is_exact_for_the_simulator(dialect: str, tools: bool) -> N
     async def relay() -> Any:
         provider = SimulatorProvider("sim", SimulatorConfig(reply_words=40))
         reply = await provider.send(dialect, orjson.dumps(body), stream=True, client_headers={})  # type: ignore[arg-type]
-        tap = CODECS[dialect].StreamTap("sim", "sim")  # type: ignore[index]
+        codec = CODECS[dialect]  # type: ignore[index]
+        tap = codec.stream_tap("sim", ClientRequest(codec, body, "sim"), DELTA_ESTIMATOR)
         async for chunk in reply.iter_chunks():
             tap.feed(chunk)
         tap.finish()

@@ -12,8 +12,12 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from modelgate import errors, ir
-from modelgate.billing.estimate import text_tokens
-from modelgate.formats import chat, messages
+from modelgate.billing.estimate import DELTA_ESTIMATOR, text_tokens
+from modelgate.formats.chat import request as chat_request
+from modelgate.formats.chat import response as chat_response
+from modelgate.formats.chat import stream as chat_stream
+from modelgate.formats.chat import tap as chat_tap
+from modelgate.formats.messages import request as messages_request
 from modelgate.formats.sse import SSEParser
 
 
@@ -66,7 +70,7 @@ def test_decode_conversation() -> None:
             },
         ]
     )
-    req = chat.decode_request(data)
+    req = chat_request.decode_request(data)
     assert req.system == ["Be brief.", "Use tools."]
     assert req.messages == [
         ir.Message("user", [ir.TextPart("weather?")]),
@@ -132,19 +136,19 @@ def test_decode_options() -> None:
         frequency_penalty=0.1,
         n=1,
     )
-    req = chat.decode_request(data)
+    req = chat_request.decode_request(data)
     assert req.max_tokens == 200 and req.stop_sequences == ["END"]
     assert req.stream and req.include_usage and req.temperature == 1.5 and req.top_p == 0.5
     assert req.tools == [ir.Tool("f", "F", {"type": "object"}), ir.Tool("g")]
     assert req.tool_choice == ir.ToolChoice("any", disable_parallel=True)
     assert req.reasoning_effort == "low" and req.user == "user-9"
     assert req.response_format == {"type": "json_schema", "name": "out", "schema": {"type": "object"}}
-    assert chat.decode_request(body(max_tokens=7, stop=["a", "b"])).max_tokens == 7
-    assert chat.decode_request(body(response_format={"type": "json_object"})).response_format == {
+    assert chat_request.decode_request(body(max_tokens=7, stop=["a", "b"])).max_tokens == 7
+    assert chat_request.decode_request(body(response_format={"type": "json_object"})).response_format == {
         "type": "json_object"
     }
-    assert chat.decode_request(body(response_format={"type": "text"})).response_format is None
-    assert not chat.decode_request(
+    assert chat_request.decode_request(body(response_format={"type": "text"})).response_format is None
+    assert not chat_request.decode_request(
         body(stream_options={"include_usage": True})
     ).include_usage  # not streaming
 
@@ -160,7 +164,7 @@ def test_decode_options() -> None:
     ],
 )
 def test_decode_tool_choice(choice: Any, expected: ir.ToolChoice) -> None:
-    assert chat.decode_request(body(tool_choice=choice)).tool_choice == expected
+    assert chat_request.decode_request(body(tool_choice=choice)).tool_choice == expected
 
 
 @pytest.mark.parametrize(
@@ -183,7 +187,7 @@ def test_decode_tool_choice(choice: Any, expected: ir.ToolChoice) -> None:
 )
 def test_decode_rejects_bad_fields_naming_them(patch: dict[str, Any], param: str) -> None:
     with pytest.raises(errors.InvalidRequest) as info:
-        chat.decode_request(body(**patch))
+        chat_request.decode_request(body(**patch))
     assert info.value.param == param
 
 
@@ -232,7 +236,7 @@ def test_encode_request() -> None:
         reasoning_effort="high",
         response_format={"type": "json_schema", "name": "out", "schema": {"type": "object"}},
     )
-    out = chat.encode_request(req, "gpt-5.1")
+    out = chat_request.encode_request(req, "gpt-5.1")
     assert out["messages"] == [
         {"role": "system", "content": "Be brief.\n\nUse tools."},
         {
@@ -318,7 +322,7 @@ def test_request_round_trip() -> None:
         stop=["s"],
         user="u",
     )
-    encoded = chat.encode_request(chat.decode_request(original), "nova-6-sol")
+    encoded = chat_request.encode_request(chat_request.decode_request(original), "nova-6-sol")
     assert encoded == original
 
 
@@ -339,8 +343,8 @@ def test_chat_client_through_messages_upstream_and_back() -> None:
         ],
         max_completion_tokens=50,
     )
-    upstream = messages.encode_request(chat.decode_request(original), "claude-x")
-    back = chat.encode_request(messages.decode_request(upstream), "nova-6-sol")
+    upstream = messages_request.encode_request(chat_request.decode_request(original), "claude-x")
+    back = chat_request.encode_request(messages_request.decode_request(upstream), "nova-6-sol")
     assert back["messages"] == [{**original["messages"][0], "role": "system"}, *original["messages"][1:]]
 
 
@@ -362,7 +366,7 @@ FINISH = [
 @pytest.mark.parametrize(("stop", "finish"), FINISH)
 def test_encode_response_stop_reasons(stop: ir.StopReason, finish: str) -> None:
     resp = ir.Response("chatcmpl-1", "nova-6-sol", [ir.TextPart("Hi")], stop, ir.Usage(5, 2))
-    out = chat.encode_response(resp)
+    out = chat_response.encode_response(resp)
     assert ChatCompletion.model_validate(out).choices[0].finish_reason == finish
 
 
@@ -374,7 +378,7 @@ def test_encode_response_shape() -> None:
         ir.StopReason.TOOL_USE,
         ir.Usage(10, 20, cache_creation_input_tokens=2, cache_read_input_tokens=3, reasoning_tokens=4),
     )
-    out = chat.encode_response(resp)
+    out = chat_response.encode_response(resp)
     parsed = ChatCompletion.model_validate(out)
     assert parsed.id == "chatcmpl-1" and parsed.object == "chat.completion"
     assert out["choices"][0] == {
@@ -398,7 +402,7 @@ def test_encode_response_shape() -> None:
         "completion_tokens_details": {"reasoning_tokens": 4},
     }
     assert out["system_fingerprint"] is None
-    text_only = chat.encode_response(
+    text_only = chat_response.encode_response(
         ir.Response("c", "m", [ir.TextPart("a"), ir.TextPart("b")], ir.StopReason.END_TURN, ir.Usage())
     )
     assert text_only["choices"][0]["message"] == {"role": "assistant", "content": "ab", "refusal": None}
@@ -435,7 +439,7 @@ def test_decode_response() -> None:
             "prompt_tokens_details": {"cached_tokens": 60},
         },
     }
-    resp = chat.decode_response(raw)
+    resp = chat_response.decode_response(raw)
     assert resp.content == [
         ir.ThinkingPart("think"),
         ir.TextPart("Hi"),
@@ -456,9 +460,9 @@ def test_decode_response() -> None:
             ir.StopReason.TOOL_USE,
             ir.StopReason.REFUSAL,
         ):
-            assert chat.decode_response(raw).stop_reason is stop
+            assert chat_response.decode_response(raw).stop_reason is stop
     with pytest.raises(errors.UpstreamFailed):
-        chat.decode_response({"choices": []})
+        chat_response.decode_response({"choices": []})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -468,7 +472,7 @@ def test_decode_response() -> None:
 
 def test_render_error() -> None:
     bad = errors.InvalidRequest("messages: required", param="messages")
-    assert orjson.loads(chat.render_error(bad, "req_1")) == {
+    assert orjson.loads(chat_response.render_error(bad, "req_1")) == {
         "error": {
             "message": "messages: required",
             "type": "invalid_request_error",
@@ -476,19 +480,19 @@ def test_render_error() -> None:
             "code": None,
         }
     }
-    cap = orjson.loads(chat.render_error(errors.BillingRefused("cap", code="monthly_cap"), "req_1"))
+    cap = orjson.loads(chat_response.render_error(errors.BillingRefused("cap", code="monthly_cap"), "req_1"))
     assert cap["error"] == {
         "message": "cap",
         "type": "insufficient_quota",
         "param": None,
         "code": "monthly_cap",
     }
-    missing = orjson.loads(chat.render_error(errors.NotFound("model x"), "req_1"))
+    missing = orjson.loads(chat_response.render_error(errors.NotFound("model x"), "req_1"))
     assert missing["error"]["code"] == "model_not_found"
 
 
 def test_stream_error_frame() -> None:
-    raw = chat.stream_error_frame(errors.Overloaded("busy"))
+    raw = chat_response.stream_error_frame(errors.Overloaded("busy"))
     (event,) = SSEParser().feed(raw)
     assert event.event is None
     assert orjson.loads(event.data) == {
@@ -528,7 +532,7 @@ def chunks_of(raw: bytes) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("include_usage", [True, False])
 def test_stream_encoder(include_usage: bool) -> None:
-    enc = chat.StreamEncoder(include_usage=include_usage)
+    enc = chat_stream.StreamEncoder(include_usage=include_usage)
     raw = b"".join(enc.encode(e) for e in EVENTS)
     chunks = chunks_of(raw)
     for chunk in chunks:
@@ -568,7 +572,7 @@ def test_stream_encoder(include_usage: bool) -> None:
 
 
 def test_stream_encoder_error_ends_the_stream_without_done() -> None:
-    enc = chat.StreamEncoder()
+    enc = chat_stream.StreamEncoder()
     raw = enc.encode(EVENTS[0]) + enc.encode(ir.StreamError("rate_limit", "slow down"))
     events = SSEParser().feed(raw)
     assert orjson.loads(events[-1].data) == {
@@ -614,7 +618,7 @@ USAGE = {
 
 
 def test_decoder_holds_finish_until_usage_chunk() -> None:
-    dec = chat.StreamDecoder()
+    dec = chat_stream.StreamDecoder()
     events = dec.feed(
         chunk({"role": "assistant", "content": ""}) + chunk({"content": "Hi"}) + chunk(finish="length")
     )
@@ -631,21 +635,21 @@ def test_decoder_holds_finish_until_usage_chunk() -> None:
 
 
 def test_decoder_done_without_usage_and_eof_cases() -> None:
-    dec = chat.StreamDecoder()
+    dec = chat_stream.StreamDecoder()
     events = dec.feed(chunk({"content": "Hi"}) + chunk(finish="stop") + data(b"[DONE]"))
     assert events[-1] == ir.Finish(ir.StopReason.END_TURN, ir.Usage())
     # finish_reason then EOF with neither usage nor [DONE]: complete answer.
-    dec = chat.StreamDecoder()
+    dec = chat_stream.StreamDecoder()
     dec.feed(chunk({"content": "Hi"}) + chunk(finish="stop", usage=USAGE))
     assert dec.finish() == [ir.Finish(ir.StopReason.END_TURN, ir.Usage(12, 5, cache_read_input_tokens=8))]
     # EOF before any finish_reason: the encoder must end the client stream with an error.
-    dec = chat.StreamDecoder()
+    dec = chat_stream.StreamDecoder()
     assert dec.feed(chunk({"content": "Hi"}))[-1] == ir.TextDelta(0, "Hi")
     assert dec.finish() == [ir.StreamError("upstream_error", "upstream stream ended early")]
 
 
 def test_decoder_errors_are_events() -> None:
-    dec = chat.StreamDecoder()
+    dec = chat_stream.StreamDecoder()
     events = dec.feed(chunk({"content": "Hi"}) + data(b"{broken"))
     assert events[-1].kind == "upstream_error"  # type: ignore[union-attr]
     assert dec.feed(chunk({"content": "more"})) == [] and dec.finish() == []
@@ -655,13 +659,13 @@ def test_decoder_errors_are_events() -> None:
         ({"message": "m", "type": "server_error", "code": None}, "upstream_error"),
         ({"message": "m", "type": "insufficient_quota", "code": "insufficient_quota"}, "upstream_error"),
     ]:
-        dec = chat.StreamDecoder()
+        dec = chat_stream.StreamDecoder()
         assert dec.feed(data({"error": error}))[-1] == ir.StreamError(kind, "m")
 
 
 def test_decoder_tool_call_variants() -> None:
     # Text after a tool call, "stop" with tool calls, and fragments without an explicit index.
-    dec = chat.StreamDecoder()
+    dec = chat_stream.StreamDecoder()
     raw = (
         chunk(
             {
@@ -709,7 +713,7 @@ TAP_STREAM = (
 )
 
 
-def check_tap(tap: chat.StreamTap) -> None:
+def check_tap(tap: chat_tap.StreamTap) -> None:
     assert tap.usage == ir.Usage(12, 5, cache_read_input_tokens=8)
     assert tap.stop_reason is ir.StopReason.TOOL_USE
     assert tap.finished and tap.error is None
@@ -718,7 +722,7 @@ def check_tap(tap: chat.StreamTap) -> None:
 
 
 def test_tap_forwards_exactly_when_models_match() -> None:
-    tap = chat.StreamTap("gpt-5.1", "gpt-5.1")
+    tap = chat_tap.StreamTap("gpt-5.1", "gpt-5.1", DELTA_ESTIMATOR)
     assert tap.feed(TAP_STREAM) + tap.finish() == TAP_STREAM
     check_tap(tap)
 
@@ -727,14 +731,14 @@ def test_tap_rewrites_model_at_every_split() -> None:
     expected = TAP_STREAM.replace(b'"model":"gpt-5.1"', b'"model":"nova-6-sol"')
     assert expected.count(b"gpt-5.1") == 1  # the mention inside the text is escaped and stays
     for cut in range(len(TAP_STREAM) + 1):
-        tap = chat.StreamTap("gpt-5.1", "nova-6-sol")
+        tap = chat_tap.StreamTap("gpt-5.1", "nova-6-sol", DELTA_ESTIMATOR)
         first = tap.feed(TAP_STREAM[:cut])
         assert first + tap.feed(TAP_STREAM[cut:]) + tap.finish() == expected
         check_tap(tap)
 
 
 def test_tap_strips_the_forced_usage_chunk_but_records_usage() -> None:
-    tap = chat.StreamTap("gpt-5.1", "nova-6-sol", strip_usage_chunk=True)
+    tap = chat_tap.StreamTap("gpt-5.1", "nova-6-sol", DELTA_ESTIMATOR, strip_usage=True)
     out = b"".join(tap.feed(TAP_STREAM[i : i + 50]) for i in range(0, len(TAP_STREAM), 50)) + tap.finish()
     check_tap(tap)
     events = SSEParser().feed(out)
@@ -747,7 +751,7 @@ def test_tap_strips_the_forced_usage_chunk_but_records_usage() -> None:
 
 
 def test_tap_records_in_band_error() -> None:
-    tap = chat.StreamTap("m", "m")
+    tap = chat_tap.StreamTap("m", "m", DELTA_ESTIMATOR)
     raw = chunk({"content": "x"}) + data(
         {"error": {"message": "busy", "type": "server_error", "code": "overloaded"}}
     )

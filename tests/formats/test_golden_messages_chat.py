@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from modelgate import ir
-from modelgate.formats import chat, messages
+from modelgate.formats import CODECS, ClientRequest
 
 GOLDEN = Path(__file__).parent / "golden" / "messages_chat"
 CLIENT_MODEL = "aria-sonnet-4.6"
@@ -38,14 +38,15 @@ CASES = [
     ("chat_interleaved_tools", "chat", "messages", False),
     ("chat_error", "chat", "messages", False),
 ]
-CODECS: dict[str, Any] = {"messages": messages, "chat": chat}
 
 
 def translate(
     upstream: str, client: str, include_usage: bool, chunks: list[bytes]
 ) -> tuple[bytes, list[ir.Event]]:
-    decoder = CODECS[upstream].StreamDecoder()
-    encoder = CODECS[client].StreamEncoder(include_usage=include_usage)
+    decoder = CODECS[upstream].stream_decoder()  # type: ignore[index]
+    codec = CODECS[client]  # type: ignore[index]
+    body = {"stream_options": {"include_usage": include_usage}}
+    encoder = codec.stream_encoder(ClientRequest(codec, body, CLIENT_MODEL))
     events: list[ir.Event] = []
     for chunk in chunks:
         events.extend(decoder.feed(chunk))

@@ -24,8 +24,12 @@ from openai.types.responses import ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from modelgate import ir
-from modelgate.billing.estimate import text_tokens
-from modelgate.formats import responses
+from modelgate.billing.estimate import DELTA_ESTIMATOR, text_tokens
+from modelgate.formats.chat import stream as chat_stream
+from modelgate.formats.responses import decoder as responses_decoder
+from modelgate.formats.responses import encoder as responses_encoder
+from modelgate.formats.responses import response as responses_response
+from modelgate.formats.responses import tap as responses_tap
 from modelgate.formats.sse import SSEParser
 
 GOLDEN = Path(__file__).parent / "golden" / "responses"
@@ -126,7 +130,7 @@ ENCODE_CASES: dict[str, list[ir.Event]] = {
 
 @pytest.mark.parametrize("name", sorted(ENCODE_CASES))
 def test_encode_golden(name: str) -> None:
-    encoder = responses.StreamEncoder(REQUEST, created_at=1_700_000_000)
+    encoder = responses_encoder.StreamEncoder(REQUEST, created_at=1_700_000_000)
     out = b"".join(encoder.encode(event) for event in ENCODE_CASES[name])
     events = SSEParser().feed(out)
     payloads = [orjson.loads(e.data) for e in events]
@@ -159,18 +163,18 @@ UPSTREAM = [
 @pytest.mark.parametrize("name", UPSTREAM)
 def test_decode_golden(name: str) -> None:
     raw = (GOLDEN / f"{name}.sse").read_bytes()
-    decoder = responses.StreamDecoder()
+    decoder = responses_decoder.StreamDecoder()
     events = decoder.feed(raw) + decoder.finish()
     actual = orjson.dumps([_event_json(e) for e in events], option=orjson.OPT_INDENT_2) + b"\n"
     _check(f"{name}.events.json", actual)
     # Byte-at-a-time feeding decodes to the same events.
-    slow = responses.StreamDecoder()
+    slow = responses_decoder.StreamDecoder()
     events_slow = [e for i in range(len(raw)) for e in slow.feed(raw[i : i + 1])] + slow.finish()
     assert events_slow == events
 
 
 def test_decoder_malformed_json_is_a_stream_error() -> None:
-    decoder = responses.StreamDecoder()
+    decoder = responses_decoder.StreamDecoder()
     events = decoder.feed(b"event: response.created\ndata: {not json\n\n")
     assert events == [ir.StreamError("upstream_error", "upstream sent malformed JSON in the stream")]
     assert decoder.feed(b'event: response.completed\ndata: {"type":"response.completed"}\n\n') == []
@@ -179,9 +183,9 @@ def test_decoder_malformed_json_is_a_stream_error() -> None:
 
 def test_encoder_output_decodes_back() -> None:
     """Our own client stream, read by our upstream decoder, gives the IR back (minus thinking sigs)."""
-    encoder = responses.StreamEncoder(REQUEST)
+    encoder = responses_encoder.StreamEncoder(REQUEST)
     out = b"".join(encoder.encode(e) for e in ENCODE_CASES["encode_tool_call"])
-    decoder = responses.StreamDecoder()
+    decoder = responses_decoder.StreamDecoder()
     events = decoder.feed(out) + decoder.finish()
     assert events[0] == ir.Start("resp_golden2", "nova-5.5", ir.Usage())
     assert events[-1] == ir.Finish(ir.StopReason.TOOL_USE, USAGE)
@@ -252,8 +256,8 @@ def _relayed_tokens(raw: bytes) -> int:
     return total
 
 
-def _run_tap(raw: bytes, cuts: list[int]) -> tuple[responses.StreamTap, bytes, list[bytes]]:
-    tap = responses.StreamTap("gpt-5.1-codex-up", "nova-5.5")
+def _run_tap(raw: bytes, cuts: list[int]) -> tuple[responses_tap.StreamTap, bytes, list[bytes]]:
+    tap = responses_tap.StreamTap("gpt-5.1-codex-up", "nova-5.5", DELTA_ESTIMATOR)
     pieces: list[bytes] = []
     bounds = [0, *cuts, len(raw)]
     for start, end in itertools.pairwise(bounds):
@@ -294,7 +298,7 @@ def test_tap_truncated_stream() -> None:
     assert out == _rewritten(raw[:cut])
     assert not tap.finished and tap.usage is None
     assert tap.error == ir.StreamError("upstream_error", "upstream stream ended early")
-    frame = responses.stream_error_frame(
+    frame = responses_response.stream_error_frame(
         responses_error(), tap.next_sequence_number, response_id="resp_0a1b2c", model="nova-5.5"
     )
     seqs = [orjson.loads(e.data)["sequence_number"] for e in SSEParser().feed(frame)]
@@ -315,7 +319,7 @@ def test_tap_flushes_whole_final_event_without_blank_line() -> None:
 
 def test_tap_same_model_and_crlf() -> None:
     raw = (GOLDEN / "upstream_incomplete.sse").read_bytes()
-    tap = responses.StreamTap("same", "same")
+    tap = responses_tap.StreamTap("same", "same", DELTA_ESTIMATOR)
     crlf = raw.replace(b"\n", b"\r\n")
     out = b"".join(tap.feed(crlf[i : i + 7]) for i in range(0, len(crlf), 7)) + tap.finish()
     assert out == raw  # line endings normalised to LF, nothing else touched
@@ -330,7 +334,7 @@ def test_tap_text_mentioning_terminal_names() -> None:
         "delta": 'see "response.completed" and event: error',
     }
     chunk = b"event: response.output_text.delta\ndata: " + orjson.dumps(delta) + b"\n\n"
-    tap = responses.StreamTap("a", "b")
+    tap = responses_tap.StreamTap("a", "b", DELTA_ESTIMATOR)
     assert tap.feed(chunk) == chunk
     assert not tap.finished and tap.error is None
     assert tap.output_tokens == text_tokens(delta["delta"]) and tap.next_sequence_number == 4
@@ -345,11 +349,10 @@ CHAT_CASES = ["chat_text", "chat_parallel_tools", "chat_interleaved_tools", "cha
 
 @pytest.mark.parametrize("name", CHAT_CASES)
 def test_chat_upstream_to_responses_client(name: str) -> None:
-    from modelgate.formats import chat
 
     raw = (GOLDEN / f"{name}.upstream.sse").read_bytes()
-    decoder = chat.StreamDecoder()
-    encoder = responses.StreamEncoder(REQUEST, created_at=1_700_000_000)
+    decoder = chat_stream.StreamDecoder()
+    encoder = responses_encoder.StreamEncoder(REQUEST, created_at=1_700_000_000)
     out = b""
     for start in range(0, len(raw), 37):  # arbitrary network-like chunking
         out += b"".join(encoder.encode(e) for e in decoder.feed(raw[start : start + 37]))

@@ -13,8 +13,11 @@ import pydantic
 import pytest
 
 from modelgate import errors, ir
-from modelgate.billing.estimate import text_tokens
-from modelgate.formats import messages
+from modelgate.billing.estimate import DELTA_ESTIMATOR, text_tokens
+from modelgate.formats.messages import request as messages_request
+from modelgate.formats.messages import response as messages_response
+from modelgate.formats.messages import stream as messages_stream
+from modelgate.formats.messages import tap as messages_tap
 from modelgate.formats.sse import SSEParser
 
 STREAM_EVENT = pydantic.TypeAdapter(anthropic.types.RawMessageStreamEvent)
@@ -35,7 +38,7 @@ def body(**extra: Any) -> dict[str, Any]:
 
 
 def test_decode_minimal() -> None:
-    req = messages.decode_request(body())
+    req = messages_request.decode_request(body())
     assert req.model == "aria-opus-4.8" and req.max_tokens == 1024 and not req.stream
     assert req.messages == [ir.Message("user", [ir.TextPart("Hi")])]
 
@@ -67,7 +70,7 @@ def test_decode_rejects_bad_fields_naming_them(patch: dict[str, Any], param: str
         else:
             data[key] = value
     with pytest.raises(errors.InvalidRequest) as info:
-        messages.decode_request(data)
+        messages_request.decode_request(data)
     assert info.value.param == param
     assert info.value.status_for("messages") == 400
 
@@ -75,7 +78,7 @@ def test_decode_rejects_bad_fields_naming_them(patch: dict[str, Any], param: str
 def test_count_tokens_bodies_need_no_max_tokens() -> None:
     data = body()
     del data["max_tokens"]
-    assert messages.decode_request(data, require_max_tokens=False).max_tokens is None
+    assert messages_request.decode_request(data, require_max_tokens=False).max_tokens is None
 
 
 def test_decode_is_lenient_with_claude_code_fields() -> None:
@@ -104,7 +107,7 @@ def test_decode_is_lenient_with_claude_code_fields() -> None:
         speed="fast",
         mcp_servers=[],
     )
-    req = messages.decode_request(data)
+    req = messages_request.decode_request(data)
     assert req.system == ["You are Claude Code.", "Be brief."]
     assert req.messages[1] == ir.Message("system", [ir.TextPart("Mid-conversation reminder.")])
     assert req.messages[2].content == []  # server-tool blocks are not translatable
@@ -114,7 +117,7 @@ def test_decode_is_lenient_with_claude_code_fields() -> None:
 
 def test_decode_thinking_budget_becomes_effort_and_format_becomes_response_format() -> None:
     schema = {"type": "object", "properties": {"a": {"type": "string"}}}
-    req = messages.decode_request(
+    req = messages_request.decode_request(
         body(
             thinking={"type": "enabled", "budget_tokens": 31999},
             output_config={"format": {"type": "json_schema", "schema": schema}},
@@ -122,7 +125,7 @@ def test_decode_thinking_budget_becomes_effort_and_format_becomes_response_forma
     )
     assert req.reasoning_effort == "high"
     assert req.response_format == {"type": "json_schema", "name": "response", "schema": schema}
-    low = messages.decode_request(body(thinking={"type": "enabled", "budget_tokens": 1024}))
+    low = messages_request.decode_request(body(thinking={"type": "enabled", "budget_tokens": 1024}))
     assert low.reasoning_effort == "low"
 
 
@@ -179,7 +182,7 @@ def test_decode_content_blocks() -> None:
             },
         ]
     )
-    user, assistant, results = messages.decode_request(data).messages
+    user, assistant, results = messages_request.decode_request(data).messages
     assert user.content == [
         ir.ImagePart(media_type="image/png", data="iVBO"),
         ir.ImagePart(url="https://x/cat.jpg"),
@@ -217,7 +220,7 @@ def test_decode_tools_and_choice() -> None:
         top_k=40,
         stream=True,
     )
-    req = messages.decode_request(data)
+    req = messages_request.decode_request(data)
     assert req.tools == [ir.Tool("get_weather", "d", {"type": "object", "properties": {}})]
     assert req.tool_choice == ir.ToolChoice("tool", "get_weather", disable_parallel=True)
     assert (req.stop_sequences, req.temperature, req.top_p, req.top_k, req.stream) == (
@@ -255,12 +258,12 @@ def test_encode_request_shapes_a_valid_conversation() -> None:
         tools=[ir.Tool("f", None, {"type": "object", "properties": {"x": {"type": "integer"}}})],
         tool_choice=ir.ToolChoice("any", disable_parallel=True),
     )
-    out = messages.encode_request(req, "claude-sonnet-4-6")
+    out = messages_request.encode_request(req, "claude-sonnet-4-6")
     assert out["model"] == "claude-sonnet-4-6"
     assert out["max_tokens"] == 4096 and out["temperature"] == 1.0 and out["stream"] is True
     assert out["system"] == [{"type": "text", "text": t} for t in ("Be brief.", "Use tools.", "Reminder.")]
     assert [m["role"] for m in out["messages"]] == ["user", "assistant", "user", "assistant"]
-    assert out["messages"][0]["content"] == [{"type": "text", "text": messages.CONTINUE_PLACEHOLDER}]
+    assert out["messages"][0]["content"] == [{"type": "text", "text": messages_request.CONTINUE_PLACEHOLDER}]
     # Two adjacent assistant turns merged (the system turn between them went to the top level).
     assert out["messages"][1]["content"] == [
         {"type": "text", "text": "Earlier answer"},
@@ -303,7 +306,7 @@ def test_encode_request_parts_and_formats() -> None:
         ],
         response_format={"type": "json_object"},
     )
-    out = messages.encode_request(req, "m")
+    out = messages_request.encode_request(req, "m")
     assert out["messages"][0]["content"] == [
         {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "AAA"}},
         {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}},
@@ -318,13 +321,13 @@ def test_encode_request_parts_and_formats() -> None:
         {"type": "thinking", "thinking": "t", "signature": "sig"},
         {"type": "redacted_thinking", "data": "r"},
     ]
-    assert out["system"] == [{"type": "text", "text": messages.JSON_OBJECT_INSTRUCTION}]
+    assert out["system"] == [{"type": "text", "text": messages_request.JSON_OBJECT_INSTRUCTION}]
     schema_req = ir.Request(
         model="m",
         messages=[],
         response_format={"type": "json_schema", "name": "n", "schema": {"type": "object"}},
     )
-    assert messages.encode_request(schema_req, "m")["output_config"] == {
+    assert messages_request.encode_request(schema_req, "m")["output_config"] == {
         "format": {"type": "json_schema", "schema": {"type": "object"}}
     }
 
@@ -355,9 +358,9 @@ def test_request_round_trip() -> None:
         top_k=5,
         metadata={"user_id": "u"},
     )
-    encoded = messages.encode_request(messages.decode_request(original), "aria-opus-4.8")
+    encoded = messages_request.encode_request(messages_request.decode_request(original), "aria-opus-4.8")
     assert encoded == {**original, "system": [{"type": "text", "text": "S"}]}
-    assert messages.decode_request(encoded) == messages.decode_request(original)
+    assert messages_request.decode_request(encoded) == messages_request.decode_request(original)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,7 +383,7 @@ def response(stop: ir.StopReason = ir.StopReason.TOOL_USE) -> ir.Response:
 
 
 def test_encode_response_is_a_valid_message_with_every_key() -> None:
-    out = messages.encode_response(response())
+    out = messages_response.encode_response(response())
     parsed = anthropic.types.Message.model_validate(out)
     assert parsed.stop_reason == "tool_use" and parsed.usage.cache_read_input_tokens == 4
     assert set(out) == {"id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage"}
@@ -396,22 +399,22 @@ def test_encode_response_is_a_valid_message_with_every_key() -> None:
 
 @pytest.mark.parametrize("stop", list(ir.StopReason))
 def test_every_stop_reason_is_valid_and_round_trips(stop: ir.StopReason) -> None:
-    out = messages.encode_response(response(stop))
+    out = messages_response.encode_response(response(stop))
     assert anthropic.types.Message.model_validate(out).stop_reason == stop.value
-    assert messages.decode_response(out).stop_reason is stop
+    assert messages_response.decode_response(out).stop_reason is stop
 
 
 def test_decode_response() -> None:
     resp = response()
     resp.stop_sequence = None
-    assert messages.decode_response(messages.encode_response(resp)) == resp
-    raw = messages.encode_response(response(ir.StopReason.STOP_SEQUENCE))
+    assert messages_response.decode_response(messages_response.encode_response(resp)) == resp
+    raw = messages_response.encode_response(response(ir.StopReason.STOP_SEQUENCE))
     raw["stop_sequence"] = "END"
     raw["content"].append({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}})
-    decoded = messages.decode_response(raw)
+    decoded = messages_response.decode_response(raw)
     assert decoded.stop_sequence == "END" and len(decoded.content) == 3
     with pytest.raises(errors.UpstreamFailed):
-        messages.decode_response({"type": "message"})
+        messages_response.decode_response({"type": "message"})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -421,7 +424,7 @@ def test_decode_response() -> None:
 
 def test_render_error() -> None:
     err = errors.BillingRefused("monthly cap reached", code="monthly_cap")
-    assert orjson.loads(messages.render_error(err, "req_1")) == {
+    assert orjson.loads(messages_response.render_error(err, "req_1")) == {
         "type": "error",
         "error": {
             "type": "billing_error",
@@ -430,12 +433,12 @@ def test_render_error() -> None:
         },
         "request_id": "req_1",
     }
-    plain = orjson.loads(messages.render_error(errors.Overloaded("Overloaded"), "req_2"))
+    plain = orjson.loads(messages_response.render_error(errors.Overloaded("Overloaded"), "req_2"))
     assert plain["error"] == {"type": "overloaded_error", "message": "Overloaded"}
 
 
 def test_stream_error_frame() -> None:
-    raw = messages.stream_error_frame(errors.UpstreamTimeout("idle"))
+    raw = messages_response.stream_error_frame(errors.UpstreamTimeout("idle"))
     (event,) = SSEParser().feed(raw)
     assert event.event == "error"
     assert orjson.loads(event.data) == {
@@ -450,7 +453,7 @@ def test_stream_error_frame() -> None:
 
 
 def test_stream_encoder_events_validate_and_close_open_blocks() -> None:
-    enc = messages.StreamEncoder()
+    enc = messages_stream.StreamEncoder()
     events: list[ir.Event] = [
         ir.Start("msg_1", "m", ir.Usage(10, 1, cache_read_input_tokens=5)),
         ir.BlockStart(0, "thinking"),
@@ -495,7 +498,7 @@ def test_stream_encoder_events_validate_and_close_open_blocks() -> None:
 
 
 def test_stream_encoder_error() -> None:
-    enc = messages.StreamEncoder()
+    enc = messages_stream.StreamEncoder()
     raw = enc.encode(ir.StreamError("overloaded", "Overloaded"))
     error = b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'
     assert raw == b"event: error\ndata: " + error + b"\n\n"
@@ -567,7 +570,7 @@ def test_decoder_merges_cumulative_usage_and_skips_server_blocks() -> None:
         )
         + sse("message_stop", {})
     )
-    dec = messages.StreamDecoder()
+    dec = messages_stream.StreamDecoder()
     events = dec.feed(raw) + dec.finish()
     assert events == [
         ir.Start("msg_u", "claude-x", ir.Usage(10, 1, cache_read_input_tokens=3)),
@@ -581,11 +584,11 @@ def test_decoder_merges_cumulative_usage_and_skips_server_blocks() -> None:
 
 
 def test_decoder_end_of_stream_cases() -> None:
-    dec = messages.StreamDecoder()
+    dec = messages_stream.StreamDecoder()
     assert dec.feed(START)[0].id == "msg_u"  # type: ignore[union-attr]
     assert dec.finish() == [ir.StreamError("upstream_error", "upstream stream ended early")]
     # message_delta seen but no message_stop: the answer is complete.
-    dec = messages.StreamDecoder()
+    dec = messages_stream.StreamDecoder()
     events = dec.feed(
         START + sse("message_delta", {"delta": {"stop_reason": "max_tokens"}, "usage": {"output_tokens": 2}})
     )
@@ -603,7 +606,7 @@ def test_decoder_end_of_stream_cases() -> None:
     ],
 )
 def test_decoder_in_band_errors(error_type: str, kind: str) -> None:
-    dec = messages.StreamDecoder()
+    dec = messages_stream.StreamDecoder()
     events = dec.feed(
         START + sse("error", {"error": {"type": error_type, "message": "m"}}) + sse("message_stop", {})
     )
@@ -612,7 +615,7 @@ def test_decoder_in_band_errors(error_type: str, kind: str) -> None:
 
 
 def test_decoder_malformed_json_is_an_event_not_an_exception() -> None:
-    dec = messages.StreamDecoder()
+    dec = messages_stream.StreamDecoder()
     events = dec.feed(START + b"event: content_block_start\ndata: {not json\n\n")
     assert isinstance(events[-1], ir.StreamError) and events[-1].kind == "upstream_error"
 
@@ -648,7 +651,7 @@ TAP_STREAM = (
 REWRITTEN = TAP_STREAM.replace(b'"model":"claude-x","content"', b'"model":"aria-opus-4.8","content"')
 
 
-def check_tap(tap: messages.StreamTap) -> None:
+def check_tap(tap: messages_tap.StreamTap) -> None:
     assert tap.usage == ir.Usage(10, 9, cache_read_input_tokens=3)
     assert tap.stop_reason is ir.StopReason.TOOL_USE
     assert tap.finished and tap.error is None
@@ -657,7 +660,7 @@ def check_tap(tap: messages.StreamTap) -> None:
 
 
 def test_tap_forwards_bytes_exactly_when_models_match() -> None:
-    tap = messages.StreamTap("claude-x", "claude-x")
+    tap = messages_tap.StreamTap("claude-x", "claude-x", DELTA_ESTIMATOR)
     assert tap.feed(TAP_STREAM) + tap.finish() == TAP_STREAM
     check_tap(tap)
 
@@ -665,24 +668,26 @@ def test_tap_forwards_bytes_exactly_when_models_match() -> None:
 def test_tap_rewrites_only_the_model_field_at_every_split() -> None:
     assert REWRITTEN != TAP_STREAM and REWRITTEN.count(b"claude-x") == 1  # the text keeps its mention
     for cut in range(len(TAP_STREAM) + 1):
-        tap = messages.StreamTap("claude-x", "aria-opus-4.8")
+        tap = messages_tap.StreamTap("claude-x", "aria-opus-4.8", DELTA_ESTIMATOR)
         first = tap.feed(TAP_STREAM[:cut])
         assert first.endswith(b"\n\n") or first == b""
         assert first + tap.feed(TAP_STREAM[cut:]) + tap.finish() == REWRITTEN
         check_tap(tap)
 
 
-def test_tap_records_error_and_flushes_partial_tail() -> None:
-    tap = messages.StreamTap("m", "m")
+def test_tap_records_error_and_holds_back_a_cut_tail() -> None:
+    tap = messages_tap.StreamTap("m", "m", DELTA_ESTIMATOR)
     raw = START + sse("error", {"error": {"type": "overloaded_error", "message": "Overloaded"}})
     assert tap.feed(raw + b"event: ping\ndata: {") == raw
     assert tap.error == ir.StreamError("overloaded", "Overloaded") and not tap.finished
-    assert tap.finish() == b"event: ping\ndata: {"
+    # The stream ended inside an event: half a JSON is never forwarded (the tap validates every
+    # event it relays), and the cut is flagged for the gateway's in-band error.
+    assert tap.finish() == b"" and tap.malformed
 
 
 def test_tap_handles_crlf() -> None:
     crlf = TAP_STREAM.replace(b"\n", b"\r\n")
-    tap = messages.StreamTap("claude-x", "aria-opus-4.8")
+    tap = messages_tap.StreamTap("claude-x", "aria-opus-4.8", DELTA_ESTIMATOR)
     out = b"".join(tap.feed(crlf[i : i + 7]) for i in range(0, len(crlf), 7)) + tap.finish()
     assert out == REWRITTEN.replace(b"\n", b"\r\n")
     check_tap(tap)

@@ -13,7 +13,9 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from modelgate import errors, ir
-from modelgate.formats import responses
+from modelgate.formats.responses import encoder as responses_encoder
+from modelgate.formats.responses import request as responses_request
+from modelgate.formats.responses import response as responses_response
 from modelgate.formats.sse import SSEParser
 
 STREAM_EVENT = TypeAdapter(ResponseStreamEvent)
@@ -103,7 +105,7 @@ CODEX_BODY: dict[str, Any] = {
 
 
 def test_codex_request_decodes() -> None:
-    req = responses.decode_request(CODEX_BODY)
+    req = responses_request.decode_request(CODEX_BODY)
     assert req.model == "nova-5.5" and req.stream
     assert req.system == ["You are Codex."]
     assert [m.role for m in req.messages] == ["user", "assistant", "user", "assistant", "system", "user"]
@@ -127,14 +129,14 @@ def test_codex_request_decodes() -> None:
     assert req.tool_choice == ir.ToolChoice("auto", disable_parallel=True)
     assert req.reasoning_effort == "high"
     assert req.response_format is None
-    assert responses.hosted_tools(CODEX_BODY) == ["web_search"]
-    assert responses.tool_namespaces(CODEX_BODY) == {
+    assert responses_request.hosted_tools(CODEX_BODY) == ["web_search"]
+    assert responses_request.tool_namespaces(CODEX_BODY) == {
         "multi_agent_v1__spawn_agent": ("multi_agent_v1", "spawn_agent")
     }
 
 
 def test_string_input_and_scalars() -> None:
-    req = responses.decode_request(
+    req = responses_request.decode_request(
         {
             "model": "m",
             "input": "hi",
@@ -162,21 +164,21 @@ def test_string_input_and_scalars() -> None:
         "schema": {"type": "object"},
         "strict": True,
     }
-    json_object = responses.decode_request(
+    json_object = responses_request.decode_request(
         {"model": "m", "input": "x", "text": {"format": {"type": "json_object"}}}
     )
     assert json_object.response_format == {"type": "json_object"}
-    assert responses.decode_request(
+    assert responses_request.decode_request(
         {"model": "m", "input": "x", "tool_choice": "required"}
     ).tool_choice == ir.ToolChoice("any")
-    assert responses.decode_request(
+    assert responses_request.decode_request(
         {"model": "m", "input": "x", "tool_choice": "none"}
     ).tool_choice == ir.ToolChoice("none")
 
 
 def test_images_and_files() -> None:
     text_b64 = base64.b64encode(b"hello doc").decode()
-    req = responses.decode_request(
+    req = responses_request.decode_request(
         {
             "model": "m",
             "input": [
@@ -221,12 +223,12 @@ def test_images_and_files() -> None:
 )
 def test_invalid_requests(body: dict[str, Any], param: str) -> None:
     with pytest.raises(errors.InvalidRequest) as info:
-        responses.decode_request(body)
+        responses_request.decode_request(body)
     assert info.value.param == param
 
 
 def test_function_call_bad_arguments_kept_raw() -> None:
-    req = responses.decode_request(
+    req = responses_request.decode_request(
         {
             "model": "m",
             "input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{oops"}],
@@ -236,9 +238,9 @@ def test_function_call_bad_arguments_kept_raw() -> None:
 
 
 def test_encode_request_round_trip() -> None:
-    req = responses.decode_request(CODEX_BODY)
+    req = responses_request.decode_request(CODEX_BODY)
     req.stop_sequences = ["END"]
-    body = responses.encode_request(req, "gpt-upstream")
+    body = responses_request.encode_request(req, "gpt-upstream")
     assert body["model"] == "gpt-upstream" and body["store"] is False and body["stream"] is True
     assert body["instructions"] == "You are Codex."
     assert body["parallel_tool_calls"] is False and body["reasoning"] == {"effort": "high"}
@@ -263,7 +265,7 @@ def test_encode_request_round_trip() -> None:
     assert body["input"][5]["content"] == [{"type": "output_text", "text": "Two files."}]
     assert [t["name"] for t in body["tools"]] == ["exec_command", "multi_agent_v1__spawn_agent"]
     # Decoding what we encoded gives the same conversation back.
-    again = responses.decode_request(body)
+    again = responses_request.decode_request(body)
     assert again.messages == req.messages and again.system == req.system and again.tools == req.tools
 
 
@@ -278,7 +280,7 @@ def test_encode_request_tool_result_error_and_images() -> None:
         tool_choice=ir.ToolChoice("any"),
         response_format={"type": "json_object"},
     )
-    body = responses.encode_request(req, "u")
+    body = responses_request.encode_request(req, "u")
     assert body["input"][0]["content"][1] == {
         "type": "input_image",
         "image_url": "data:image/jpeg;base64,QQ==",
@@ -308,8 +310,10 @@ def _ir_response(stop: ir.StopReason = ir.StopReason.END_TURN) -> ir.Response:
 
 
 def test_encode_response_matches_sdk() -> None:
-    req = responses.decode_request(CODEX_BODY)
-    body = responses.encode_response(_ir_response(), req, namespaces=responses.tool_namespaces(CODEX_BODY))
+    req = responses_request.decode_request(CODEX_BODY)
+    body = responses_response.encode_response(
+        _ir_response(), req, namespaces=responses_request.tool_namespaces(CODEX_BODY)
+    )
     parsed = Response.model_validate(body)
     assert parsed.status == "completed" and parsed.incomplete_details is None
     assert parsed.output_text == "Hello world"
@@ -357,15 +361,15 @@ def test_encode_response_matches_sdk() -> None:
     ],
 )
 def test_status_mapping(stop: ir.StopReason, status: str, reason: str | None) -> None:
-    body = responses.encode_response(_ir_response(stop))
+    body = responses_response.encode_response(_ir_response(stop))
     Response.model_validate(body)
     assert body["status"] == status
     assert (body["incomplete_details"] or {}).get("reason") == reason
 
 
 def test_decode_response() -> None:
-    body = responses.encode_response(_ir_response(ir.StopReason.TOOL_USE))
-    resp = responses.decode_response(body)
+    body = responses_response.encode_response(_ir_response(ir.StopReason.TOOL_USE))
+    resp = responses_response.decode_response(body)
     assert resp.id == "resp_abc" and resp.stop_reason is ir.StopReason.TOOL_USE
     assert resp.content == [
         ir.ThinkingPart("let me think"),
@@ -375,22 +379,26 @@ def test_decode_response() -> None:
     assert resp.usage == ir.Usage(10, 7, 2, 3, 0)
     body["output"] = body["output"][:2]
     body["status"], body["incomplete_details"] = "incomplete", {"reason": "max_output_tokens"}
-    assert responses.decode_response(body).stop_reason is ir.StopReason.MAX_TOKENS
+    assert responses_response.decode_response(body).stop_reason is ir.StopReason.MAX_TOKENS
     with pytest.raises(errors.UpstreamFailed, match="boom"):
-        responses.decode_response({"status": "failed", "error": {"code": "server_error", "message": "boom"}})
+        responses_response.decode_response(
+            {"status": "failed", "error": {"code": "server_error", "message": "boom"}}
+        )
 
 
 def test_render_error() -> None:
     err = errors.InvalidRequest("bad", param="input")
-    assert orjson.loads(responses.render_error(err, "req_1")) == {
+    assert orjson.loads(responses_response.render_error(err, "req_1")) == {
         "error": {"message": "bad", "type": "invalid_request_error", "param": "input", "code": None}
     }
-    over = orjson.loads(responses.render_error(errors.Overloaded("busy"), "req_1"))
+    over = orjson.loads(responses_response.render_error(errors.Overloaded("busy"), "req_1"))
     assert over["error"]["type"] == "server_error" and over["error"]["code"] == "overloaded"
 
 
 def test_stream_error_frame_validates() -> None:
-    frame = responses.stream_error_frame(errors.UpstreamTimeout("slow"), 7, response_id="resp_x", model="m")
+    frame = responses_response.stream_error_frame(
+        errors.UpstreamTimeout("slow"), 7, response_id="resp_x", model="m"
+    )
     events = SSEParser().feed(frame)
     assert [e.event for e in events] == ["error", "response.failed"]
     data = [orjson.loads(e.data) for e in events]
@@ -421,7 +429,7 @@ def _client(payload: bytes, content_type: str = "text/event-stream") -> openai.O
 
 
 def _stream_bytes(events: list[ir.Event], request: ir.Request | None = None) -> bytes:
-    encoder = responses.StreamEncoder(request)
+    encoder = responses_encoder.StreamEncoder(request)
     return (
         b"".join(encoder.encode(e) for e in events[:3])
         + encoder.ping()
@@ -503,7 +511,9 @@ def test_sdk_stream_error_raises_api_error() -> None:
 
 
 def test_sdk_parses_non_streaming_response() -> None:
-    body = responses.encode_response(_ir_response(), responses.decode_request({"model": "m", "input": "x"}))
+    body = responses_response.encode_response(
+        _ir_response(), responses_request.decode_request({"model": "m", "input": "x"})
+    )
     client = _client(orjson.dumps(body), "application/json")
     result = client.responses.create(model="m", input="x")
     assert result.output_text == "Hello world" and result.id == "resp_abc"

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from modelgate.config import ConfigError
-from modelgate.gateway.services import Services
+from modelgate.services import Services
 from tests.fakes import FakeUpstream, Fault, Reply
 from tests.fakes.upstream import Step
 from tests.gateway_server import make_settings, running_gateway

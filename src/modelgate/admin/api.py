@@ -32,8 +32,8 @@ from modelgate.admin.http import (
 )
 from modelgate.admin.openapi import openapi_document
 from modelgate.clock import month_of
-from modelgate.gateway.services import Services
 from modelgate.management import ConflictError, Management, ManagementError, NotFoundError, parse_credits
+from modelgate.services import Services
 from modelgate.storage.base import Account, Conflict, KeyRecord
 
 PREFIX = "/admin/api"

@@ -24,7 +24,7 @@ from starlette.requests import Request
 
 from modelgate.admin.http import AdminError, forbidden, not_found
 from modelgate.keys import ACCOUNT_TOKEN_PREFIX, OPERATOR_TOKEN_PREFIX, Digester, is_well_formed_admin_token
-from modelgate.storage.base import Store
+from modelgate.storage.base import AdminTokenStore
 
 _CHALLENGE = {"www-authenticate": 'Bearer realm="modelgate-admin"'}
 
@@ -61,7 +61,7 @@ def bearer_token(request: Request) -> str:
     return token
 
 
-async def authenticate(request: Request, store: Store, digester: Digester) -> Principal:
+async def authenticate(request: Request, store: AdminTokenStore, digester: Digester) -> Principal:
     token = bearer_token(request)
     if not is_well_formed_admin_token(token):
         raise _unauthorized("invalid admin token: not a well-formed mg-op-/mg-acct- token")

@@ -1,19 +1,19 @@
-"""Token estimates for streams that end before the upstream reported usage (client disconnects).
+"""The one token estimator: a word-and-punctuation tokenizer used everywhere tokens are guessed.
 
-The upstream's own usage report is always preferred; these estimates are used only for a stream
-cut before its final usage event. One rule everywhere, cheap enough to run on every delta:
+Tokens are ``\\w+`` runs and single symbols. The built-in simulator counts its input and output
+with exactly this rule, so for it every estimate below is exact. The upstream's own usage report is
+always preferred; estimates are used only where none came:
 
-- every non-empty delta (text, thinking, tool arguments) is at least one token: upstreams emit
-  one or a few tokens per delta, never less than one;
-- a delta is worth the number of word-and-punctuation pieces it holds (``\\w+`` runs and single
-  symbols), when that is more.
+- ``count_tokens``/``prompt_tokens``: the input of a request (``count_tokens`` answered locally, a
+  stream cut before the upstream reported its input);
+- ``text_tokens``: a relayed delta's output tokens, for a stream cut before its
+  final usage event. Every non-empty delta is at least one token (upstreams emit one or a few
+  tokens per delta, never less than one); a delta is worth its pieces when that is more.
 
-For the built-in simulator, which emits exactly one such piece per delta, the estimate is exact.
-For BPE upstreams it is close for English prose (a BPE token is about 0.75 words) and errs low
+For BPE upstreams this is close for English prose (a BPE token is about 0.75 words) and errs low
 rather than high for code and languages without spaces, so a cut stream is never billed for more
-than it plausibly generated. Input tokens of a cut stream come from the stream's first event
-when the upstream put them there (Messages, Responses); otherwise they are counted the same way
-over the prompt's text.
+than it plausibly generated. ``DELTA_ESTIMATOR`` hands the delta rules to the stream taps of
+``modelgate.formats``, which do not import billing.
 """
 
 from __future__ import annotations
@@ -22,44 +22,59 @@ import re
 
 import orjson
 
+from modelgate import ir
+
 _PIECES = re.compile(r"\w+|[^\w\s]")
-_ASCII_PIECES = re.compile(rb"\w+|[^\w\s]")
+
+
+def count_tokens(text: str) -> int:
+    """Tokens in ``text`` (exactly what the simulator counts)."""
+    return len(_PIECES.findall(text))
+
+
+def part_text(part: ir.Part) -> str:
+    if isinstance(part, ir.TextPart):
+        return part.text
+    if isinstance(part, ir.ToolUsePart):
+        return part.name + " " + orjson.dumps(part.input).decode()
+    if isinstance(part, ir.ToolResultPart):
+        return " ".join(p.text for p in part.content if isinstance(p, ir.TextPart))
+    if isinstance(part, ir.ThinkingPart):
+        return part.thinking
+    if isinstance(part, ir.DocumentPart):
+        return part.text or ""
+    return ""
+
+
+def prompt_text(req: ir.Request) -> str:
+    """All the text of a request that a model reads: system, messages, tool results, tool names,
+    descriptions and schemas."""
+    pieces = list(req.system)
+    for message in req.messages:
+        pieces.extend(part_text(p) for p in message.content)
+    for tool in req.tools:
+        pieces.append(f"{tool.name} {tool.description or ''} {orjson.dumps(tool.input_schema).decode()}")
+    return "\n".join(pieces)
+
+
+def prompt_tokens(req: ir.Request) -> int:
+    return count_tokens(prompt_text(req))
 
 
 def text_tokens(text: str) -> int:
     """Tokens of one delta of text: 0 when empty, otherwise at least 1."""
     if not text:
         return 0
-    return max(1, len(_PIECES.findall(text)))
+    return max(1, count_tokens(text))
 
 
-def escaped_tokens(escaped: bytes) -> int:
-    """Tokens of one delta given as the body of a JSON string (escapes still in place).
+class DeltaEstimator:
+    """The delta rules above as an object (``formats.base.TokenEstimator``)."""
 
-    The common case (plain ASCII, no escape) is counted on the bytes without decoding.
-    """
-    if not escaped:
-        return 0
-    if escaped.isascii() and b"\\" not in escaped:
-        return max(1, len(_ASCII_PIECES.findall(escaped)))
-    try:
-        text = orjson.loads(b'"' + escaped + b'"')
-    except orjson.JSONDecodeError:
-        text = escaped.decode("utf-8", "replace")
-    return text_tokens(text) if isinstance(text, str) else 1
+    __slots__ = ()
+
+    def text(self, text: str) -> int:
+        return text_tokens(text)
 
 
-def json_string_body(buf: bytes, start: int) -> bytes:
-    """The body of the JSON string that starts at ``buf[start]`` (just after its opening quote),
-    escapes kept; empty when the closing quote is missing."""
-    pos = start
-    while True:
-        end = buf.find(b'"', pos)
-        if end < 0:
-            return b""
-        back = end - 1
-        while back >= start and buf[back] == 0x5C:
-            back -= 1
-        if (end - 1 - back) % 2 == 0:
-            return buf[start:end]
-        pos = end + 1
+DELTA_ESTIMATOR = DeltaEstimator()

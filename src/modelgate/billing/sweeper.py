@@ -24,18 +24,19 @@ import asyncio
 import contextlib
 import logging
 
+from modelgate.billing.ledger import UsageStatus
 from modelgate.clock import Clock
-from modelgate.storage.base import Store, UsageRecord
+from modelgate.storage.base import LedgerStore, UsageRecord
 
 log = logging.getLogger("modelgate.billing")
 
-ABANDONED = "abandoned"
+ABANDONED: str = UsageStatus.ABANDONED.value
 #: Placeholders: releasing records the endpoint, model and start time stored with the hold.
 UNKNOWN = "unknown"
 
 
 class Sweeper:
-    def __init__(self, store: Store, clock: Clock, interval: float, batch: int = 100) -> None:
+    def __init__(self, store: LedgerStore, clock: Clock, interval: float, batch: int = 100) -> None:
         self._store = store
         self._clock = clock
         self._interval = interval

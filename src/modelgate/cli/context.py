@@ -18,9 +18,9 @@ from rich.table import Table
 from modelgate.catalogue import build_catalogue
 from modelgate.clock import SystemClock
 from modelgate.config import ConfigError, Settings, load_settings
-from modelgate.gateway.services import load_secret
 from modelgate.keys import Digester
 from modelgate.management import Management, ManagementError
+from modelgate.services import load_secret
 from modelgate.storage import StorageError, open_store
 
 T = TypeVar("T")

@@ -12,8 +12,8 @@ import uvicorn
 
 from modelgate.cli.context import Options, console, fail, with_management
 from modelgate.config import ConfigError, Settings
-from modelgate.gateway.app import create_app
 from modelgate.management import Management
+from modelgate.server.app import create_app
 
 DEMO_ACCOUNT = "demo"
 DEMO_CREDITS_UC = 100 * 1_000_000

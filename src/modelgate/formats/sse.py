@@ -11,8 +11,6 @@ from dataclasses import dataclass
 
 from orjson import dumps
 
-from modelgate import ir
-
 
 @dataclass(slots=True)
 class SSEEvent:
@@ -120,42 +118,6 @@ class EventBuffer:
         """What is held at the end of the stream (an event sent without its blank line)."""
         rest, self._held = self._held, b""
         return rest
-
-
-def data_of(block: bytes) -> bytes:
-    """The data of one event block (LF line endings): its ``data:`` lines joined, each without the
-    one optional space after the colon."""
-    return b"\n".join(line[5:].removeprefix(b" ") for line in block.split(b"\n") if line.startswith(b"data:"))
-
-
-class PassthroughTap:
-    """Base of the same-dialect stream taps: forwards only whole events (``EventBuffer``) and holds
-    what the relay reads for billing. Subclasses inspect (and may rewrite) whole events in
-    ``_inspect``."""
-
-    __slots__ = ("_events", "_rewrites", "error", "finished", "output_tokens", "stop_reason", "usage")
-
-    def __init__(self, upstream_model: str, client_model: str, strip_usage_chunk: bool = False) -> None:
-        # ``strip_usage_chunk`` is a Chat notion (see the Chat tap); the other formats ignore it.
-        self._events = EventBuffer()
-        self._rewrites = model_rewrites(upstream_model, client_model)
-        self.usage: ir.Usage | None = None
-        self.stop_reason: ir.StopReason | None = None
-        self.finished = False
-        self.error: ir.StreamError | None = None
-        #: Output tokens relayed so far, estimated per delta (billing.estimate); exact for the simulator.
-        self.output_tokens = 0
-
-    def feed(self, chunk: bytes) -> bytes:
-        out = self._events.take(chunk)
-        return self._inspect(out) if out else b""
-
-    def finish(self) -> bytes:
-        rest = self._events.rest()
-        return self._inspect(rest) if rest.strip() else rest
-
-    def _inspect(self, out: bytes) -> bytes:
-        raise NotImplementedError
 
 
 def model_rewrites(upstream_model: str, client_model: str) -> tuple[tuple[bytes, bytes], ...]:

@@ -1,4 +1,4 @@
-"""Request header rules and the gateway's own response headers.
+"""The gateway's own response headers.
 
 Money headers are integer micro-credits (µc; 1 credit = 1,000,000 µc), documented in the README:
 - ``x-modelgate-credits-charged``: what this request cost (whole responses only; a stream's cost
@@ -9,31 +9,10 @@ Money headers are integer micro-credits (µc; 1 credit = 1,000,000 µc), documen
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from modelgate.errors import InvalidRequest
-
 MAX_TOKENS_CLAMPED = "x-modelgate-max-tokens-clamped"
 CHARGED = "x-modelgate-credits-charged"
 CAP_REMAINING = "x-modelgate-cap-remaining"
 BALANCE_REMAINING = "x-modelgate-balance-remaining"
-VERSION_HEADERS = ("anthropic-version", "alpha-version")
-
-
-def check_version(headers: Mapping[str, str], accepted: list[str]) -> None:
-    """The Messages format requires a version header (either spelling) with an accepted value."""
-    for name in VERSION_HEADERS:
-        value = headers.get(name)
-        if value is not None:
-            if value.strip() not in accepted:
-                raise InvalidRequest(
-                    f"{name}: unsupported version {value!r}; accepted: {', '.join(accepted)}", param=name
-                )
-            return
-    raise InvalidRequest(
-        f"anthropic-version: header required (alpha-version is also accepted); use one of {', '.join(accepted)}",
-        param="anthropic-version",
-    )
 
 
 def money_headers(charged: int | None, cap_remaining: int | None, balance: int) -> dict[str, str]:

@@ -1,7 +1,8 @@
-"""Storage records and the interface every engine implements (SQLite now, PostgreSQL next).
+"""Storage records and the interfaces every engine implements (SQLite and PostgreSQL).
 
-Callers depend only on ``Store``; an engine is picked from the database URL by
-``storage.open_store``. Money is integer micro-credits (µc) everywhere.
+Consumers depend on the narrow protocols (``AccountStore``, ``KeyStore``, ``AdminTokenStore``,
+``LedgerStore``, ``UsageStore``); ``Store`` is all of them as one engine implements it, picked from
+the database URL by ``storage.open_store``. Money is integer micro-credits (µc) everywhere.
 
 Ledger invariants (checked by the contract and property tests):
 - ``account.balance_uc >= account.reserved_uc >= 0``: a reservation never spends money that is
@@ -232,22 +233,20 @@ class UsageSummary:
     by_model: dict[str, int] = field(default_factory=dict)
 
 
-class Store(Protocol):
-    """Everything durable. Implementations must pass ``tests/storage/test_contract.py``."""
+class AccountStore(Protocol):
+    """Accounts and their shared balance."""
 
-    async def migrate(self) -> None: ...
-    async def close(self) -> None: ...
-    async def ping(self) -> None:
-        """Raise StorageError when the database cannot answer."""
-
-    # accounts -----------------------------------------------------------------------------
     async def create_account(self, name: str, balance_uc: int, now: float) -> Account: ...
     async def get_account(self, account_id: int) -> Account | None: ...
     async def find_account(self, name: str) -> Account | None: ...
     async def list_accounts(self) -> list[Account]: ...
     async def top_up(self, account_id: int, amount_uc: int, note: str, now: float) -> Account: ...
+    async def topups_total(self, account_id: int) -> int: ...
 
-    # keys ---------------------------------------------------------------------------------
+
+class KeyStore(Protocol):
+    """API key records (digests only; the secrets are never stored)."""
+
     async def create_key(self, key: NewKey, now: float) -> KeyRecord: ...
     async def get_key(self, key_id: str) -> KeyRecord | None: ...
     async def list_keys(self, account_id: int | None = None) -> list[KeyRecord]: ...
@@ -258,17 +257,25 @@ class Store(Protocol):
     async def revoke_key(self, key_id: str, now: float) -> KeyRecord | None: ...
     async def keys_changed_since(self, version: int) -> list[KeyRecord]:
         """Keys whose version is above ``version`` (all keys for 0), ordered by version."""
+        ...
 
-    # admin tokens -------------------------------------------------------------------------
+
+class AdminTokenStore(Protocol):
+    """Admin tokens for the admin API and the dashboard (digests only)."""
+
     async def create_admin_token(
         self, token_id: str, digest: bytes, account_id: int | None, now: float
     ) -> None: ...
     async def find_admin_token(self, digest: bytes) -> AdminToken | None: ...
     async def count_admin_tokens(self) -> int: ...
 
-    # ledger -------------------------------------------------------------------------------
+
+class LedgerStore(Protocol):
+    """Reserve, settle and release (the semantics in this module's docstring)."""
+
     async def reserve(self, request: ReserveRequest) -> Reservation | Refusal:
         """Atomically hold min(amount, affordable) against balance and cap, if >= minimum."""
+        ...
 
     async def settle(self, usage: UsageRecord) -> Settlement:
         """Charge ``usage.charged_uc`` (at most the reservation) and release the rest; idempotent.
@@ -277,27 +284,44 @@ class Store(Protocol):
         reservation (the passed record's fields are overwritten with them and with the charge).
         No reservation, or not pending: nothing changes, no record is written, ``applied=False``.
         """
+        ...
 
     async def release(self, usage: UsageRecord) -> Settlement:
         """Charge nothing and free the hold; idempotent (writes the usage record with 0 µc).
 
         Same conditions as ``settle``; used on failures before upstream work and by the sweeper.
         """
+        ...
 
     async def expired_reservations(self, now: float, limit: int = 100) -> list[tuple[str, str, int, str]]:
         """(request_id, key_id, account_id, month) of pending reservations with ``expires_at < now``,
         oldest expiry first. A read only: the release that follows is what must be conditional."""
+        ...
 
     async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
         """(spent_uc, reserved_uc) of a key in a month."""
+        ...
 
     async def pending_reservations(self) -> int: ...
 
-    # usage --------------------------------------------------------------------------------
+
+class UsageStore(Protocol):
+    """Usage records: one per request, written by settle or release."""
+
     async def usage_summary(
         self, month: str, *, account_id: int | None = None, key_id: str | None = None
     ) -> UsageSummary: ...
     async def usage_records(
         self, month: str, *, account_id: int | None = None, key_id: str | None = None, limit: int = 100
     ) -> list[UsageRecord]: ...
-    async def topups_total(self, account_id: int) -> int: ...
+
+
+class Store(AccountStore, KeyStore, AdminTokenStore, LedgerStore, UsageStore, Protocol):
+    """Everything durable, as one engine implements it. Consumers ask for the narrow protocols
+    above; implementations must pass ``tests/storage/test_contract.py``."""
+
+    async def migrate(self) -> None: ...
+    async def close(self) -> None: ...
+    async def ping(self) -> None:
+        """Raise StorageError when the database cannot answer."""
+        ...

@@ -44,6 +44,9 @@ class Provider(Protocol):
     name: str
     kind: str
     dialects: frozenset[Dialect]
+    #: Chat Completions: the upstream knows only the older ``max_tokens`` limit field (compatible
+    #: servers), not ``max_completion_tokens``.
+    legacy_chat_limit: bool
 
     async def send(
         self,

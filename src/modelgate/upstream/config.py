@@ -38,6 +38,19 @@ class TimeoutConfig(_Strict):
     total: float = Field(default=600.0, gt=0)
 
 
+class SimulatorConfig(BaseModel):
+    """The built-in simulator upstream (deterministic text; labelled as a simulator everywhere)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: Milliseconds before the first byte.
+    latency_ms: float = Field(0.0, ge=0)
+    #: Output pacing; 0 means as fast as possible.
+    tokens_per_second: float = Field(0.0, ge=0)
+    #: Words of reply text when the request's max_tokens allows.
+    reply_words: int = Field(24, ge=1)
+
+
 class ProviderConfig(_Strict):
     name: str = Field(min_length=1)
     kind: ProviderKind

@@ -134,6 +134,11 @@ def credentials_rejected(status: int, detail: UpstreamError) -> bool:
     return any(w in words for w in ("authentication", "api key", "api_key", "credential", "token"))
 
 
+def _from_upstream(error: errors.GatewayError) -> errors.GatewayError:
+    error.from_upstream = True
+    return error
+
+
 def client_error(status: int, detail: UpstreamError, provider: str) -> errors.GatewayError:
     """An upstream 4xx other than 429: the request itself was refused; relay it, not retried."""
     if credentials_rejected(status, detail) or status == 402:
@@ -155,20 +160,20 @@ def client_error(status: int, detail: UpstreamError, provider: str) -> errors.Ga
     else:
         cls = errors.InvalidRequest
     keep = None if status == errors.ERROR_KINDS[cls.kind].status else status
-    return cls(message, param=detail.param, code=detail.code, status=keep)
+    return _from_upstream(cls(message, param=detail.param, code=detail.code, status=keep))
 
 
 def give_up_error(failure: Failure | None, attempts: int) -> errors.GatewayError:
     """The error for a request whose every attempt failed, from the last failure."""
     if failure is None:
-        return errors.Unavailable("no upstream deployment could be tried")
+        return _from_upstream(errors.Unavailable("no upstream deployment could be tried"))
     tried = f" after {attempts} attempt{'s' if attempts != 1 else ''}"
     detail = failure.detail.message if failure.detail and failure.detail.message else None
     headers: dict[str, str] = {}
     if failure.retry_after is not None:
         headers["retry-after"] = str(max(1, math.ceil(failure.retry_after)))
     if failure.kind == "connect":
-        return errors.Unavailable(f"{failure.note}{tried}", headers=headers)
+        return _from_upstream(errors.Unavailable(f"{failure.note}{tried}", headers=headers))
     if failure.kind == "timeout":
         return errors.UpstreamTimeout(f"{failure.note}{tried}")
     if failure.kind == "broken":
@@ -178,7 +183,7 @@ def give_up_error(failure: Failure | None, attempts: int) -> errors.GatewayError
     status = failure.status
     base = detail or f"upstream provider {failure.provider} returned HTTP {status}"
     if status == 429:
-        return errors.RateLimited(f"{base}{tried}", headers=headers)
+        return _from_upstream(errors.RateLimited(f"{base}{tried}", headers=headers))
     if failure.overloaded:
         return errors.Overloaded(f"{base}{tried}", headers=headers)
     if status == 504:

@@ -28,4 +28,5 @@ class OpenAIProvider(HttpProvider):
 class OpenAICompatibleProvider(OpenAIProvider):
     kind = "openai-compatible"
     dialects: frozenset[Dialect] = frozenset({"chat"})
+    legacy_chat_limit = True
     _paths: Mapping[Dialect, str] = {"chat": "/v1/chat/completions"}

@@ -16,6 +16,7 @@ the upstream's ``retry-after`` when retrying the same deployment and it is withi
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import time
@@ -64,6 +65,9 @@ class Attempt:
     reply: UpstreamReply
     #: How many attempts ``open`` made, this one included.
     attempts: int = 1
+    #: Report that the reply broke after it was opened (mid-stream): the router counted the 2xx
+    #: as a success, but a deployment that breaks its streams must still cool down.
+    report_failure: Callable[[], None] = lambda: None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +122,9 @@ class Router:
     def deployments_for(self, model: str) -> tuple[Deployment, ...]:
         return self._deployments.get(model, ())
 
+    def provider_of(self, deployment: Deployment) -> Provider:
+        return self._providers[deployment.provider]
+
     async def open(
         self,
         model: str,
@@ -162,7 +169,14 @@ class Router:
                 )
                 last = outcome
                 continue
-            return Attempt(deployment, provider, dialect, outcome, attempt)
+            return Attempt(
+                deployment,
+                provider,
+                dialect,
+                outcome,
+                attempt,
+                functools.partial(self._health.failed, deployment),
+            )
         raise give_up_error(last, len(tried))
 
     async def _try(

@@ -4,9 +4,9 @@ It implements the provider interface in-process and speaks all three dialects, s
 request path treats it exactly like a remote upstream (passthrough, usage taps, settlement).
 
 Behaviour, documented for users and relied on by tests:
-- Tokens are counted with a word/punctuation tokenizer (``\\w+`` runs and single symbols) over
-  all request text: system, messages, tool results, tool names, descriptions and schemas. The
-  reply's ``output_tokens`` is exactly the number of such tokens it generated.
+- Tokens are counted with the gateway's one estimator (``billing.estimate``: ``\\w+`` runs and
+  single symbols) over all request text: system, messages, tool results, tool names, descriptions
+  and schemas. The reply's ``output_tokens`` is exactly the number of such tokens it generated.
 - The reply text is ``[simulator] You said: <first words of the last user text>.`` followed by
   words picked deterministically from a hash of the whole prompt; the same request always gets
   the same reply. ``max_tokens`` truncates it (stop reason ``max_tokens``) and stop sequences cut
@@ -29,11 +29,11 @@ from typing import Any
 import orjson
 
 from modelgate import errors, ir
-from modelgate.config import SimulatorConfig
-from modelgate.formats import CODECS, ids, messages, responses
+from modelgate.billing.estimate import count_tokens, part_text, prompt_text
+from modelgate.formats import CODECS, ClientRequest, ids
 from modelgate.upstream.base import Dialect, UpstreamReply
+from modelgate.upstream.config import SimulatorConfig
 
-TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 _VOCABULARY = [
     "gateway",
     "token",
@@ -62,34 +62,6 @@ _VOCABULARY = [
     "valley",
     "echo",
 ]
-_CODECS = CODECS
-
-
-def count_tokens(text: str) -> int:
-    return len(TOKEN_RE.findall(text))
-
-
-def _part_text(part: ir.Part) -> str:
-    if isinstance(part, ir.TextPart):
-        return part.text
-    if isinstance(part, ir.ToolUsePart):
-        return part.name + " " + orjson.dumps(part.input).decode()
-    if isinstance(part, ir.ToolResultPart):
-        return " ".join(p.text for p in part.content if isinstance(p, ir.TextPart))
-    if isinstance(part, ir.ThinkingPart):
-        return part.thinking
-    if isinstance(part, ir.DocumentPart):
-        return part.text or ""
-    return ""
-
-
-def prompt_text(req: ir.Request) -> str:
-    pieces = list(req.system)
-    for message in req.messages:
-        pieces.extend(_part_text(p) for p in message.content)
-    for tool in req.tools:
-        pieces.append(f"{tool.name} {tool.description or ''} {orjson.dumps(tool.input_schema).decode()}")
-    return "\n".join(pieces)
 
 
 def _last_user_text(req: ir.Request) -> str:
@@ -139,9 +111,7 @@ def simulate(req: ir.Request, response_id: str, tool_id: str, reply_words: int) 
         text = f"[simulator] Calling {tool.name}."
     elif _ends_with_tool_result(req):
         # Echo the result itself, so a client can see its tool output reached the model.
-        results = " ".join(
-            _part_text(p) for p in req.messages[-1].content if isinstance(p, ir.ToolResultPart)
-        )
+        results = " ".join(part_text(p) for p in req.messages[-1].content if isinstance(p, ir.ToolResultPart))
         text = "[simulator] Tool result received: " + " ".join(results.split()[:8]).strip()
         text = text.rstrip() + " Done."
     else:
@@ -220,6 +190,7 @@ class SimulatedReply:
 class SimulatorProvider:
     kind = "simulator"
     dialects: frozenset[Dialect] = frozenset({"messages", "chat", "responses"})
+    legacy_chat_limit = False
 
     def __init__(self, name: str, config: SimulatorConfig) -> None:
         self.name = name
@@ -236,45 +207,39 @@ class SimulatorProvider:
     ) -> UpstreamReply:
         if self.config.latency_ms:
             await asyncio.sleep(self.config.latency_ms / 1000)
-        codec = _CODECS[dialect]
+        codec = CODECS[dialect]
+        counting = path_suffix == "/count_tokens"
         try:
             data = orjson.loads(body)
-            if path_suffix == "/count_tokens":
-                req = messages.decode_request(data, require_max_tokens=False)
-                payload = orjson.dumps({"input_tokens": count_tokens(prompt_text(req))})
-                return SimulatedReply(200, payload, None, 0.0, "application/json")
+            if not isinstance(data, dict):
+                raise errors.InvalidRequest("request body must be a JSON object")
+            # Refuse what the gateway would refuse for this format, as a real upstream does.
+            codec.validate(data, counting=counting)
             req = codec.decode_request(data)
-        except errors.GatewayError as exc:
+        except (errors.GatewayError, orjson.JSONDecodeError) as exc:
+            error = exc if isinstance(exc, errors.GatewayError) else errors.InvalidRequest("malformed JSON")
             return SimulatedReply(
-                exc.status_for(dialect),
-                codec.render_error(exc, ids.new_request_id()),
+                error.status_for(dialect),
+                codec.render_error(error, ids.new_request_id()),
                 None,
                 0.0,
                 "application/json",
             )
-        response_id = {"messages": ids.new_message_id, "chat": ids.new_chat_id}.get(
-            dialect, ids.new_response_id
-        )()
+        if counting:
+            payload = orjson.dumps({"input_tokens": count_tokens(prompt_text(req))})
+            return SimulatedReply(200, payload, None, 0.0, "application/json")
+        client = ClientRequest(codec, data, req.model, req)
+        # A Messages reply names tools ``toolu_…``; the OpenAI formats ``call_…``.
         tool_id = ids.new_tool_use_id() if dialect == "messages" else ids.new_call_id()
-        resp = simulate(req, response_id, tool_id, self.config.reply_words)
+        resp = simulate(req, codec.new_response_id(), tool_id, self.config.reply_words)
         pace = 1.0 / self.config.tokens_per_second if self.config.tokens_per_second else 0.0
         if not stream:
-            reply = (
-                codec.encode_response(resp)
-                if dialect != "responses"
-                else responses.encode_response(resp, req, namespaces=responses.tool_namespaces(data))
-            )
+            reply = codec.encode_response(resp, client)
             # Pacing a whole response: the time to generate every output token, before any byte.
             if pace:
                 await asyncio.sleep(pace * resp.usage.output_tokens)
             return SimulatedReply(200, orjson.dumps(reply), None, 0.0, "application/json")
-        if dialect == "responses":
-            # Calls of flattened namespace tools go back as {name, namespace}, as the real API does.
-            encoder: Any = responses.StreamEncoder(
-                request=req, include_usage=True, namespaces=responses.tool_namespaces(data)
-            )
-        else:
-            encoder = codec.StreamEncoder(include_usage=req.include_usage)
+        encoder = codec.stream_encoder(client)
         chunks = [frame for event in stream_events(resp) if (frame := encoder.encode(event))]
         return SimulatedReply(200, b"", chunks, pace, "text/event-stream")
 

@@ -255,6 +255,7 @@ class HttpProvider:
 
     kind: str
     dialects: frozenset[Dialect]
+    legacy_chat_limit = False
     _paths: Mapping[Dialect, str]
     #: Allowed ``path_suffix`` values per dialect ("" is always allowed).
     _suffixes: Mapping[Dialect, frozenset[str]] = {}

@@ -1,4 +1,4 @@
-"""The OpenAI Responses wire format (reference §3, §4.6-4.9): request and response codecs.
+"""Responses requests: decoding into the IR and encoding for a Responses-dialect upstream.
 
 Decoding is lenient where real clients need it (Codex sends ``store:false``, ``include``,
 ``prompt_cache_key``, ``client_metadata``, a hosted ``web_search`` tool and ``namespace`` tools with
@@ -8,68 +8,24 @@ upstream-specific). It is strict where silently guessing would change meaning: t
 nothing, so ``previous_response_id``, ``item_reference`` and ``file_id`` inputs are 400s.
 
 Namespace tools (``{"type":"namespace","name":ns,"tools":[...]}``) are flattened to function tools
-named ``<ns>__<name>``; ``tool_namespaces(body)`` returns the reverse map, which the encoders take
-as ``namespaces=`` to emit ``{"name": name, "namespace": ns}`` calls as the real API does.
+named ``<ns>__<name>``; ``tool_namespaces(body)`` returns the reverse map, which the encoders use
+to emit ``{"name": name, "namespace": ns}`` calls as the real API does.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import time
 from typing import Any, Literal
 
 import orjson
 
 from modelgate import errors, ir
-from modelgate.formats import ids
-from modelgate.formats.responses_stream import (
-    Namespaces,
-    StreamDecoder,
-    StreamEncoder,
-    failed_error,
-    failure_events,
-    function_call_item,
-    message_item,
-    new_reasoning_item_id,
-    reasoning_item,
-    request_echo,
-    response_object,
-    status_for,
-    stop_reason_from,
-    text_format,
-    tool_choice_to_wire,
-    tool_to_wire,
-    usage_from_wire,
-)
-from modelgate.formats.responses_tap import StreamTap
+from modelgate.formats.jsonutil import Json
+from modelgate.formats.responses.wire import text_format, tool_choice_to_wire, tool_to_wire
 
-#: Usage of a whole response object (passthrough reads only this).
-decode_usage = usage_from_wire
-
-__all__ = [
-    "StreamDecoder",
-    "StreamEncoder",
-    "StreamTap",
-    "decode_request",
-    "decode_response",
-    "decode_usage",
-    "encode_request",
-    "encode_response",
-    "hosted_tools",
-    "render_error",
-    "stream_error_frame",
-    "tool_namespaces",
-]
-
-Json = dict[str, Any]
 NAMESPACE_SEPARATOR = "__"
 _SYSTEM_ROLES = ("system", "developer")
-
-
-# ---------------------------------------------------------------------------------------------
-# Request: Responses -> IR
-# ---------------------------------------------------------------------------------------------
 
 
 def decode_request(body: dict[str, Any]) -> ir.Request:
@@ -349,11 +305,6 @@ def _opt_float(value: Any, param: str) -> float | None:
     return float(value)
 
 
-# ---------------------------------------------------------------------------------------------
-# Request: IR -> Responses (for upstreams that speak Responses natively)
-# ---------------------------------------------------------------------------------------------
-
-
 def encode_request(req: ir.Request, upstream_model: str) -> dict[str, Any]:
     """``stop_sequences`` and ``top_k`` have no Responses equivalent and are dropped."""
     body: Json = {"model": upstream_model, "input": _encode_items(req.messages), "store": False}
@@ -446,130 +397,3 @@ def _tool_output(part: ir.ToolResultPart) -> str | list[Json]:
     for p in part.content:
         out.append({"type": "input_text", "text": p.text} if isinstance(p, ir.TextPart) else _encode_image(p))
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Response bodies
-# ---------------------------------------------------------------------------------------------
-
-
-def encode_response(
-    resp: ir.Response,
-    request: ir.Request | None = None,
-    *,
-    namespaces: Namespaces | None = None,
-    created_at: int | None = None,
-) -> dict[str, Any]:
-    """The full §3.5 object. Adjacent text parts share one ``message`` item; thinking becomes a
-    ``reasoning`` item with the text as its summary; redacted thinking is dropped. ``model`` is
-    ``request.model`` (the client-facing id) when a request is given, else ``resp.model``."""
-    output: list[Json] = []
-    text: list[str] = []
-
-    def flush_text() -> None:
-        if text:
-            output.append(message_item(ids.new_output_message_id(), "".join(text)))
-            text.clear()
-
-    for part in resp.content:
-        if isinstance(part, ir.TextPart):
-            text.append(part.text)
-            continue
-        flush_text()
-        if isinstance(part, ir.ToolUsePart):
-            args = orjson.dumps(part.input).decode()
-            item_id = ids.new_function_call_item_id()
-            output.append(function_call_item(item_id, part.id, part.name, args, "completed", namespaces))
-        elif isinstance(part, ir.ThinkingPart) and part.thinking:
-            output.append(reasoning_item(new_reasoning_item_id(), part.thinking))
-    flush_text()
-    status, details = status_for(resp.stop_reason)
-    return response_object(
-        response_id=resp.id,
-        model=request.model if request is not None else resp.model,
-        created_at=int(time.time()) if created_at is None else created_at,
-        status=status,
-        output=output,
-        echo=request_echo(request),
-        usage=resp.usage,
-        incomplete_details=details,
-    )
-
-
-def decode_response(body: dict[str, Any]) -> ir.Response:
-    """An upstream Responses object -> IR. A ``failed`` response raises ``UpstreamFailed``."""
-    if body.get("status") == "failed":
-        error = body["error"] if isinstance(body.get("error"), dict) else {}
-        raise errors.UpstreamFailed(str(error.get("message") or "upstream response failed"))
-    content: list[ir.OutputPart] = []
-    has_call = False
-    for item in body.get("output") or ():
-        if not isinstance(item, dict):
-            continue
-        kind = item.get("type")
-        if kind == "message":
-            for part in item.get("content") or ():
-                if isinstance(part, dict) and part.get("type") in ("output_text", "refusal"):
-                    content.append(ir.TextPart(str(part.get("text") or part.get("refusal") or "")))
-        elif kind == "function_call":
-            has_call = True
-            name = str(item.get("name") or "")
-            if isinstance(item.get("namespace"), str) and item["namespace"]:
-                name = item["namespace"] + NAMESPACE_SEPARATOR + name
-            call_id = str(item.get("call_id") or ids.new_call_id())
-            content.append(ir.ToolUsePart(call_id, name, ir.tool_input(item.get("arguments"))))
-        elif kind == "reasoning":
-            summary = "".join(
-                str(s.get("text") or "") for s in item.get("summary") or () if isinstance(s, dict)
-            )
-            if summary:
-                content.append(ir.ThinkingPart(summary))
-    stop = stop_reason_from(body.get("status"), body.get("incomplete_details"), has_call)
-    return ir.Response(
-        id=str(body.get("id") or ""),
-        model=str(body.get("model") or ""),
-        content=content,
-        stop_reason=stop,
-        usage=usage_from_wire(body.get("usage")),
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Errors
-# ---------------------------------------------------------------------------------------------
-
-
-def render_error(err: errors.GatewayError, request_id: str) -> bytes:
-    """The OpenAI error body. ``request_id`` travels in the ``x-request-id`` header, not here."""
-    spec = err.spec
-    error = {
-        "message": err.message,
-        "type": spec.openai_type,
-        "param": err.param,
-        "code": err.code or spec.openai_code,
-    }
-    return orjson.dumps({"error": error})
-
-
-def stream_error_frame(
-    err: errors.GatewayError,
-    sequence_number: int = 0,
-    *,
-    response_id: str | None = None,
-    model: str = "",
-    request: ir.Request | None = None,
-) -> bytes:
-    """In-band failure for a stream that already began: ``error`` (``sequence_number``) then
-    ``response.failed`` (``sequence_number + 1``) — the same pair ``StreamEncoder`` emits for
-    ``StreamError``. Pass the next sequence number of the stream (``StreamTap.next_sequence_number``)
-    and its response id so SDK accumulators accept the frame."""
-    response = response_object(
-        response_id=response_id or ids.new_response_id(),
-        model=model or (request.model if request is not None else ""),
-        created_at=int(time.time()),
-        status="failed",
-        output=[],
-        echo=request_echo(request),
-        error=failed_error(err.kind, err.message, err.code),
-    )
-    return failure_events(sequence_number, err.kind, err.message, response, err.code)

@@ -1,9 +1,8 @@
-"""Messages-format streaming: IR events -> SSE, upstream SSE -> IR events.
+"""Messages streams: IR events -> SSE for the client, upstream SSE -> IR events (translation).
 
-Also holds the small wire helpers (usage, stop reasons, error objects) that ``messages`` and
-``messages_tap`` share with the stream code. Grammar (reference §1.6): ``message_start``, then per
-block ``content_block_start``/``_delta*``/``_stop``, ``message_delta``, ``message_stop``; ``ping``
-and ``error`` may appear anywhere and every event carries an ``event:`` line (clients need it).
+Grammar (reference §1.6): ``message_start``, then per block ``content_block_start``/``_delta*``/
+``_stop``, ``message_delta``, ``message_stop``; ``ping`` and ``error`` may appear anywhere and every
+event carries an ``event:`` line (clients need it).
 """
 
 from __future__ import annotations
@@ -12,90 +11,16 @@ from typing import Any
 
 import orjson
 
-from modelgate import errors, ir
+from modelgate import ir
+from modelgate.formats.messages.wire import (
+    copy_usage,
+    decode_usage,
+    error_object,
+    stop_reason_of,
+    stream_error_from,
+    usage_json,
+)
 from modelgate.formats.sse import SSEEvent, SSEParser, frame
-
-_STOP_REASONS = {r.value: r for r in ir.StopReason}
-
-#: Anthropic ``error.type`` -> internal error kind (in-band upstream errors).
-_KIND_BY_TYPE = {
-    "invalid_request_error": "invalid_request",
-    "authentication_error": "authentication",
-    "billing_error": "billing",
-    "permission_error": "permission",
-    "not_found_error": "not_found",
-    "request_too_large": "request_too_large",
-    "rate_limit_error": "rate_limit",
-    "api_error": "upstream_error",
-    "overloaded_error": "overloaded",
-    "timeout_error": "timeout",
-}
-
-
-def is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def usage_json(usage: ir.Usage) -> dict[str, Any]:
-    return {
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        "cache_creation_input_tokens": usage.cache_creation_input_tokens,
-        "cache_read_input_tokens": usage.cache_read_input_tokens,
-    }
-
-
-def _count(value: Any) -> int:
-    return value if is_int(value) and value > 0 else 0
-
-
-def decode_usage(raw: Any, into: ir.Usage | None = None) -> ir.Usage:
-    """Merge a usage object into ``into``; absent keys keep their value (stream usage is cumulative)."""
-    usage = into if into is not None else ir.Usage()
-    if isinstance(raw, dict):
-        if raw.get("input_tokens") is not None:
-            usage.input_tokens = _count(raw["input_tokens"])
-        if raw.get("output_tokens") is not None:
-            usage.output_tokens = _count(raw["output_tokens"])
-        if raw.get("cache_creation_input_tokens") is not None:
-            usage.cache_creation_input_tokens = _count(raw["cache_creation_input_tokens"])
-        if raw.get("cache_read_input_tokens") is not None:
-            usage.cache_read_input_tokens = _count(raw["cache_read_input_tokens"])
-    return usage
-
-
-def _copy(usage: ir.Usage) -> ir.Usage:
-    return ir.Usage(
-        usage.input_tokens,
-        usage.output_tokens,
-        usage.cache_creation_input_tokens,
-        usage.cache_read_input_tokens,
-        usage.reasoning_tokens,
-    )
-
-
-def stop_reason_of(value: Any) -> ir.StopReason:
-    """A Messages ``stop_reason``; unknown or missing values read as ``end_turn``."""
-    return (
-        _STOP_REASONS.get(value, ir.StopReason.END_TURN) if isinstance(value, str) else ir.StopReason.END_TURN
-    )
-
-
-def error_object(kind: str, message: str, code: str | None = None) -> dict[str, Any]:
-    spec = errors.ERROR_KINDS.get(kind, errors.ERROR_KINDS["api_error"])
-    obj: dict[str, Any] = {"type": spec.messages_type, "message": message}
-    if code:
-        obj["details"] = {"error_code": code}
-    return obj
-
-
-def stream_error_from(error: Any) -> ir.StreamError:
-    """An upstream ``error`` object (``{"type","message"}``) as an IR stream error."""
-    if not isinstance(error, dict):
-        return ir.StreamError("upstream_error", "upstream stream error")
-    kind = _KIND_BY_TYPE.get(str(error.get("type")), "upstream_error")
-    return ir.StreamError(kind, str(error.get("message") or "upstream stream error"))
-
 
 # ---------------------------------------------------------------------------------------------
 # IR events -> Messages SSE (for the client)
@@ -124,8 +49,7 @@ class StreamEncoder:
 
     __slots__ = ("_done", "_open")
 
-    def __init__(self, include_usage: bool = False) -> None:
-        # ``include_usage`` is a Chat notion; Messages streams always report usage.
+    def __init__(self) -> None:
         self._open: int | None = None
         self._done = False
 
@@ -250,7 +174,7 @@ class StreamDecoder:
         self._index.clear()
         self._done = True
         stop = self._stop or ir.StopReason.END_TURN
-        out.append(ir.Finish(stop, _copy(self._usage), self._stop_sequence))
+        out.append(ir.Finish(stop, copy_usage(self._usage), self._stop_sequence))
 
     def _handle(self, sse: SSEEvent, out: list[ir.Event]) -> None:
         if not sse.data:
@@ -289,7 +213,7 @@ class StreamDecoder:
             message = message if isinstance(message, dict) else {}
             decode_usage(message.get("usage"), self._usage)
             out.append(
-                ir.Start(str(message.get("id", "")), str(message.get("model", "")), _copy(self._usage))
+                ir.Start(str(message.get("id", "")), str(message.get("model", "")), copy_usage(self._usage))
             )
         elif kind == "message_delta":
             self._saw_delta = True

@@ -1,4 +1,4 @@
-"""OpenAI Chat Completions format: request/response codec, errors; streams live in ``chat_stream``.
+"""Chat Completions requests: decoding into the IR and encoding for a Chat-dialect upstream.
 
 Wire shapes follow reference §2; cross-format mapping rules follow §4. Fields with no IR
 equivalent (``logit_bias``, ``seed``, ``presence_penalty``, …) are ignored, never refused.
@@ -6,23 +6,12 @@ equivalent (``logit_bias``, ``seed``, ``presence_penalty``, …) are ignored, ne
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import orjson
 
 from modelgate import errors, ir
-from modelgate.formats.chat_stream import (
-    FINISH_REASONS,
-    StreamDecoder,
-    StreamEncoder,
-    decode_usage,
-    error_frame,
-    error_object,
-    stop_reason_of,
-    usage_json,
-)
-from modelgate.formats.chat_tap import StreamTap
+from modelgate.formats.jsonutil import is_int
 
 #: Chat allows at most four stop strings.
 MAX_STOP = 4
@@ -32,16 +21,7 @@ def _invalid(message: str, param: str) -> errors.InvalidRequest:
     return errors.InvalidRequest(message, param=param)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-# ---------------------------------------------------------------------------------------------
-# Requests
-# ---------------------------------------------------------------------------------------------
-
-
-def _text(content: Any, param: str) -> str:
+def content_text(content: Any, param: str) -> str:
     """Text of system/developer/tool/assistant content: a string or a list of text parts."""
     if content is None:
         return ""
@@ -95,7 +75,7 @@ def _user_part(part: Any, param: str) -> ir.Part | None:
 
 def _assistant_parts(msg: dict[str, Any], param: str) -> list[ir.Part]:
     parts: list[ir.Part] = []
-    text = _text(msg.get("content"), f"{param}.content")
+    text = content_text(msg.get("content"), f"{param}.content")
     if text:
         parts.append(ir.TextPart(text))
     if isinstance(msg.get("refusal"), str) and msg["refusal"]:
@@ -123,7 +103,7 @@ def _decode_messages(messages: list[Any], req: ir.Request) -> None:
             raise _invalid(f"{param}: expected an object", param)
         role = msg.get("role")
         if role in ("system", "developer"):
-            text = _text(msg.get("content"), f"{param}.content")
+            text = content_text(msg.get("content"), f"{param}.content")
             if leading:
                 req.system.append(text)
             else:
@@ -146,7 +126,9 @@ def _decode_messages(messages: list[Any], req: ir.Request) -> None:
             call_id = msg.get("tool_call_id")
             if not isinstance(call_id, str):
                 raise _invalid(f"{param}.tool_call_id: expected a string", f"{param}.tool_call_id")
-            result = ir.ToolResultPart(call_id, [ir.TextPart(_text(msg.get("content"), f"{param}.content"))])
+            result = ir.ToolResultPart(
+                call_id, [ir.TextPart(content_text(msg.get("content"), f"{param}.content"))]
+            )
             last = req.messages[-1] if req.messages else None
             # Consecutive tool messages answer one assistant turn: they share one user turn.
             if (
@@ -205,14 +187,14 @@ def decode_request(body: dict[str, Any]) -> ir.Request:
     if not isinstance(messages, list) or not messages:
         raise _invalid("messages: required non-empty list", "messages")
     n = body.get("n")
-    if n is not None and (not _is_int(n) or n != 1):
+    if n is not None and (not is_int(n) or n != 1):
         raise _invalid("n: only 1 choice is supported", "n")
     req = ir.Request(model=model, messages=[])
     _decode_messages(messages, req)
     for key in ("max_completion_tokens", "max_tokens"):
         value = body.get(key)
         if value is not None:
-            if not _is_int(value) or value < 0:
+            if not is_int(value) or value < 0:
                 raise _invalid(f"{key}: expected a non-negative integer", key)
             req.max_tokens = value
             break
@@ -403,107 +385,3 @@ def encode_request(req: ir.Request, upstream_model: str) -> dict[str, Any]:
         elif fmt.get("type") == "json_object":
             body["response_format"] = {"type": "json_object"}
     return body
-
-
-# ---------------------------------------------------------------------------------------------
-# Whole responses
-# ---------------------------------------------------------------------------------------------
-
-
-def encode_response(resp: ir.Response) -> dict[str, Any]:
-    texts = [p.text for p in resp.content if isinstance(p, ir.TextPart)]
-    message: dict[str, Any] = {
-        "role": "assistant",
-        "content": "".join(texts) if texts else None,
-        "refusal": None,
-    }
-    calls = [
-        {
-            "id": p.id,
-            "type": "function",
-            "function": {"name": p.name, "arguments": orjson.dumps(p.input).decode()},
-        }
-        for p in resp.content
-        if isinstance(p, ir.ToolUsePart)
-    ]
-    if calls:
-        message["tool_calls"] = calls
-    return {
-        "id": resp.id,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": resp.model,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "logprobs": None,
-                "finish_reason": FINISH_REASONS[resp.stop_reason],
-            }
-        ],
-        "usage": usage_json(resp.usage),
-        "system_fingerprint": None,
-    }
-
-
-def decode_response(body: dict[str, Any]) -> ir.Response:
-    """A whole Chat response from an upstream -> IR; unusable bodies are upstream failures."""
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise errors.UpstreamFailed("upstream response has no choices")
-    message = choices[0].get("message")
-    message = message if isinstance(message, dict) else {}
-    parts: list[ir.OutputPart] = []
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
-    if isinstance(reasoning, str) and reasoning:
-        parts.append(ir.ThinkingPart(reasoning))
-    text = _text(message.get("content"), "content") if not isinstance(message.get("content"), dict) else ""
-    if text:
-        parts.append(ir.TextPart(text))
-    if isinstance(message.get("refusal"), str) and message["refusal"]:
-        parts.append(ir.TextPart(message["refusal"]))
-    calls = message.get("tool_calls")
-    for call in calls if isinstance(calls, list) else []:
-        fn = call.get("function") if isinstance(call, dict) else None
-        if isinstance(call, dict) and isinstance(fn, dict):
-            parts.append(
-                ir.ToolUsePart(
-                    str(call.get("id") or ""), str(fn.get("name") or ""), ir.tool_input(fn.get("arguments"))
-                )
-            )
-    has_calls = any(isinstance(p, ir.ToolUsePart) for p in parts)
-    return ir.Response(
-        id=str(body.get("id", "")),
-        model=str(body.get("model", "")),
-        content=parts,
-        stop_reason=stop_reason_of(choices[0].get("finish_reason"), has_tool_calls=has_calls),
-        usage=decode_usage(body.get("usage")),
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Errors
-# ---------------------------------------------------------------------------------------------
-
-
-def render_error(err: errors.GatewayError, request_id: str) -> bytes:
-    """OpenAI error body; ``request_id`` travels in the ``x-request-id`` header, not the body."""
-    return orjson.dumps({"error": error_object(err.kind, err.message, err.param, err.code)})
-
-
-def stream_error_frame(err: errors.GatewayError) -> bytes:
-    return error_frame(err.kind, err.message, err.param, err.code)
-
-
-__all__ = [
-    "StreamDecoder",
-    "StreamEncoder",
-    "StreamTap",
-    "decode_request",
-    "decode_response",
-    "decode_usage",
-    "encode_request",
-    "encode_response",
-    "render_error",
-    "stream_error_frame",
-]

@@ -5,55 +5,34 @@ No module-level mutable state: tests build as many independent gateways as they 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import secrets
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
-
-import orjson
+from typing import TypeVar
 
 from modelgate.auth import KeyView
+from modelgate.billing.ledger import Ledger, Settlements
 from modelgate.billing.sweeper import Sweeper
 from modelgate.broadcast import KeyChangeBroadcast
 from modelgate.catalogue import Catalogue, build_catalogue
 from modelgate.clock import Clock, SystemClock
 from modelgate.config import ConfigError, Settings
-from modelgate.formats import messages
-from modelgate.gateway.body import splice_top_level
 from modelgate.keys import Digester
 from modelgate.limits.inflight import InFlightLimiter
 from modelgate.limits.redis_rpm import RedisRateLimiter
 from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
 from modelgate.storage import Store, open_store
-from modelgate.upstream.base import Deployment, Provider
+from modelgate.upstream.base import Deployment
 from modelgate.upstream.config import validate_upstreams
 from modelgate.upstream.providers import build_providers
 from modelgate.upstream.router import Router
-from modelgate.upstream.simulator import SimulatorProvider, count_tokens, prompt_text
+from modelgate.upstream.simulator import SimulatorProvider
 
 log = logging.getLogger("modelgate")
 T = TypeVar("T")
-
-
-class Settlements:
-    """Runs ledger settlements to completion even when the request that started one is cancelled."""
-
-    def __init__(self) -> None:
-        self._tasks: set[asyncio.Future[Any]] = set()
-
-    async def run(self, operation: Awaitable[T]) -> T:
-        task = asyncio.ensure_future(operation)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return await asyncio.shield(task)
-
-    async def drain(self) -> None:
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
 def load_secret(settings: Settings) -> bytes:
@@ -102,33 +81,6 @@ def served_catalogue(
     return Catalogue(models, aliases)
 
 
-class TokenCounter:
-    """``count_tokens``: asked of a Messages-dialect upstream when every deployment has one,
-    otherwise counted locally with the simulator's tokenizer (an estimate, documented)."""
-
-    def __init__(self, router: Router, providers: Mapping[str, Provider]) -> None:
-        self._router = router
-        self._providers = providers
-
-    async def count(self, model_id: str, raw: bytes, body: dict[str, Any], headers: Mapping[str, str]) -> int:
-        deployments = self._router.deployments_for(model_id)
-        providers = [self._providers[d.provider] for d in deployments]
-        if providers and all("messages" in p.dialects for p in providers):
-            attempt = await self._router.open(
-                model_id,
-                lambda d, p: ("messages", splice_top_level(raw, {"model": d.upstream_model}, parsed=body)),
-                stream=False,
-                client_headers=headers,
-                path_suffix="/count_tokens",
-            )
-            try:
-                data = orjson.loads(await attempt.reply.read())
-            finally:
-                await attempt.reply.close()
-            return int(data["input_tokens"])
-        return count_tokens(prompt_text(messages.decode_request(body, require_max_tokens=False)))
-
-
 @dataclass
 class Services:
     settings: Settings
@@ -138,10 +90,10 @@ class Services:
     keys: KeyView
     digester: Digester
     router: Router
-    token_counter: TokenCounter
+    ledger: Ledger
+    settlements: Settlements
     rate_limiter: RateLimiter = field(default_factory=RollingWindowLimiter)
     inflight: InFlightLimiter = field(default_factory=lambda: InFlightLimiter(2048))
-    settlements: Settlements = field(default_factory=Settlements)
     #: Releases reservations abandoned by crashed requests (billing.sweeper); runs from ``start``.
     sweeper: Sweeper | None = None
     #: With ``redis_url``: key changes made here are announced to the other instances, and
@@ -171,15 +123,18 @@ class Services:
         router = Router(providers, deployments, settings.routing)
         store = open_store(settings.resolved_database_url)
         digester = Digester(load_secret(settings))
+        clock = clock or SystemClock()
+        settlements = Settlements()
         return cls(
             settings=settings,
-            clock=clock or SystemClock(),
+            clock=clock,
             catalogue=catalogue,
             store=store,
             keys=KeyView(store, digester),
             digester=digester,
             router=router,
-            token_counter=TokenCounter(router, providers),
+            ledger=Ledger(store, settlements, clock, settings.billing.reservation_ttl_seconds),
+            settlements=settlements,
             inflight=InFlightLimiter(settings.server.max_in_flight),
             # Redis (several instances): shared rate-limit windows, falling back to the
             # in-process window per instance while Redis is unreachable; key-change broadcast.

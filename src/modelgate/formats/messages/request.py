@@ -1,4 +1,4 @@
-"""Anthropic Messages format: request/response codec, stream encoder/decoder and passthrough tap.
+"""Messages requests: decoding into the IR and encoding for an Anthropic-dialect upstream.
 
 Wire shapes follow reference §1; cross-format mapping rules follow §4. Requests are decoded
 leniently: unknown and beta fields (``thinking``, ``context_management``, ``cache_control``, …) are
@@ -9,30 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from modelgate import errors, ir
-from modelgate.formats.messages_stream import (
-    StreamDecoder,
-    StreamEncoder,
-    decode_usage,
-    error_object,
-    is_int,
-    stop_reason_of,
-    usage_json,
-)
-from modelgate.formats.messages_tap import StreamTap
-from modelgate.formats.sse import frame
+from modelgate.formats.jsonutil import is_int
 
 #: Placeholder first turn: the Messages API requires the conversation to start with a user turn.
 CONTINUE_PLACEHOLDER = "(continue)"
 #: Appended to ``system`` for ``response_format: json_object``, which Messages has no field for.
 JSON_OBJECT_INSTRUCTION = "Respond with a single valid JSON object and nothing else."
-
-
-# ---------------------------------------------------------------------------------------------
-# Requests
-# ---------------------------------------------------------------------------------------------
 
 
 def _invalid(message: str, param: str) -> errors.InvalidRequest:
@@ -395,106 +378,3 @@ def encode_request(req: ir.Request, upstream_model: str) -> dict[str, Any]:
     if output_config:
         body["output_config"] = output_config
     return body
-
-
-# ---------------------------------------------------------------------------------------------
-# Whole responses
-# ---------------------------------------------------------------------------------------------
-
-
-def _encode_output(part: ir.OutputPart) -> dict[str, Any]:
-    if isinstance(part, ir.TextPart):
-        return {"type": "text", "text": part.text}
-    if isinstance(part, ir.ToolUsePart):
-        return {"type": "tool_use", "id": part.id, "name": part.name, "input": part.input}
-    if isinstance(part, ir.ThinkingPart):
-        return {"type": "thinking", "thinking": part.thinking, "signature": part.signature or ""}
-    return {"type": "redacted_thinking", "data": part.data}
-
-
-def encode_response(resp: ir.Response) -> dict[str, Any]:
-    usage = usage_json(resp.usage)
-    # Cache writes are reported as 5-minute writes: the IR does not carry the TTL split.
-    usage["cache_creation"] = {
-        "ephemeral_5m_input_tokens": resp.usage.cache_creation_input_tokens,
-        "ephemeral_1h_input_tokens": 0,
-    }
-    usage["server_tool_use"] = None
-    usage["service_tier"] = "standard"
-    return {
-        "id": resp.id,
-        "type": "message",
-        "role": "assistant",
-        "model": resp.model,
-        "content": [_encode_output(p) for p in resp.content],
-        "stop_reason": resp.stop_reason.value,
-        "stop_sequence": resp.stop_sequence,
-        "usage": usage,
-    }
-
-
-def decode_response(body: dict[str, Any]) -> ir.Response:
-    """A whole Messages response from an upstream -> IR; unusable bodies are upstream failures."""
-    content = body.get("content")
-    if not isinstance(content, list):
-        raise errors.UpstreamFailed("upstream response has no content list")
-    parts: list[ir.OutputPart] = []
-    for block in content:
-        if not isinstance(block, dict):
-            continue
-        kind = block.get("type")
-        if kind == "text" and isinstance(block.get("text"), str):
-            parts.append(ir.TextPart(block["text"]))
-        elif kind == "tool_use":
-            tool_input = block.get("input")
-            parts.append(
-                ir.ToolUsePart(
-                    str(block.get("id", "")),
-                    str(block.get("name", "")),
-                    tool_input if isinstance(tool_input, dict) else {},
-                )
-            )
-        elif kind == "thinking":
-            parts.append(ir.ThinkingPart(str(block.get("thinking") or ""), block.get("signature") or None))
-        elif kind == "redacted_thinking":
-            parts.append(ir.RedactedThinkingPart(str(block.get("data") or "")))
-    stop_sequence = body.get("stop_sequence")
-    return ir.Response(
-        id=str(body.get("id", "")),
-        model=str(body.get("model", "")),
-        content=parts,
-        stop_reason=stop_reason_of(body.get("stop_reason")),
-        usage=decode_usage(body.get("usage")),
-        stop_sequence=stop_sequence if isinstance(stop_sequence, str) else None,
-    )
-
-
-# ---------------------------------------------------------------------------------------------
-# Errors
-# ---------------------------------------------------------------------------------------------
-
-
-def render_error(err: errors.GatewayError, request_id: str) -> bytes:
-    return orjson.dumps(
-        {"type": "error", "error": error_object(err.kind, err.message, err.code), "request_id": request_id}
-    )
-
-
-def stream_error_frame(err: errors.GatewayError) -> bytes:
-    return frame(
-        orjson.dumps({"type": "error", "error": error_object(err.kind, err.message, err.code)}), "error"
-    )
-
-
-__all__ = [
-    "StreamDecoder",
-    "StreamEncoder",
-    "StreamTap",
-    "decode_request",
-    "decode_response",
-    "decode_usage",
-    "encode_request",
-    "encode_response",
-    "render_error",
-    "stream_error_frame",
-]

@@ -1,0 +1,209 @@
+"""The request path's view of money: reserve a hold, then settle or release it exactly once.
+
+``Ledger.reserve`` holds the worst case of a request (input bound at the dearest input rate plus
+``max_tokens`` of output) against the key's monthly cap and the account's balance in one atomic
+step (``storage.base.LedgerStore.reserve``); when less than the worst case but at least one output
+token fits, the hold is smaller and ``Hold.max_tokens`` says how many output tokens it covers.
+
+A ``Hold`` ends exactly once: ``settle`` charges the real cost of the reported usage (never more
+than the hold, see the storage contract) and ``release`` frees it with nothing charged; either
+writes the request's one usage record. A second call returns the first one's outcome and touches
+nothing. Both run on the ``Settlements`` runner, shielded: a request cancelled while its settlement
+is in flight (client gone, shutdown) still leaves exactly one usage record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from modelgate import ir
+from modelgate.billing.pricing import affordable_output_tokens, bound_uc, cost_uc
+from modelgate.catalogue import Model
+from modelgate.clock import Clock, month_of
+from modelgate.storage.base import LedgerStore, Refusal, ReserveRequest, Settlement, UsageRecord
+
+T = TypeVar("T")
+
+
+class UsageStatus(StrEnum):
+    """How a request ended, as its usage record says (docs/billing.md lists them)."""
+
+    OK = "ok"
+    #: The stream ended without the upstream's usage report (usage estimated).
+    UPSTREAM_INCOMPLETE = "upstream_incomplete"
+    #: The upstream broke after the first byte; the client got the format's in-band error.
+    UPSTREAM_FAILED_MID_STREAM = "upstream_failed_mid_stream"
+    #: The upstream itself sent an in-band error event.
+    UPSTREAM_ERROR_IN_BAND = "upstream_error_in_band"
+    CLIENT_DISCONNECTED = "client_disconnected"
+    CANCELLED = "cancelled"
+    #: The gateway refused the request after reserving (e.g. not translatable for the upstream).
+    REFUSED = "refused"
+    GATEWAY_ERROR = "gateway_error"
+    #: Released by the sweeper: the request's process died before it settled.
+    ABANDONED = "abandoned"
+    # No usable reply came: ``upstream_<error kind>`` (errors.ERROR_KINDS).
+    UPSTREAM_INVALID_REQUEST = "upstream_invalid_request"
+    UPSTREAM_AUTHENTICATION = "upstream_authentication"
+    UPSTREAM_BILLING = "upstream_billing"
+    UPSTREAM_PERMISSION = "upstream_permission"
+    UPSTREAM_NOT_FOUND = "upstream_not_found"
+    UPSTREAM_REQUEST_TOO_LARGE = "upstream_request_too_large"
+    UPSTREAM_RATE_LIMIT = "upstream_rate_limit"
+    UPSTREAM_API_ERROR = "upstream_api_error"
+    UPSTREAM_UPSTREAM_ERROR = "upstream_upstream_error"
+    UPSTREAM_UNAVAILABLE = "upstream_unavailable"
+    UPSTREAM_TIMEOUT = "upstream_timeout"
+    UPSTREAM_OVERLOADED = "upstream_overloaded"
+
+    @classmethod
+    def upstream(cls, kind: str) -> UsageStatus:
+        """The status of a request whose upstream failed with this error kind."""
+        try:
+            return cls(f"upstream_{kind}")
+        except ValueError:
+            return cls.UPSTREAM_UPSTREAM_ERROR
+
+
+class Settlements:
+    """Runs ledger settlements to completion even when the request that started one is cancelled."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Future[Any]] = set()
+
+    async def run(self, operation: Awaitable[T]) -> T:
+        task = asyncio.ensure_future(operation)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(task)
+
+    async def drain(self) -> None:
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Purpose:
+    """Who holds money and for what: recorded with the hold and in the usage record."""
+
+    request_id: str
+    key_id: str
+    account_id: int
+    endpoint: str
+    model: Model
+    #: Wall-clock start of the request; its UTC month is the month the hold counts against.
+    started: float
+
+
+class Hold:
+    """Money held for one request; ends exactly once with ``settle`` or ``release``."""
+
+    __slots__ = (
+        "_clock",
+        "_ended",
+        "_runner",
+        "_store",
+        "balance_after_uc",
+        "cap_remaining_after_uc",
+        "granted_uc",
+        "max_tokens",
+        "purpose",
+    )
+
+    def __init__(
+        self,
+        purpose: Purpose,
+        *,
+        granted_uc: int,
+        max_tokens: int,
+        balance_after_uc: int,
+        cap_remaining_after_uc: int | None,
+        store: LedgerStore,
+        runner: Settlements,
+        clock: Clock,
+    ) -> None:
+        self.purpose = purpose
+        self.granted_uc = granted_uc
+        #: Output tokens the hold covers (at most what the request asked for).
+        self.max_tokens = max_tokens
+        self.balance_after_uc = balance_after_uc
+        self.cap_remaining_after_uc = cap_remaining_after_uc
+        self._store = store
+        self._runner = runner
+        self._clock = clock
+        self._ended: asyncio.Future[Settlement] | None = None
+
+    async def settle(self, usage: ir.Usage, status: UsageStatus) -> Settlement:
+        """Charge what ``usage`` costs (capped by the hold) and free the rest."""
+        return await self._end(usage, status, charge=True)
+
+    async def release(self, status: UsageStatus) -> Settlement:
+        """Free the hold; nothing is charged."""
+        return await self._end(ir.Usage(), status, charge=False)
+
+    async def _end(self, usage: ir.Usage, status: UsageStatus, *, charge: bool) -> Settlement:
+        if self._ended is not None:
+            return await asyncio.shield(self._ended)
+        purpose = self.purpose
+        record = UsageRecord(
+            request_id=purpose.request_id,
+            key_id=purpose.key_id,
+            account_id=purpose.account_id,
+            endpoint=purpose.endpoint,
+            model=purpose.model.id,
+            month=month_of(purpose.started),
+            status=status.value,
+            created_at=purpose.started,
+            finished_at=self._clock.time(),
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_creation_tokens=usage.cache_creation_input_tokens,
+            cache_read_tokens=usage.cache_read_input_tokens,
+            charged_uc=cost_uc(usage, purpose.model.price) if charge else 0,
+        )
+        operation = self._store.settle(record) if charge else self._store.release(record)
+        self._ended = asyncio.ensure_future(self._runner.run(operation))
+        return await asyncio.shield(self._ended)
+
+
+class Ledger:
+    def __init__(self, store: LedgerStore, runner: Settlements, clock: Clock, ttl_seconds: float) -> None:
+        self._store = store
+        self._runner = runner
+        self._clock = clock
+        self._ttl = ttl_seconds
+
+    async def reserve(self, purpose: Purpose, *, input_bound: int, max_tokens: int) -> Hold | Refusal:
+        """Hold the worst case of ``input_bound`` input and ``max_tokens`` output tokens, or as
+        much as is available down to input plus one output token; otherwise the refusal."""
+        price = purpose.model.price
+        outcome = await self._store.reserve(
+            ReserveRequest(
+                request_id=purpose.request_id,
+                key_id=purpose.key_id,
+                account_id=purpose.account_id,
+                month=month_of(purpose.started),
+                amount_uc=bound_uc(input_bound, max_tokens, price),
+                minimum_uc=bound_uc(input_bound, min(1, max_tokens), price),
+                now=purpose.started,
+                expires_at=purpose.started + self._ttl,
+                endpoint=purpose.endpoint,
+                model=purpose.model.id,
+            )
+        )
+        if isinstance(outcome, Refusal):
+            return outcome
+        return Hold(
+            purpose,
+            granted_uc=outcome.granted_uc,
+            max_tokens=min(max_tokens, affordable_output_tokens(outcome.granted_uc, input_bound, price)),
+            balance_after_uc=outcome.balance_after_uc,
+            cap_remaining_after_uc=outcome.cap_remaining_after_uc,
+            store=self._store,
+            runner=self._runner,
+            clock=self._clock,
+        )

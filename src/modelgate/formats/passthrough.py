@@ -1,0 +1,122 @@
+"""The base of the same-dialect stream taps (``formats.base.StreamTap``).
+
+A tap forwards whole events only (``sse.EventBuffer``: a rewrite or a check never sees half an
+event), parses each event's data exactly once, hands the parsed value to its format's ``_event``
+to read usage, stop reasons, errors and delta text, and stops in front of an event whose data is
+not JSON (``malformed``): forwarded, it would make the client's SSE parser fail before the
+gateway's in-band error could explain the cut. Bytes go out as the upstream sent them (CRLF
+framing included) unless an event is dropped or replaced, which is rare (once per stream at most).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from modelgate import ir
+from modelgate.formats.base import TokenEstimator
+from modelgate.formats.sse import EventBuffer, model_rewrites
+
+#: ``_event`` may return this to drop the event (the Chat usage chunk the client did not ask for).
+DROP = b""
+
+
+def event_data(block: bytes) -> bytes:
+    """The data of one event block (LF line endings): its ``data:`` lines joined, each without the
+    one optional space after the colon. One ``data:`` line that ends the block (every real
+    upstream's framing) is sliced without splitting the block."""
+    start = block.find(b"data:")
+    if start < 0:
+        return b""
+    if block.find(b"\n", start) < 0 and (start == 0 or block[start - 1] == 0x0A):
+        data = block[start + 5 :]
+        return data[1:] if data[:1] == b" " else data
+    return b"\n".join(line[5:].removeprefix(b" ") for line in block.split(b"\n") if line.startswith(b"data:"))
+
+
+class PassthroughTap:
+    """Subclasses implement ``_event`` (one parsed event; returns the block to forward, a
+    replacement, or ``DROP``) and may override ``_done_marker`` (a ``data: [DONE]`` event) and
+    ``_rewrite`` (the model-id rewrite of forwarded bytes)."""
+
+    __slots__ = (
+        "_estimate",
+        "_events",
+        "_rewrites",
+        "error",
+        "finished",
+        "malformed",
+        "output_tokens",
+        "stop_reason",
+        "usage",
+    )
+
+    def __init__(self, upstream_model: str, client_model: str, estimate: TokenEstimator) -> None:
+        self._events = EventBuffer()
+        self._rewrites = model_rewrites(upstream_model, client_model)
+        self._estimate = estimate
+        self.usage: ir.Usage | None = None
+        self.stop_reason: ir.StopReason | None = None
+        self.finished = False
+        self.error: ir.StreamError | None = None
+        self.malformed = False
+        self.output_tokens = 0
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self.malformed:
+            return b""
+        out = self._events.take(chunk)
+        return self._relay(out) if out else b""
+
+    def finish(self) -> bytes:
+        """The event the upstream ended without its blank line, terminated; nothing when the
+        stream ended in the middle of one (its JSON is cut, so it counts as malformed)."""
+        rest = self._events.rest()
+        if self.malformed or not rest.strip():
+            return b""
+        return self._relay(rest.rstrip(b"\r\n") + b"\n\n")
+
+    #: Forward CRLF framing as the upstream sent it (False: normalise line endings to LF).
+    keep_line_endings = True
+
+    def _relay(self, out: bytes) -> bytes:
+        text = out.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if b"\r" in out else out
+        if not self.keep_line_endings:
+            out = text
+        blocks = text.split(b"\n\n")
+        kept: list[bytes] | None = None
+        for i, block in enumerate(blocks):
+            if not block:
+                continue
+            data = event_data(block)
+            forward = block
+            if data == b"[DONE]":
+                self._done_marker()
+            elif data:
+                try:
+                    value = orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    self.malformed = True
+                    good = kept if kept is not None else [b for b in blocks[:i] if b]
+                    return self._rewrite(b"".join(b + b"\n\n" for b in good))
+                forward = self._event(block, value)
+            if kept is None and forward is not block:
+                kept = [b for b in blocks[:i] if b]
+            if kept is not None and forward:
+                kept.append(forward)
+        if kept is not None:
+            out = b"".join(b + b"\n\n" for b in kept)
+        return self._rewrite(out)
+
+    def _event(self, block: bytes, value: Any) -> bytes:
+        raise NotImplementedError
+
+    def _done_marker(self) -> None:
+        """A ``data: [DONE]`` event (Chat's end of stream); other formats have none."""
+
+    def _rewrite(self, out: bytes) -> bytes:
+        """Show the client's model id in forwarded bytes (every event may carry it)."""
+        for old, new in self._rewrites:
+            out = out.replace(old, new)
+        return out

@@ -1,0 +1,94 @@
+"""The Responses format (``POST /v1/responses``) as a ``Codec``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from modelgate import errors, ir
+from modelgate.errors import WireFormat
+from modelgate.formats import ids
+from modelgate.formats.base import ClientRequest, TokenEstimator
+from modelgate.formats.jsonutil import Json, check_stream_flag, int_field
+from modelgate.formats.responses import request, response
+from modelgate.formats.responses.decoder import StreamDecoder
+from modelgate.formats.responses.encoder import StreamEncoder
+from modelgate.formats.responses.tap import StreamTap
+from modelgate.formats.responses.wire import usage_from_wire
+
+
+class ResponsesCodec:
+    name: WireFormat = "responses"
+
+    def check_headers(self, headers: Mapping[str, str], versions: Sequence[str]) -> None:
+        return None
+
+    def validate(self, body: Json, *, counting: bool = False) -> None:
+        check_stream_flag(body)
+        if not isinstance(body.get("input"), str | list):
+            raise errors.InvalidRequest("input: a string or a list of input items is required", param="input")
+        int_field(body, "max_output_tokens")
+
+    def requested_max_tokens(self, body: Json) -> int | None:
+        return int_field(body, "max_output_tokens")
+
+    def wants_stream_usage(self, body: Json) -> bool:
+        return True  # the terminal response object always carries usage
+
+    def decode_request(self, body: Json) -> ir.Request:
+        return request.decode_request(body)
+
+    def encode_request(self, req: ir.Request, upstream_model: str) -> Json:
+        return request.encode_request(req, upstream_model)
+
+    def passthrough_fields(
+        self, body: Json, *, upstream_model: str, max_tokens: int, stream: bool, legacy_limit: bool
+    ) -> Json:
+        fields: Json = {}
+        if body.get("model") != upstream_model:
+            fields["model"] = upstream_model
+        if body.get("max_output_tokens") != max_tokens:
+            fields["max_output_tokens"] = max_tokens
+        return fields
+
+    def check_translatable(self, body: Json, upstream: str) -> None:
+        """Hosted tools (``web_search``, ``file_search``, ``mcp``, ...) run inside OpenAI's
+        Responses API. Translated to another dialect they would silently vanish and change the
+        answer, so the request is refused; a Responses-dialect upstream gets them passed through."""
+        hosted = request.hosted_tools(body)
+        if hosted:
+            raise errors.InvalidRequest(
+                f"tools: hosted tool type(s) {', '.join(sorted(set(hosted)))} are not supported for "
+                f"this model: its upstream ({upstream}) does not speak the Responses API; offer only "
+                "function (or namespace) tools",
+                param="tools",
+            )
+
+    def usage_of(self, body: Any) -> ir.Usage:
+        return usage_from_wire(body.get("usage") if isinstance(body, dict) else None)
+
+    def decode_response(self, body: Json) -> ir.Response:
+        return response.decode_response(body)
+
+    def encode_response(self, resp: ir.Response, client: ClientRequest) -> Json:
+        return response.encode_response(
+            resp, client.request(), namespaces=request.tool_namespaces(client.body)
+        )
+
+    def new_response_id(self) -> str:
+        return ids.new_response_id()
+
+    def stream_decoder(self) -> StreamDecoder:
+        return StreamDecoder()
+
+    def stream_encoder(self, client: ClientRequest) -> StreamEncoder:
+        return StreamEncoder(client.request(), namespaces=request.tool_namespaces(client.body))
+
+    def stream_tap(self, upstream_model: str, client: ClientRequest, estimate: TokenEstimator) -> StreamTap:
+        return StreamTap(upstream_model, client.model, estimate)
+
+    def render_error(self, err: errors.GatewayError, request_id: str) -> bytes:
+        return response.render_error(err, request_id)
+
+
+CODEC = ResponsesCodec()

@@ -1,0 +1,59 @@
+"""Public probes: ``/healthz`` (liveness, no I/O), ``/health`` (database and upstreams) and ``/``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from modelgate import __version__
+from modelgate.gateway.replies import json_reply
+from modelgate.services import Services
+
+
+async def healthz(services: Services, request: Request) -> Response:
+    return json_reply({"status": "ok", "service": "modelgate", "version": __version__})
+
+
+async def health(services: Services, request: Request) -> Response:
+    settings = services.settings
+    database: dict[str, Any] = {"status": "ok", "engine": settings.resolved_database_url.split(":", 1)[0]}
+    try:
+        await asyncio.wait_for(services.store.ping(), timeout=2.0)
+    except Exception as exc:  # any failure to answer means unhealthy, whatever the driver raised
+        database = {**database, "status": "unreachable", "error": type(exc).__name__}
+    upstreams = [
+        {
+            "name": p.name,
+            "kind": p.kind,
+            **({"note": "built-in simulator, not a real model"} if p.kind == "simulator" else {}),
+        }
+        for p in settings.providers
+    ]
+    deployments = [
+        {
+            "model": s.model,
+            "provider": s.provider,
+            "upstream_model": s.upstream_model,
+            "status": "cooling_down" if s.cooling_for > 0 else "ok",
+            "consecutive_failures": s.consecutive_failures,
+        }
+        for s in services.router.status()
+        if s.consecutive_failures or s.cooling_for > 0
+    ]
+    ok = database["status"] == "ok"
+    body = {
+        "status": "ok" if ok else "unavailable",
+        "version": __version__,
+        "checks": {"database": database, "upstreams": upstreams, "unhealthy_deployments": deployments},
+        "in_flight": services.inflight.in_flight,
+    }
+    return json_reply(body, 200 if ok else 503)
+
+
+async def root(services: Services, request: Request) -> Response:
+    if request.method == "HEAD":
+        return Response(status_code=200)
+    return json_reply({"service": "modelgate", "version": __version__, "docs": "see README.md"})

@@ -1,0 +1,61 @@
+"""Key-group policy (DESIGN.md §2): which wire formats and which models a key's group may use.
+
+- ``Basic`` and ``Pro`` keys serve ``aria-*`` models, ``Nova`` keys ``nova-*`` models.
+- A ``Nova`` key on the Messages format, or a ``Basic``/``Pro`` key on the Responses format, is a
+  403 that points to the endpoints the key can use.
+- Aliases resolve before the family and allowed-models checks; an unknown model, one of the other
+  family and one outside the key's list are the same 404, so a key learns nothing about models it
+  cannot use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from modelgate import errors
+from modelgate.catalogue import Catalogue, Family, Model
+from modelgate.errors import WireFormat
+from modelgate.storage.base import Group, KeyRecord
+
+FAMILY_OF_GROUP: Mapping[Group, Family] = {"Basic": "aria", "Pro": "aria", "Nova": "nova"}
+
+#: Formats a group may not use, with the hint its refusal gives.
+_REFUSED: Mapping[tuple[WireFormat, Group], str] = {
+    ("messages", "Nova"): (
+        "Nova keys are not served on /v1/messages; use /v1/chat/completions or /v1/responses"
+    ),
+    ("responses", "Basic"): (
+        "Basic and Pro keys are not served on /v1/responses; use /v1/messages or /v1/chat/completions"
+    ),
+    ("responses", "Pro"): (
+        "Basic and Pro keys are not served on /v1/responses; use /v1/messages or /v1/chat/completions"
+    ),
+}
+
+
+def check_format(fmt: WireFormat, key: KeyRecord) -> None:
+    hint = _REFUSED.get((fmt, key.group))
+    if hint is not None:
+        raise errors.PermissionDenied(hint, code="wrong_endpoint_for_key_group")
+
+
+def visible(model: Model, key: KeyRecord) -> bool:
+    allowed = key.allowed_models
+    return model.family == FAMILY_OF_GROUP[key.group] and (allowed is None or model.id in allowed)
+
+
+def model_for(catalogue: Catalogue, key: KeyRecord, body: Mapping[str, Any]) -> Model:
+    """The canonical model a request names, if this key may use it."""
+    name = body.get("model")
+    if not isinstance(name, str) or not name:
+        raise errors.InvalidRequest("model: a model id is required", param="model")
+    model = catalogue.resolve(name)
+    if model is None or not visible(model, key):
+        raise errors.NotFound(f"model {name} is not available for this key", param="model")
+    return model
+
+
+def visible_models(catalogue: Catalogue, key: KeyRecord) -> list[Model]:
+    """``/v1/models`` for this key: its group's family ∩ its allowed models, never aliases."""
+    return [m for m in catalogue.in_family(FAMILY_OF_GROUP[key.group]) if visible(m, key)]

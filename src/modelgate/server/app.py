@@ -1,0 +1,177 @@
+"""The ASGI application: one route table for every path, the lifespan, and the app factory.
+
+``EdgeApp`` finds a route by exact path (a dict lookup: the model endpoints carry nearly all
+traffic and every streamed chunk, so no regex walk and no middleware ``send`` wrappers sit on their
+way), then by prefix (``/v1/models/{id}``, the admin API and the dashboard, which route below their
+prefix themselves). Whatever should apply to every request belongs in ``EdgeApp.__call__``, the one
+place every request passes. A path that matches nothing is a JSON 404, a known path with another
+method a JSON 405 with ``allow``, both in the path's wire format.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Router
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from modelgate import errors
+from modelgate.admin import admin_routes
+from modelgate.clock import Clock
+from modelgate.config import Settings
+from modelgate.formats import CODECS, Codec
+from modelgate.gateway import health, models, pipeline
+from modelgate.gateway.pipeline import Endpoint
+from modelgate.gateway.replies import codec_for_client, error_reply
+from modelgate.services import Services
+
+log = logging.getLogger("modelgate")
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """``path`` exactly, or every path under it with ``prefix``; ``app`` serves the matched request."""
+
+    path: str
+    methods: frozenset[str]
+    app: ASGIApp
+    prefix: bool = False
+
+
+def _serving(handler: Handler) -> ASGIApp:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        response = await handler(Request(scope, receive))
+        with contextlib.suppress(ClientDisconnect):  # gone before the answer: nobody to tell
+            await response(scope, receive, send)
+
+    return app
+
+
+def _model_endpoint(services: Services, endpoint: Endpoint) -> ASGIApp:
+    async def serve(request: Request) -> Response:
+        return await pipeline.handle(services, endpoint, request)
+
+    return _serving(serve)
+
+
+def _with_services(
+    services: Services, handler: Callable[[Services, Request], Awaitable[Response]]
+) -> ASGIApp:
+    async def serve(request: Request) -> Response:
+        return await handler(services, request)
+
+    return _serving(serve)
+
+
+def _one_model(services: Services) -> ASGIApp:
+    async def serve(request: Request) -> Response:
+        model_id = request.url.path.removeprefix("/v1/models/")
+        return await models.get_model(services, request, model_id)
+
+    return _serving(serve)
+
+
+def routes(services: Services) -> list[Route]:
+    """Every path the gateway serves."""
+    post = frozenset({"POST"})
+    read = frozenset({"GET", "HEAD"})
+    admin = Router(routes=admin_routes(services))
+    admin_methods = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
+    return [
+        Route("/", read, _with_services(services, health.root)),
+        Route("/healthz", read, _with_services(services, health.healthz)),
+        Route("/health", read, _with_services(services, health.health)),
+        Route("/v1/messages", post, _model_endpoint(services, Endpoint(CODECS["messages"], "messages"))),
+        Route(
+            "/v1/messages/count_tokens",
+            post,
+            _model_endpoint(services, Endpoint(CODECS["messages"], "count_tokens", counting=True)),
+        ),
+        Route("/v1/chat/completions", post, _model_endpoint(services, Endpoint(CODECS["chat"], "chat"))),
+        Route("/v1/responses", post, _model_endpoint(services, Endpoint(CODECS["responses"], "responses"))),
+        Route("/v1/models", read, _with_services(services, models.list_models)),
+        Route("/v1/models/", read, _one_model(services), prefix=True),
+        Route("/admin/api", admin_methods, admin, prefix=True),
+        Route("/dashboard", read, admin, prefix=True),
+    ]
+
+
+def codec_for_path(path: str, headers: Mapping[str, str]) -> Codec:
+    """The wire format of a refusal on ``path`` when no endpoint rendered it."""
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return CODECS["messages"]
+    return codec_for_client(headers)
+
+
+class EdgeApp:
+    """The ASGI entry point (see the module docstring)."""
+
+    def __init__(self, services: Services, table: Sequence[Route]) -> None:
+        self.services = services
+        self._exact = {r.path: r for r in table if not r.prefix}
+        self._prefixed = sorted((r for r in table if r.prefix), key=lambda r: -len(r.path))
+
+    def route_for(self, path: str) -> Route | None:
+        route = self._exact.get(path)
+        if route is not None:
+            return route
+        for candidate in self._prefixed:
+            if path.startswith(candidate.path):
+                return candidate
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if kind != "http":
+            return  # no websocket endpoints: returning unaccepted refuses the upgrade
+        path = scope["path"]
+        route = self.route_for(path)
+        if route is None:
+            await self._refuse(scope, receive, send, errors.NotFound(f"no endpoint {scope['method']} {path}"))
+            return
+        if scope["method"] not in route.methods:
+            error = errors.MethodNotAllowed(
+                f"{scope['method']} is not allowed on {path}",
+                headers={"allow": ", ".join(sorted(route.methods))},
+            )
+            await self._refuse(scope, receive, send, error)
+            return
+        await route.app(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, error: errors.GatewayError) -> None:
+        request = Request(scope, receive)
+        response = error_reply(codec_for_path(scope["path"], request.headers), error, {})
+        await response(scope, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.services.start()
+                except Exception as exc:
+                    log.exception("start-up failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.services.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def create_app(
+    settings: Settings, *, clock: Clock | None = None, services: Services | None = None
+) -> EdgeApp:
+    services = services or Services.build(settings, clock=clock)
+    return EdgeApp(services, routes(services))
