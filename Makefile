@@ -17,9 +17,7 @@ serve: $(STAMP)
 	$(BIN)/modelgate serve
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
-	$(BIN)/mypy
+	bash scripts/lint.sh
 
 test: $(STAMP)
 	bash scripts/test.sh

@@ -6,11 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
 
-echo "== ruff"
-$BIN/ruff check src tests bench
-$BIN/ruff format --check src tests bench
-echo "== mypy"
-$BIN/mypy
+bash scripts/lint.sh
 echo "== pytest"
 if [ -x scripts/services.sh ]; then
     # shellcheck disable=SC1091

@@ -143,11 +143,3 @@ class UpstreamTimeout(GatewayError):
 class Overloaded(GatewayError):
     from_upstream = True
     kind = "overloaded"
-
-
-def error_for_kind(kind: str, message: str, **kwargs: object) -> GatewayError:
-    """Build the subclass for ``kind`` (used when translating upstream and in-band errors)."""
-    for cls in GatewayError.__subclasses__():
-        if cls.kind == kind:
-            return cls(message, **kwargs)  # type: ignore[arg-type]
-    return InternalError(message, **kwargs)  # type: ignore[arg-type]

@@ -116,9 +116,9 @@ class Management:
         models: list[str] | None = None,
         monthly_cap_uc: int | None = None,
     ) -> IssuedKey:
-        if group not in GROUPS:
+        typed_group = next((g for g in GROUPS if g == group), None)
+        if typed_group is None:
             raise ManagementError(f"group: must be one of {', '.join(GROUPS)}")
-        typed_group: Group = group  # type: ignore[assignment]
         if rpm is not None and rpm < 1:
             raise ManagementError("rpm: must be at least 1")
         secret = new_api_key()

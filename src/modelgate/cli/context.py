@@ -8,7 +8,7 @@ import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import orjson
 import typer
@@ -38,10 +38,10 @@ class Options:
         try:
             return load_settings(self.config, data_dir=self.data_dir, **overrides)
         except ConfigError as exc:
-            return fail(str(exc))  # type: ignore[no-any-return]
+            fail(str(exc))
 
 
-def fail(message: str, code: int = 1) -> Any:
+def fail(message: str, code: int = 1) -> NoReturn:
     err_console.print(f"[red]error:[/red] {message}", highlight=False)
     raise typer.Exit(code)
 
@@ -68,9 +68,9 @@ def with_management(options: Options, work: Callable[[Management], Awaitable[T]]
     try:
         return run_async(run())
     except ManagementError as exc:
-        return fail(str(exc))  # type: ignore[no-any-return]
+        fail(str(exc))
     except StorageError as exc:
-        return fail(f"database: {exc}")  # type: ignore[no-any-return]
+        fail(f"database: {exc}")
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

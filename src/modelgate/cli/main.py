@@ -138,7 +138,7 @@ def _credits(value: str, field: str) -> int:
     try:
         return parse_credits(value, field)
     except ValueError as exc:
-        return fail(str(exc))  # type: ignore[no-any-return]
+        fail(str(exc))
 
 
 def _models(value: str | None) -> list[str] | None:

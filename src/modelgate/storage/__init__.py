@@ -14,11 +14,9 @@ def open_store(url: str) -> Store:
 
         return SqliteStore(Path(url.removeprefix("sqlite:///")))
     if url.startswith(("postgresql://", "postgres://")):
-        try:
-            from modelgate.storage.postgres import PostgresStore  # type: ignore[import-not-found,import-untyped,unused-ignore]
-        except ImportError as exc:
-            raise StorageError("this build has no PostgreSQL storage") from exc
-        return PostgresStore(url)  # type: ignore[no-any-return,unused-ignore]
+        from modelgate.storage.postgres import PostgresStore
+
+        return PostgresStore(url)
     raise StorageError(
         f"database_url: unsupported scheme in {url.split('://', 1)[0]!r} (use sqlite:/// or postgresql://)"
     )

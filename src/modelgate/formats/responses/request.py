@@ -155,15 +155,17 @@ def _decode_content(content: Any, param: str) -> list[ir.Part]:
     parts: list[ir.Part] = []
     for index, part in enumerate(content):
         where = f"{param}.content[{index}]"
-        kind = part.get("type") if isinstance(part, dict) else None
+        if not isinstance(part, dict):
+            raise errors.InvalidRequest("each content part must be an object", param=where)
+        kind = part.get("type")
         if kind in ("input_text", "output_text", "text", "summary_text"):
-            parts.append(ir.TextPart(str(part.get("text") or "")))  # type: ignore[union-attr]
+            parts.append(ir.TextPart(str(part.get("text") or "")))
         elif kind == "refusal":
-            parts.append(ir.TextPart(str(part.get("refusal") or "")))  # type: ignore[union-attr]
+            parts.append(ir.TextPart(str(part.get("refusal") or "")))
         elif kind == "input_image":
-            parts.append(_decode_image(part, where))  # type: ignore[arg-type]
+            parts.append(_decode_image(part, where))
         elif kind == "input_file":
-            parts.append(_decode_file(part, where))  # type: ignore[arg-type]
+            parts.append(_decode_file(part, where))
         else:
             raise errors.InvalidRequest(f"unsupported content part type {kind!r}", param=where)
     return parts
@@ -256,8 +258,10 @@ def _function_tool(tool: Json, prefix: str) -> ir.Tool:
 
 def _decode_tool_choice(choice: Any, parallel: Any) -> ir.ToolChoice | None:
     result: ir.ToolChoice | None = None
-    if choice in ("none", "auto", "required"):
-        result = ir.ToolChoice({"none": "none", "auto": "auto", "required": "any"}[choice])  # type: ignore[arg-type]
+    if choice == "none" or choice == "auto":
+        result = ir.ToolChoice(choice)
+    elif choice == "required":
+        result = ir.ToolChoice("any")
     elif (
         isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str)
     ):

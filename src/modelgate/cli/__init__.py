@@ -1,0 +1,1 @@
+"""The ``modelgate`` command line (typer): serve, and manage accounts, credits, keys and tokens."""
