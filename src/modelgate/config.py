@@ -18,6 +18,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from modelgate.billing.input_bound import MediaRules
 from modelgate.upstream.config import DeploymentConfig, ProviderConfig, RoutingConfig, SimulatorConfig
 
 ENV_PREFIX = "MODELGATE_"
@@ -42,6 +43,25 @@ class ServerConfig(_Section):
     #: Seconds a 429 from the protective limiter asks clients to wait.
     overload_retry_after: int = Field(1, ge=1)
     access_log: bool = False
+    #: Open connections per instance; a connection beyond it gets a JSON 503 and is closed.
+    max_connections: int = Field(10_000, ge=1)
+    #: Seconds to receive a request's head (request line and headers), counted from the
+    #: connection's start or the end of the previous response; then a JSON 408 and close.
+    header_timeout_seconds: float = Field(10.0, gt=0)
+    #: Seconds to receive a whole request body once its head arrived; then a JSON 408 and close.
+    body_timeout_seconds: float = Field(60.0, gt=0)
+    #: Seconds an idle keep-alive connection is kept between requests.
+    keep_alive_seconds: float = Field(5.0, gt=0)
+    #: On SIGTERM: seconds requests in flight may still run before streams are ended in-band.
+    shutdown_grace_seconds: float = Field(30.0, ge=0)
+    #: Bodies larger than this are parsed, checked and translated in worker processes, never on
+    #: the event loop (``body_workers`` of them); smaller bodies are handled inline.
+    offload_body_bytes: int = Field(256 * 1024, ge=1024)
+    body_workers: int = Field(1, ge=1, le=64)
+    #: Large bodies (above ``offload_body_bytes``) held at once; beyond it: a fast 429.
+    max_large_bodies: int = Field(8, ge=1)
+    #: Deepest JSON nesting accepted in a request body (400 "nested too deeply" beyond).
+    max_json_depth: int = Field(128, ge=8, le=512)
 
 
 class KeysConfig(_Section):
@@ -59,8 +79,26 @@ class BillingConfig(_Section):
     sweep_interval_seconds: float = Field(30.0, gt=0)
     #: Upper bound on input tokens added to the body size (tool and per-message overheads).
     input_overhead_tokens: int = Field(1024, ge=0)
-    #: Upper bound on tokens of one image referenced by URL (inline images count their bytes).
+    #: Tokens held for an image whose size the gateway cannot read (by URL or file id, unreadable).
     tokens_per_image_url: int = Field(1600, ge=0)
+    #: Inline images are held at ceil(pixels / image_pixels_per_token) + image_base_tokens; the
+    #: default is denser than any provider rule the gateway ships for (Anthropic: 750 px/token).
+    image_pixels_per_token: int = Field(400, ge=1)
+    image_base_tokens: int = Field(100, ge=0)
+    #: Inline PDFs are held at pages x tokens_per_pdf_page (text plus the page image);
+    #: ``pdf_pages_when_unknown`` pages for a PDF by URL or file id, or whose page tree is unreadable.
+    tokens_per_pdf_page: int = Field(3000, ge=0)
+    pdf_pages_when_unknown: int = Field(100, ge=0)
+
+    def media_rules(self) -> MediaRules:
+        return MediaRules(
+            overhead_tokens=self.input_overhead_tokens,
+            unknown_image_tokens=self.tokens_per_image_url,
+            image_pixels_per_token=self.image_pixels_per_token,
+            image_base_tokens=self.image_base_tokens,
+            tokens_per_pdf_page=self.tokens_per_pdf_page,
+            unknown_pdf_pages=self.pdf_pages_when_unknown,
+        )
 
 
 class Settings(_Section):

@@ -8,7 +8,7 @@ Only the single boundary in the app turns anything else into a 500 ``api_error``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 WireFormat = Literal["messages", "chat", "responses"]
 
@@ -75,6 +75,11 @@ class GatewayError(Exception):
         self.code = code
         self.headers = dict(headers or {})
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors raised in a worker process (modelgate.offload) cross back pickled, fields intact.
+        fields = (self.message, self.param, self.code, self.headers, self.status, self.from_upstream)
+        return (_rebuild, (type(self), *fields))
+
     @property
     def spec(self) -> ErrorKind:
         return ERROR_KINDS[self.kind]
@@ -86,6 +91,20 @@ class GatewayError(Exception):
         if fmt != "messages" and spec.openai_status is not None:
             return spec.openai_status
         return spec.status
+
+
+def _rebuild(
+    cls: type[GatewayError],
+    message: str,
+    param: str | None,
+    code: str | None,
+    headers: dict[str, str],
+    status: int | None,
+    from_upstream: bool,
+) -> GatewayError:
+    error = cls(message, param=param, code=code, headers=headers, status=status)
+    error.from_upstream = from_upstream
+    return error
 
 
 class InvalidRequest(GatewayError):

@@ -176,6 +176,9 @@ class Request:
     response_format: dict[str, Any] | None = None
     #: The client asked for usage in the stream (Chat ``stream_options.include_usage``).
     include_usage: bool = False
+    #: Flattened tool name -> (namespace, name) for tools a Responses client grouped in
+    #: namespaces; its encoders give calls back under the original namespace and name.
+    tool_namespaces: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,9 +21,11 @@ from modelgate.catalogue import Catalogue, build_catalogue
 from modelgate.clock import Clock, SystemClock
 from modelgate.config import ConfigError, Settings
 from modelgate.keys import Digester
+from modelgate.lifecycle import Drain
 from modelgate.limits.inflight import InFlightLimiter
 from modelgate.limits.redis_rpm import RedisRateLimiter
 from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
+from modelgate.offload import Offload
 from modelgate.storage import Store, open_store
 from modelgate.upstream.base import Deployment
 from modelgate.upstream.config import validate_upstreams
@@ -92,8 +94,13 @@ class Services:
     router: Router
     ledger: Ledger
     settlements: Settlements
+    offload: Offload
     rate_limiter: RateLimiter = field(default_factory=RollingWindowLimiter)
     inflight: InFlightLimiter = field(default_factory=lambda: InFlightLimiter(2048))
+    #: Large bodies (above ``server.offload_body_bytes``) held in memory at once.
+    large_bodies: InFlightLimiter = field(default_factory=lambda: InFlightLimiter(8))
+    #: Graceful shutdown state (``modelgate.lifecycle``), set by the server on SIGTERM.
+    drain: Drain = field(default_factory=Drain)
     #: Releases reservations abandoned by crashed requests (billing.sweeper); runs from ``start``.
     sweeper: Sweeper | None = None
     #: With ``redis_url``: key changes made here are announced to the other instances, and
@@ -115,10 +122,11 @@ class Services:
         except ValueError as exc:
             raise ConfigError(str(exc)) from exc
         catalogue = served_catalogue(settings, catalogue, deployments)
+        offload = Offload(settings.server.body_workers)
         providers = build_providers(
             settings.providers,
             env,
-            factories={"simulator": lambda c: SimulatorProvider(c.name, settings.simulator)},
+            factories={"simulator": lambda c: SimulatorProvider(c.name, settings.simulator, offload)},
         )
         router = Router(providers, deployments, settings.routing)
         store = open_store(settings.resolved_database_url)
@@ -135,7 +143,9 @@ class Services:
             router=router,
             ledger=Ledger(store, settlements, clock, settings.billing.reservation_ttl_seconds),
             settlements=settlements,
+            offload=offload,
             inflight=InFlightLimiter(settings.server.max_in_flight),
+            large_bodies=InFlightLimiter(settings.server.max_large_bodies),
             # Redis (several instances): shared rate-limit windows, falling back to the
             # in-process window per instance while Redis is unreachable; key-change broadcast.
             rate_limiter=RedisRateLimiter(settings.redis_url)
@@ -166,4 +176,5 @@ class Services:
             await self.key_broadcast.stop()
         if isinstance(self.rate_limiter, RedisRateLimiter):
             await self.rate_limiter.aclose()
+        await self.offload.stop()
         await self.store.close()

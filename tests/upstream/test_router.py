@@ -39,7 +39,7 @@ def provider(name: str, base_url: str, kind: str = "anthropic", timeouts: Timeou
     return build_provider(cfg, {"KEY": KEY})
 
 
-def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
+async def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
     dialect: Dialect = "messages" if "messages" in provider.dialects else "chat"
     body = {
         "model": deployment.upstream_model,
@@ -49,7 +49,7 @@ def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
     return dialect, orjson.dumps(body)
 
 
-def build_stream(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
+async def build_stream(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
     body = {"model": deployment.upstream_model, "max_tokens": 5, "stream": True, "messages": []}
     return "messages", orjson.dumps(body)
 

@@ -40,6 +40,8 @@ class UsageStatus(StrEnum):
     #: The upstream itself sent an in-band error event.
     UPSTREAM_ERROR_IN_BAND = "upstream_error_in_band"
     CLIENT_DISCONNECTED = "client_disconnected"
+    #: Cut by a shutdown after its grace (``lifecycle.Drain``).
+    SHUTDOWN = "shutdown"
     CANCELLED = "cancelled"
     #: The gateway refused the request after reserving (e.g. not translatable for the upstream).
     REFUSED = "refused"

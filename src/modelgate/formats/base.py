@@ -73,6 +73,9 @@ class Codec(Protocol):
     """One wire format. Formats never import each other; they meet only in ``modelgate.ir``."""
 
     name: WireFormat
+    #: Top-level fields the gateway itself reads (authorization, limits, billing, usage options):
+    #: each must appear once, and they are all a large offloaded body's caller gets back.
+    control_fields: frozenset[str]
 
     # requests -------------------------------------------------------------------------------
     def check_headers(self, headers: Mapping[str, str], versions: Sequence[str]) -> None:
@@ -102,8 +105,8 @@ class Codec(Protocol):
         and forced stream usage. Empty when nothing changes."""
         ...
 
-    def check_translatable(self, body: Json, upstream: str) -> None:
-        """Refuse what would be silently lost if this request went to another dialect."""
+    def untranslatable(self, body: Json) -> GatewayError | None:
+        """The refusal of a request that would silently lose meaning in another dialect."""
         ...
 
     # responses ------------------------------------------------------------------------------
@@ -114,6 +117,7 @@ class Codec(Protocol):
     def decode_response(self, body: Json) -> ir.Response: ...
     def encode_response(self, resp: ir.Response, client: ClientRequest) -> Json: ...
     def new_response_id(self) -> str: ...
+    def new_tool_call_id(self) -> str: ...
 
     # streams --------------------------------------------------------------------------------
     def stream_decoder(self) -> StreamDecoder: ...
@@ -137,6 +141,8 @@ class ClientRequest:
         self.codec = codec
         self.body = body
         self.model = model
+        if request is not None:
+            request.model = model
         self._request = request
 
     def request(self) -> ir.Request:

@@ -9,7 +9,7 @@ escapes and thinking signatures all survive exactly.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -22,18 +22,35 @@ _COLON = re.compile(rb"\s*:\s*")
 _SCALAR_END = re.compile(rb"[\s,}\]]")
 
 
-async def read_limited(chunks: AsyncIterator[bytes], declared: str | None, limit: int) -> bytes:
-    """The body, refusing with 413 as soon as it exceeds ``limit`` (declared or while reading)."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+async def read_limited(
+    chunks: AsyncIterator[bytes],
+    declared: str | None,
+    limit: int,
+    *,
+    large: int = 0,
+    on_large: Callable[[], None] | None = None,
+) -> bytes:
+    """The body, refusing with 413 as soon as it exceeds ``limit`` (declared or while reading).
+
+    ``on_large`` is called once, before the body is buffered past ``large`` bytes (at once when
+    the declared length is larger): it may refuse, so large bodies are admitted before they are
+    held in memory, chunked uploads included.
+    """
+    size = int(declared) if declared is not None and declared.isascii() and declared.isdigit() else None
+    if size is not None and size > limit:
         raise RequestTooLarge(f"request body exceeds the {limit}-byte limit")
-    parts: list[bytes] = []
-    size = 0
+    if on_large is not None and size is not None and size > large:
+        on_large()
+        on_large = None
+    body = bytearray()
     async for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
+        if len(body) + len(chunk) > limit:
             raise RequestTooLarge(f"request body exceeds the {limit}-byte limit")
-        parts.append(chunk)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+        if on_large is not None and len(body) + len(chunk) > large:
+            on_large()
+            on_large = None
+        body += chunk
+    return bytes(body)
 
 
 def parse_object(raw: bytes) -> dict[str, Any]:
@@ -48,9 +65,10 @@ def parse_object(raw: bytes) -> dict[str, Any]:
     return value
 
 
-def top_level_spans(raw: bytes) -> dict[bytes, tuple[int, int]]:
-    """Byte span of each top-level key's value in a JSON object (the last one wins on duplicates)."""
-    spans: dict[bytes, tuple[int, int]] = {}
+def top_level_members(raw: bytes) -> list[tuple[bytes, tuple[int, int]]]:
+    """Each top-level key of a JSON object, as written (escapes kept), with the byte span of its
+    value, in document order, duplicates included (``decoded_key`` reads a key)."""
+    members: list[tuple[bytes, tuple[int, int]]] = []
     depth = 0
     tokens = _TOKENS.finditer(raw)
     pending_close: list[tuple[bytes, int, int]] = []  # (key, value start, depth to return to)
@@ -64,7 +82,7 @@ def top_level_spans(raw: bytes) -> dict[bytes, tuple[int, int]]:
             depth -= 1
             if pending_close and depth == pending_close[-1][2]:
                 key, start, _ = pending_close.pop()
-                spans[key] = (start, match.end())
+                members.append((key, (start, match.end())))
             continue
         if depth != 1 or pending_close:
             continue
@@ -76,13 +94,65 @@ def top_level_spans(raw: bytes) -> dict[bytes, tuple[int, int]]:
         lead = raw[start : start + 1]
         if lead == b'"':
             value = next(tokens)
-            spans[key] = (start, value.end())
+            members.append((key, (start, value.end())))
         elif lead in (b"{", b"["):
             pending_close.append((key, start, 1))
         else:
             end = _SCALAR_END.search(raw, start)
-            spans[key] = (start, end.start() if end else len(raw))
-    return spans
+            members.append((key, (start, end.start() if end else len(raw))))
+    return members
+
+
+def decoded_key(written: bytes) -> str:
+    """A key as ``top_level_members`` gives it (``\\u006dodel``), as a parser reads it (``model``)."""
+    if b"\\" not in written:
+        return written.decode("utf-8", "surrogateescape")
+    try:
+        key = orjson.loads(b'"' + written + b'"')
+    except orjson.JSONDecodeError:
+        return written.decode("utf-8", "surrogateescape")
+    return key if isinstance(key, str) else ""
+
+
+def top_level_spans(raw: bytes) -> dict[bytes, tuple[int, int]]:
+    """Byte span of each top-level key's value in a JSON object, keyed as written (the last one
+    wins on duplicates)."""
+    return dict(top_level_members(raw))
+
+
+def duplicate_key(raw: bytes, parsed: Mapping[str, Any], keys: Iterable[str]) -> str | None:
+    """One of ``keys`` that the object in ``raw`` holds more than once at the top level.
+
+    JSON parsers disagree on duplicates (the gateway's keeps the last value, some upstreams the
+    first), so a duplicated field the gateway authorizes or bills on could be read two ways. The
+    usual case costs a C-level count per key; only a key spelled more than once anywhere (or a
+    body with escapes) is looked up precisely.
+    """
+    suspects = [k for k in keys if k in parsed]
+    if not suspects:
+        return None
+    escaped = b"\\u" in raw
+    if not escaped and all(raw.count(orjson.dumps(k)) == 1 for k in suspects):
+        return None
+    seen: set[str] = set()
+    for written, _ in top_level_members(raw):
+        key = decoded_key(written)
+        if key in seen and key in suspects:
+            return key
+        seen.add(key)
+    return None
+
+
+def too_deep(value: Any, limit: int) -> bool:
+    """Whether a parsed JSON value nests containers more than ``limit`` levels deep."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 def _unique_span(raw: bytes, key: str, value: Any) -> tuple[int, int] | None:
@@ -116,7 +186,7 @@ def splice_top_level(
     """
     if not changes:
         return raw
-    spans: dict[bytes, tuple[int, int]] | None = None
+    spans: dict[str, tuple[int, int]] | None = None
     fast = parsed is not None and b"\\u" not in raw
     edits: list[tuple[int, int, bytes]] = []
     appended: list[bytes] = []
@@ -130,8 +200,10 @@ def splice_top_level(
             span = _unique_span(raw, key, parsed[key])
         if span is None:
             if spans is None:
-                spans = top_level_spans(raw)
-            span = spans.get(key.encode())
+                # Keyed as a parser reads them: a field written with escapes is replaced, never
+                # appended a second time.
+                spans = {decoded_key(k): v for k, v in top_level_members(raw)}
+            span = spans.get(key)
         if span is None:
             appended.append(orjson.dumps(key) + b":" + encoded)
         else:

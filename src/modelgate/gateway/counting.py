@@ -11,25 +11,22 @@ from collections.abc import Mapping
 
 import orjson
 
-from modelgate.billing.estimate import prompt_tokens
 from modelgate.errors import UpstreamFailed
-from modelgate.formats import ClientRequest
-from modelgate.gateway.body import splice_top_level
-from modelgate.upstream.router import Router
+from modelgate.upstream.router import BuildRequest, Router
 
 
-async def count_input_tokens(
-    router: Router, model_id: str, client: ClientRequest, raw: bytes, headers: Mapping[str, str]
-) -> int:
+def upstream_counts(router: Router, model_id: str) -> bool:
+    """Whether every deployment of the model can count tokens itself (Messages dialect)."""
     deployments = router.deployments_for(model_id)
-    if not deployments or not all("messages" in router.provider_of(d).dialects for d in deployments):
-        return prompt_tokens(client.request())
+    return bool(deployments) and all("messages" in router.provider_of(d).dialects for d in deployments)
+
+
+async def upstream_count(
+    router: Router, model_id: str, build: BuildRequest, headers: Mapping[str, str]
+) -> int:
+    """The upstream's ``input_tokens`` for the body ``build`` makes (Messages dialect)."""
     attempt = await router.open(
-        model_id,
-        lambda d, p: ("messages", splice_top_level(raw, {"model": d.upstream_model}, parsed=client.body)),
-        stream=False,
-        client_headers=headers,
-        path_suffix="/count_tokens",
+        model_id, build, stream=False, client_headers=headers, path_suffix="/count_tokens"
     )
     try:
         data = orjson.loads(await attempt.reply.read())

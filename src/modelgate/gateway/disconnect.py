@@ -1,18 +1,25 @@
-"""Noticing that a client went away while the gateway waits on the upstream for it."""
+"""Ending a request's upstream work early: when its client went away, or when the gateway's
+shutdown grace is over."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from typing import TypeVar
 
 from starlette.types import Receive
+
+from modelgate.lifecycle import Drain
 
 T = TypeVar("T")
 
 
 class ClientGone(Exception):
     """The client disconnected while the gateway waited on the upstream."""
+
+
+class ShuttingDown(Exception):
+    """The shutdown grace ended while the gateway waited on the upstream (``lifecycle.Drain``)."""
 
 
 class DisconnectWatch:
@@ -25,20 +32,30 @@ class DisconnectWatch:
     half-written by a cancellation. The listener starts once an armed wait has lasted
     ``LISTEN_AFTER`` seconds: a request answered sooner never pays for a task, and one that waits
     longer (any real model call) is watched from then on.
+
+    The end of the shutdown grace (``Drain.cut_now``) cancels an armed wait the same way, raising
+    ``ShuttingDown`` instead of ``ClientGone``.
     """
 
-    __slots__ = ("_armed", "_listener", "_receive", "_task", "_timer", "gone")
+    __slots__ = ("_armed", "_listener", "_receive", "_task", "_timer", "_unsubscribe", "cut", "gone")
 
     #: Seconds an armed wait lasts before the listener starts (the most a disconnect goes unseen).
     LISTEN_AFTER = 0.05
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, receive: Receive, drain: Drain) -> None:
         self._receive = receive
         self._task = asyncio.current_task()
         self._armed = False
         self.gone = False
+        self.cut = False
         self._listener: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._unsubscribe = drain.subscribe(self._on_cut)
+
+    def _on_cut(self) -> None:
+        self.cut = True
+        if self._armed and self._task is not None:
+            self._task.cancel()
 
     def _start_listening(self) -> None:
         self._timer = None
@@ -53,22 +70,25 @@ class DisconnectWatch:
             self._task.cancel()
 
     async def run(self, work: Awaitable[T]) -> T:
-        if self.gone:
-            raise ClientGone
+        if self.gone or self.cut:
+            if isinstance(work, Coroutine):
+                work.close()  # never started: close it, so it is not reported as never awaited
+            raise ClientGone if self.gone else ShuttingDown
         self._armed = True
         if self._listener is None and self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(self.LISTEN_AFTER, self._start_listening)
         try:
             return await work
         except asyncio.CancelledError:
-            if self.gone and self._task is not None:
-                self._task.uncancel()  # our own cancellation, turned into ClientGone
-                raise ClientGone from None
+            if (self.gone or self.cut) and self._task is not None:
+                self._task.uncancel()  # our own cancellation, turned into ClientGone/ShuttingDown
+                raise (ClientGone if self.gone else ShuttingDown)() from None
             raise
         finally:
             self._armed = False
 
     def close(self) -> None:
+        self._unsubscribe()
         if self._timer is not None:
             self._timer.cancel()
         if self._listener is not None:

@@ -20,22 +20,30 @@ from starlette.responses import Response
 
 from modelgate import errors, ir
 from modelgate.billing.ledger import Hold, Purpose, UsageStatus
-from modelgate.billing.pricing import input_tokens_bound
 from modelgate.catalogue import Model
 from modelgate.formats import CODECS, ClientRequest, Codec, ids
 from modelgate.gateway import headers as hdr
 from modelgate.gateway import policy
-from modelgate.gateway.body import parse_object, read_limited
-from modelgate.gateway.counting import count_input_tokens
-from modelgate.gateway.disconnect import ClientGone, DisconnectWatch
-from modelgate.gateway.relay import StreamResponse, relay_whole
+from modelgate.gateway.bodies import (
+    BodyRules,
+    Facts,
+    analyse,
+    analyse_in_worker,
+    prompt_tokens_in_worker,
+    splice_in_worker,
+    upstream_body_in_worker,
+)
+from modelgate.gateway.body import read_limited, splice_top_level
+from modelgate.gateway.counting import upstream_count, upstream_counts
+from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
+from modelgate.gateway.relay import SHUTTING_DOWN, StreamResponse, relay_whole
 from modelgate.gateway.replies import error_reply, json_reply
 from modelgate.gateway.streams import estimate_input, open_stream
-from modelgate.gateway.translate import upstream_body
+from modelgate.gateway.translate import build_body, choose_dialect
 from modelgate.limits.rpm import Decision
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord, Refusal, StorageError
-from modelgate.upstream.base import Redacts
+from modelgate.upstream.base import Deployment, Dialect, Provider, Redacts
 
 log = logging.getLogger("modelgate.request")
 
@@ -59,6 +67,10 @@ class Exchange:
     headers: Mapping[str, str]
     request_id: str = field(default_factory=ids.new_request_id)
     response_headers: dict[str, str] = field(default_factory=dict)
+    #: The body has been read to its end (a refusal before that closes the connection).
+    body_read: bool = False
+    #: The request holds one of the instance's large-body slots.
+    large_body: bool = False
 
     def reply_headers(self) -> dict[str, str]:
         return {"request-id": self.request_id, "x-request-id": self.request_id, **self.response_headers}
@@ -73,6 +85,7 @@ class Admitted:
     model: Model
     client: ClientRequest
     raw: bytes
+    facts: Facts
     stream: bool
     admission: Decision
 
@@ -80,6 +93,8 @@ class Admitted:
 async def handle(services: Services, endpoint: Endpoint, request: Request) -> Response:
     """Serve one model request; every refusal is rendered in the endpoint's wire format."""
     exchange = Exchange(endpoint, services.clock.time(), request.headers)
+    if services.drain.active:
+        return render_error(exchange, shutting_down())
     if not services.inflight.try_acquire():
         error = errors.RateLimited(
             "the gateway is at its limit of requests in flight; retry shortly",
@@ -109,35 +124,87 @@ async def handle(services: Services, endpoint: Endpoint, request: Request) -> Re
         )
     finally:
         if not handed_off:
-            services.inflight.release()
+            finish_exchange(services, exchange)
+
+
+def finish_exchange(services: Services, exchange: Exchange) -> None:
+    """Give back what the request held in this instance (in-flight and large-body slots)."""
+    services.inflight.release()
+    if exchange.large_body:
+        exchange.large_body = False
+        services.large_bodies.release()
 
 
 async def _serve(services: Services, exchange: Exchange, request: Request) -> Response:
-    limit = services.settings.server.max_body_bytes
-    raw = await read_limited(request.stream(), exchange.headers.get("content-length"), limit)
-    admitted = await admit(services, exchange, raw)
+    key = authenticate(services, exchange)
+    raw = await read_body(services, exchange, request)
+    admitted = await admit(services, exchange, key, raw)
     if exchange.endpoint.counting:
         return await count_tokens(services, admitted)
     hold = await reserve(services, admitted)
-    watch = DisconnectWatch(request.receive)
+    watch = DisconnectWatch(request.receive, services.drain)
     try:
         return await call_upstream(services, admitted, hold, watch)
     finally:
         watch.close()
 
 
-async def admit(services: Services, exchange: Exchange, raw: bytes) -> Admitted:
-    """Authenticate, authorize (group, model, alias), validate, then take a rate-limit unit."""
+def authenticate(services: Services, exchange: Exchange) -> KeyRecord:
+    """Everything decided from the headers alone, before a byte of the body is read: the key,
+    the format's required headers, and whether the key's group may use this format."""
     key = services.keys.authenticate(exchange.headers, exchange.started)
     codec = exchange.endpoint.codec
     codec.check_headers(exchange.headers, services.settings.api_versions)
-    body = parse_object(raw)
     policy.check_format(codec.name, key)
-    model = policy.model_for(services.catalogue, key, body)
-    codec.validate(body, counting=exchange.endpoint.counting)
+    return key
+
+
+async def read_body(services: Services, exchange: Exchange, request: Request) -> bytes:
+    """The body, bounded by ``server.max_body_bytes``; a large one first takes a large-body slot,
+    so an instance never holds more than ``server.max_large_bodies`` of them."""
+    server = services.settings.server
+
+    def take_large_slot() -> None:
+        if not services.large_bodies.try_acquire():
+            raise errors.RateLimited(
+                "the gateway is handling its limit of large requests; retry shortly",
+                headers={"retry-after": str(server.overload_retry_after)},
+            )
+        exchange.large_body = True
+
+    raw = await read_limited(
+        request.stream(),
+        exchange.headers.get("content-length"),
+        server.max_body_bytes,
+        large=server.offload_body_bytes,
+        on_large=take_large_slot,
+    )
+    exchange.body_read = True
+    return raw
+
+
+async def admit(services: Services, exchange: Exchange, key: KeyRecord, raw: bytes) -> Admitted:
+    """Analyse the body, authorize the model (alias, family, allowed list), validate, then take a
+    rate-limit unit."""
+    facts = await analyse_body(services, exchange, raw)
+    codec = exchange.endpoint.codec
+    model = policy.model_for(services.catalogue, key, facts.body)
+    if facts.invalid is not None:
+        raise facts.invalid
     admission = await admit_rate(services, exchange, key)
-    client = ClientRequest(codec, body, model.id)
-    return Admitted(exchange, key, model, client, raw, body.get("stream") is True, admission)
+    client = ClientRequest(codec, facts.body, model.id, facts.request)
+    return Admitted(exchange, key, model, client, raw, facts, facts.body.get("stream") is True, admission)
+
+
+async def analyse_body(services: Services, exchange: Exchange, raw: bytes) -> Facts:
+    server = services.settings.server
+    endpoint = exchange.endpoint
+    rules = BodyRules(server.max_json_depth, services.settings.billing.media_rules())
+    if len(raw) > server.offload_body_bytes:
+        return await services.offload.run(
+            analyse_in_worker, raw, endpoint.codec.name, endpoint.counting, rules
+        )
+    return analyse(raw, endpoint.codec.name, endpoint.counting, rules)
 
 
 async def admit_rate(services: Services, exchange: Exchange, key: KeyRecord) -> Decision:
@@ -167,11 +234,10 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
     exchange, key, model = admitted.exchange, admitted.key, admitted.model
     requested = admitted.client.codec.requested_max_tokens(admitted.client.body)
     max_tokens = clamp_max_tokens(exchange, model, requested)
-    billing = services.settings.billing
-    raw = admitted.raw
-    input_bound = input_tokens_bound(
-        len(raw), raw.count(b'"url"'), billing.input_overhead_tokens, billing.tokens_per_image_url
-    )
+    input_bound = admitted.facts.input_bound
+    if model.context_length is not None:
+        # No provider bills input beyond the model's context window (it refuses the request).
+        input_bound = min(input_bound, model.context_length)
     purpose = Purpose(
         exchange.request_id, key.id, key.account_id, exchange.endpoint.name, model, exchange.started
     )
@@ -199,33 +265,29 @@ async def call_upstream(
     services: Services, admitted: Admitted, hold: Hold, watch: DisconnectWatch
 ) -> Response:
     """Route, call and relay; the hold is settled or released on every way out."""
-    exchange, client, raw = admitted.exchange, admitted.client, admitted.raw
+    exchange, client = admitted.exchange, admitted.client
+
+    async def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
+        return await upstream_body(services, admitted, hold.max_tokens, deployment, provider)
+
     try:
         attempt = await watch.run(
             services.router.open(
-                admitted.model.id,
-                lambda deployment, provider: upstream_body(
-                    client,
-                    raw,
-                    max_tokens=hold.max_tokens,
-                    stream=admitted.stream,
-                    deployment=deployment,
-                    provider=provider,
-                ),
-                stream=admitted.stream,
-                client_headers=exchange.headers,
+                admitted.model.id, build, stream=admitted.stream, client_headers=exchange.headers
             )
         )
     except BaseException as exc:
         await release_on_failure(exchange, hold, exc)
         if isinstance(exc, ClientGone):
             return Response(status_code=499, headers=exchange.reply_headers())
+        if isinstance(exc, ShuttingDown):
+            raise shutting_down() from None
         raise
     if admitted.stream:
         provider = attempt.provider
         stream = open_stream(
             client,
-            raw,
+            lambda: input_estimate(services, admitted),
             dialect=CODECS[attempt.dialect],
             upstream_model=attempt.deployment.upstream_model,
             redact=provider.redact if isinstance(provider, Redacts) else None,
@@ -235,18 +297,21 @@ async def call_upstream(
             attempt,
             headers=exchange.reply_headers(),
             settle=hold.settle,
-            on_done=services.inflight.release,
+            on_done=lambda: finish_exchange(services, exchange),
+            drain=services.drain,
         )
     try:
         body, usage = await watch.run(relay_whole(attempt, client))
     except ClientGone:
         # The upstream had accepted the request (its headers came) and worked on the input
         # until we cancelled it: bill the input, as a stream cut at its first byte would be.
-        usage = ir.Usage(input_tokens=estimate_input(client, raw))
+        usage = ir.Usage(input_tokens=await input_estimate(services, admitted))
         await hold.settle(usage, UsageStatus.CLIENT_DISCONNECTED)
         return Response(status_code=499, headers=exchange.reply_headers())
     except BaseException as exc:
         await release_on_failure(exchange, hold, exc)
+        if isinstance(exc, ShuttingDown):
+            raise shutting_down() from None
         raise
     settlement = await hold.settle(usage, UsageStatus.OK)
     exchange.response_headers.update(
@@ -255,9 +320,57 @@ async def call_upstream(
     return Response(body, media_type="application/json", headers=exchange.reply_headers())
 
 
+async def upstream_body(
+    services: Services, admitted: Admitted, max_tokens: int, deployment: Deployment, provider: Provider
+) -> tuple[Dialect, bytes]:
+    """The body of one attempt on ``deployment``: built here, or in a worker for a large body."""
+    client = admitted.client
+    codec = client.codec
+    dialect = choose_dialect(codec.name, provider)
+    facts = admitted.facts
+    if not facts.offloaded:
+        body = build_body(
+            client,
+            admitted.raw,
+            dialect,
+            upstream_model=deployment.upstream_model,
+            max_tokens=max_tokens,
+            stream=admitted.stream,
+            legacy_limit=provider.legacy_chat_limit,
+        )
+        return dialect, body
+    if dialect != codec.name and facts.untranslatable is not None:
+        raise facts.untranslatable
+    body = await services.offload.run(
+        upstream_body_in_worker,
+        admitted.raw,
+        codec.name,
+        dialect,
+        deployment.upstream_model,
+        max_tokens,
+        admitted.stream,
+        provider.legacy_chat_limit,
+    )
+    return dialect, body
+
+
+async def input_estimate(services: Services, admitted: Admitted) -> int:
+    """Input tokens of a request the upstream never reported (``streams.estimate_input``)."""
+    if admitted.facts.offloaded:
+        return await services.offload.run(prompt_tokens_in_worker, admitted.raw, admitted.client.codec.name)
+    return estimate_input(admitted.client, admitted.raw)
+
+
+def shutting_down() -> errors.Unavailable:
+    """The answer of a request cut by the end of the shutdown grace, or refused while draining."""
+    return errors.Unavailable(SHUTTING_DOWN.message, headers={"retry-after": "1"})
+
+
 def status_of(exc: BaseException) -> UsageStatus:
     if isinstance(exc, ClientGone):
         return UsageStatus.CLIENT_DISCONNECTED
+    if isinstance(exc, ShuttingDown):
+        return UsageStatus.SHUTDOWN
     if isinstance(exc, errors.GatewayError):
         return UsageStatus.upstream(exc.kind) if exc.from_upstream else UsageStatus.REFUSED
     if isinstance(exc, asyncio.CancelledError):
@@ -276,11 +389,26 @@ async def release_on_failure(exchange: Exchange, hold: Hold, exc: BaseException)
 
 async def count_tokens(services: Services, admitted: Admitted) -> Response:
     exchange = admitted.exchange
-    count = await count_input_tokens(
-        services.router, admitted.model.id, admitted.client, admitted.raw, exchange.headers
-    )
+    router = services.router
+    model_id = admitted.model.id
+    if not upstream_counts(router, model_id):
+        count = await input_estimate(services, admitted)
+    else:
+
+        async def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
+            fields = {"model": deployment.upstream_model}
+            if admitted.facts.offloaded:
+                return "messages", await services.offload.run(splice_in_worker, admitted.raw, fields)
+            return "messages", splice_top_level(admitted.raw, fields, parsed=admitted.client.body)
+
+        count = await upstream_count(router, model_id, build, exchange.headers)
     return json_reply({"input_tokens": count}, headers=exchange.reply_headers())
 
 
 def render_error(exchange: Exchange, error: errors.GatewayError) -> Response:
-    return error_reply(exchange.endpoint.codec, error, exchange.reply_headers())
+    headers = exchange.reply_headers()
+    if not exchange.body_read:
+        # Refused before its body was read: close the connection instead of reading (or
+        # keeping) what the client is still sending.
+        headers["connection"] = "close"
+    return error_reply(exchange.endpoint.codec, error, headers)

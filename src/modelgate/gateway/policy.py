@@ -19,6 +19,8 @@ from modelgate.errors import WireFormat
 from modelgate.storage.base import Group, KeyRecord
 
 FAMILY_OF_GROUP: Mapping[Group, Family] = {"Basic": "aria", "Pro": "aria", "Nova": "nova"}
+#: Longer model names are no catalogue id or alias; error messages quote only this much.
+MAX_MODEL_NAME = 256
 
 #: Formats a group may not use, with the hint its refusal gives.
 _REFUSED: Mapping[tuple[WireFormat, Group], str] = {
@@ -50,6 +52,8 @@ def model_for(catalogue: Catalogue, key: KeyRecord, body: Mapping[str, Any]) -> 
     name = body.get("model")
     if not isinstance(name, str) or not name:
         raise errors.InvalidRequest("model: a model id is required", param="model")
+    if len(name) > MAX_MODEL_NAME:
+        raise errors.NotFound(f"model {name[:MAX_MODEL_NAME]}… is not available for this key", param="model")
     model = catalogue.resolve(name)
     if model is None or not visible(model, key):
         raise errors.NotFound(f"model {name} is not available for this key", param="model")

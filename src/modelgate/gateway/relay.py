@@ -13,6 +13,7 @@ settled exactly once (``streams.RelayStream.outcome``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -24,8 +25,9 @@ from modelgate import errors, ir
 from modelgate.billing.ledger import UsageStatus
 from modelgate.formats import CODECS, ClientRequest
 from modelgate.formats.sse import model_rewrites
-from modelgate.gateway.disconnect import ClientGone, DisconnectWatch
+from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
 from modelgate.gateway.streams import CutStream, RelayStream
+from modelgate.lifecycle import Drain
 from modelgate.upstream.router import Attempt
 
 
@@ -62,6 +64,8 @@ async def relay_whole(attempt: Attempt, client: ClientRequest) -> tuple[bytes, i
 
 
 SettleStream = Callable[[ir.Usage, UsageStatus], Awaitable[Any]]
+#: The in-band error that ends streams still running when the shutdown grace is over.
+SHUTTING_DOWN = errors.Unavailable("the gateway is shutting down; retry the request")
 
 
 class StreamResponse(Response):
@@ -82,6 +86,7 @@ class StreamResponse(Response):
         headers: dict[str, str],
         settle: SettleStream,
         on_done: Callable[[], None],
+        drain: Drain,
     ) -> None:
         # Like Starlette's StreamingResponse: no body attribute, so no content-length header.
         self.status_code = 200
@@ -91,24 +96,31 @@ class StreamResponse(Response):
         self.attempt = attempt
         self.settle = settle
         self.on_done = on_done
+        self.drain = drain
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def send_body(chunk: bytes) -> None:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
-        watch = DisconnectWatch(receive)
+        watch = DisconnectWatch(receive, self.drain)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             await watch.run(self._pump(send_body))
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except ClientGone:
             self.stream.status = UsageStatus.CLIENT_DISCONNECTED
+        except ShuttingDown:
+            # The shutdown grace is over: end the stream in-band, so the client knows it was cut.
+            self.stream.status = UsageStatus.SHUTDOWN
+            with contextlib.suppress(OSError):
+                await send_body(self.stream.error_frame(SHUTTING_DOWN))
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # the client's connection failed under a write: nobody left to tell
         finally:
             watch.close()
             try:
-                usage, status = self.stream.outcome()
+                usage, status = await self.stream.outcome()
                 await self.settle(usage, status)
             finally:
                 self.on_done()

@@ -15,7 +15,7 @@ upstream's events into the IR and encodes them in the client's format. Both:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from modelgate import errors, ir
 from modelgate.billing.estimate import DELTA_ESTIMATOR, count_tokens, prompt_tokens, text_tokens
@@ -24,6 +24,8 @@ from modelgate.formats import ClientRequest, Codec, StreamDecoder, StreamEncoder
 
 #: A provider's redaction of its own secrets (``upstream.base.Redacts``).
 Redact = Callable[[str], str]
+#: The input tokens of the request, estimated when the upstream never reported them.
+EstimateInput = Callable[[], Awaitable[int]]
 
 
 class CutStream(errors.UpstreamFailed):
@@ -37,7 +39,8 @@ class CutStream(errors.UpstreamFailed):
 
 def estimate_input(client: ClientRequest, raw: bytes) -> int:
     """Input tokens of a request the upstream never reported: the prompt's text counted by the
-    one estimator (``billing.estimate``), or the body's text when it cannot be decoded."""
+    one estimator (``billing.estimate``), or the body's text when it cannot be decoded (inline
+    bodies; a large one is estimated in a worker, ``bodies.prompt_tokens_in_worker``)."""
     try:
         return prompt_tokens(client.request())
     except (errors.GatewayError, ValueError, TypeError, KeyError, AttributeError):
@@ -48,9 +51,9 @@ def estimate_input(client: ClientRequest, raw: bytes) -> int:
 class RelayStream:
     """What both stream kinds share: how the stream ended and what it is billed."""
 
-    def __init__(self, client: ClientRequest, raw: bytes, redact: Redact | None) -> None:
+    def __init__(self, client: ClientRequest, estimate: EstimateInput, redact: Redact | None) -> None:
         self._client = client
-        self._raw = raw
+        self._estimate = estimate
         #: Removes the provider's secrets from upstream text before it reaches the client.
         self._redact = redact
         #: How the stream ended so far; the relay marks failures and disconnects.
@@ -70,20 +73,19 @@ class RelayStream:
     def _output_tokens(self) -> int:
         raise NotImplementedError
 
-    def outcome(self) -> tuple[ir.Usage, UsageStatus]:
+    async def outcome(self) -> tuple[ir.Usage, UsageStatus]:
         if self._usage is not None:
             return self._usage, self.status
         seen = self._input_seen
-        input_tokens = seen if seen is not None else estimate_input(self._client, self._raw)
+        input_tokens = seen if seen is not None else await self._estimate()
         return ir.Usage(input_tokens=input_tokens, output_tokens=self._output_tokens()), self.status
-
-    def estimate_input(self) -> int:
-        return estimate_input(self._client, self._raw)
 
 
 class PassthroughStream(RelayStream):
-    def __init__(self, client: ClientRequest, raw: bytes, redact: Redact | None, upstream_model: str) -> None:
-        super().__init__(client, raw, redact)
+    def __init__(
+        self, client: ClientRequest, estimate: EstimateInput, redact: Redact | None, upstream_model: str
+    ) -> None:
+        super().__init__(client, estimate, redact)
         self._tap: StreamTap = client.codec.stream_tap(upstream_model, client, DELTA_ESTIMATOR)
         #: The upstream's own error event reached the client (so its stream needs no other end).
         self._error_relayed = False
@@ -129,8 +131,10 @@ class PassthroughStream(RelayStream):
 
 
 class TranslatingStream(RelayStream):
-    def __init__(self, client: ClientRequest, raw: bytes, redact: Redact | None, upstream: Codec) -> None:
-        super().__init__(client, raw, redact)
+    def __init__(
+        self, client: ClientRequest, estimate: EstimateInput, redact: Redact | None, upstream: Codec
+    ) -> None:
+        super().__init__(client, estimate, redact)
         self._decoder: StreamDecoder = upstream.stream_decoder()
         self._encoder: StreamEncoder = client.codec.stream_encoder(client)
         self._new_id = client.codec.new_response_id
@@ -176,9 +180,14 @@ class TranslatingStream(RelayStream):
 
 
 def open_stream(
-    client: ClientRequest, raw: bytes, *, dialect: Codec, upstream_model: str, redact: Redact | None
+    client: ClientRequest,
+    estimate: EstimateInput,
+    *,
+    dialect: Codec,
+    upstream_model: str,
+    redact: Redact | None,
 ) -> RelayStream:
     """The stream that carries an upstream reply in ``dialect`` back to ``client``."""
     if dialect is client.codec:
-        return PassthroughStream(client, raw, redact, upstream_model)
-    return TranslatingStream(client, raw, redact, dialect)
+        return PassthroughStream(client, estimate, redact, upstream_model)
+    return TranslatingStream(client, estimate, redact, dialect)

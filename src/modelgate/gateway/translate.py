@@ -14,7 +14,7 @@ import orjson
 from modelgate.errors import WireFormat
 from modelgate.formats import CODECS, ClientRequest
 from modelgate.gateway.body import splice_top_level
-from modelgate.upstream.base import Deployment, Dialect, Provider
+from modelgate.upstream.base import Dialect, Provider
 
 #: Dialects to try, best first, for each client format.
 _PREFERENCE: Mapping[WireFormat, tuple[Dialect, ...]] = {
@@ -31,29 +31,32 @@ def choose_dialect(fmt: WireFormat, provider: Provider) -> Dialect:
     raise ValueError(f"provider {provider.name} speaks no dialect")  # pragma: no cover - config forbids
 
 
-def upstream_body(
+def build_body(
     client: ClientRequest,
     raw: bytes,
+    dialect: Dialect,
     *,
+    upstream_model: str,
     max_tokens: int,
     stream: bool,
-    deployment: Deployment,
-    provider: Provider,
-) -> tuple[Dialect, bytes]:
-    """The body one attempt sends to ``deployment``, in the best dialect its provider speaks."""
+    legacy_limit: bool,
+) -> bytes:
+    """The body to send in ``dialect``: the client's bytes with the gateway's fields spliced in
+    (same dialect), or the request translated through the IR."""
     codec = client.codec
-    dialect = choose_dialect(codec.name, provider)
     if dialect == codec.name:
         fields = codec.passthrough_fields(
             client.body,
-            upstream_model=deployment.upstream_model,
+            upstream_model=upstream_model,
             max_tokens=max_tokens,
             stream=stream,
-            legacy_limit=provider.legacy_chat_limit,
+            legacy_limit=legacy_limit,
         )
-        return dialect, splice_top_level(raw, fields, parsed=client.body)
-    codec.check_translatable(client.body, provider.name)
+        return splice_top_level(raw, fields, parsed=client.body)
+    refusal = codec.untranslatable(client.body)
+    if refusal is not None:
+        raise refusal
     request = client.request()
     request.max_tokens = max_tokens
     request.stream = stream
-    return dialect, orjson.dumps(CODECS[dialect].encode_request(request, deployment.upstream_model))
+    return orjson.dumps(CODECS[dialect].encode_request(request, upstream_model))

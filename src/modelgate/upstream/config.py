@@ -49,6 +49,9 @@ class SimulatorConfig(BaseModel):
     tokens_per_second: float = Field(0.0, ge=0)
     #: Words of reply text when the request's max_tokens allows.
     reply_words: int = Field(24, ge=1)
+    #: Request bodies larger than this are simulated in a worker process (as the gateway does
+    #: with ``server.offload_body_bytes``), so the in-process simulator never stalls the loop.
+    offload_body_bytes: int = Field(256 * 1024, ge=1024)
 
 
 class ProviderConfig(_Strict):

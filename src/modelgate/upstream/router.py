@@ -48,8 +48,9 @@ from modelgate.upstream.health import DeploymentHealth, RetryBudget
 
 log = logging.getLogger("modelgate.upstream")
 
-#: Returns the dialect and request body for one attempt on a deployment.
-BuildRequest = Callable[[Deployment, Provider], tuple[Dialect, bytes]]
+#: Returns the dialect and request body for one attempt on a deployment (a coroutine: a large
+#: body is built in a worker process).
+BuildRequest = Callable[[Deployment, Provider], Awaitable[tuple[Dialect, bytes]]]
 
 #: An error body is read only to extract its message; a stalled one must not hold a retry up.
 _ERROR_BODY_TIMEOUT = 5.0
@@ -153,7 +154,7 @@ class Router:
                 await self._sleep(self._delay(attempt - 1, last, same))
             tried.append(deployment)
             provider = self._providers[deployment.provider]
-            dialect, body = build(deployment, provider)
+            dialect, body = await build(deployment, provider)
             outcome = await self._try(
                 deployment, provider, dialect, body, stream, client_headers, path_suffix
             )

@@ -24,6 +24,7 @@ import asyncio
 import hashlib
 import re
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -31,6 +32,7 @@ import orjson
 from modelgate import errors, ir
 from modelgate.billing.estimate import count_tokens, part_text, prompt_text
 from modelgate.formats import CODECS, ClientRequest, ids
+from modelgate.offload import Offload
 from modelgate.upstream.base import Dialect, UpstreamReply
 from modelgate.upstream.config import SimulatorConfig
 
@@ -187,14 +189,58 @@ class SimulatedReply:
         self._chunks = []
 
 
+@dataclass(frozen=True, slots=True)
+class Simulated:
+    """One simulated exchange, before pacing: small enough to cross back from a worker process."""
+
+    status: int
+    body: bytes
+    chunks: list[bytes] | None
+    content_type: str
+    output_tokens: int = 0
+
+
+def simulate_exchange(
+    dialect: Dialect, body: bytes, stream: bool, counting: bool, reply_words: int
+) -> Simulated:
+    """Answer ``body`` as the simulated upstream of ``dialect`` would (pure; runs inline, or in
+    a worker process for a large body)."""
+    codec = CODECS[dialect]
+    try:
+        data = orjson.loads(body)
+        if not isinstance(data, dict):
+            raise errors.InvalidRequest("request body must be a JSON object")
+        # Refuse what the gateway would refuse for this format, as a real upstream does.
+        codec.validate(data, counting=counting)
+        req = codec.decode_request(data)
+    except (errors.GatewayError, orjson.JSONDecodeError) as exc:
+        error = exc if isinstance(exc, errors.GatewayError) else errors.InvalidRequest("malformed JSON")
+        payload = codec.render_error(error, ids.new_request_id())
+        return Simulated(error.status_for(dialect), payload, None, "application/json")
+    if counting:
+        payload = orjson.dumps({"input_tokens": count_tokens(prompt_text(req))})
+        return Simulated(200, payload, None, "application/json")
+    client = ClientRequest(codec, data, req.model, req)
+    resp = simulate(req, codec.new_response_id(), codec.new_tool_call_id(), reply_words)
+    if not stream:
+        payload = orjson.dumps(codec.encode_response(resp, client))
+        return Simulated(200, payload, None, "application/json", resp.usage.output_tokens)
+    encoder = codec.stream_encoder(client)
+    chunks = [frame for event in stream_events(resp) if (frame := encoder.encode(event))]
+    return Simulated(200, b"", chunks, "text/event-stream", resp.usage.output_tokens)
+
+
 class SimulatorProvider:
     kind = "simulator"
     dialects: frozenset[Dialect] = frozenset({"messages", "chat", "responses"})
     legacy_chat_limit = False
 
-    def __init__(self, name: str, config: SimulatorConfig) -> None:
+    def __init__(self, name: str, config: SimulatorConfig, offload: Offload | None = None) -> None:
         self.name = name
         self.config = config
+        #: Large bodies are simulated in a worker process: the simulator runs inside the gateway,
+        #: so its tokenizing must not stall the gateway's loop either.
+        self._offload = offload
 
     async def send(
         self,
@@ -205,43 +251,23 @@ class SimulatorProvider:
         client_headers: Mapping[str, str],
         path_suffix: str = "",
     ) -> UpstreamReply:
-        if self.config.latency_ms:
-            await asyncio.sleep(self.config.latency_ms / 1000)
-        codec = CODECS[dialect]
+        config = self.config
+        if config.latency_ms:
+            await asyncio.sleep(config.latency_ms / 1000)
         counting = path_suffix == "/count_tokens"
-        try:
-            data = orjson.loads(body)
-            if not isinstance(data, dict):
-                raise errors.InvalidRequest("request body must be a JSON object")
-            # Refuse what the gateway would refuse for this format, as a real upstream does.
-            codec.validate(data, counting=counting)
-            req = codec.decode_request(data)
-        except (errors.GatewayError, orjson.JSONDecodeError) as exc:
-            error = exc if isinstance(exc, errors.GatewayError) else errors.InvalidRequest("malformed JSON")
-            return SimulatedReply(
-                error.status_for(dialect),
-                codec.render_error(error, ids.new_request_id()),
-                None,
-                0.0,
-                "application/json",
+        if self._offload is not None and len(body) > config.offload_body_bytes:
+            result = await self._offload.run(
+                simulate_exchange, dialect, body, stream, counting, config.reply_words
             )
-        if counting:
-            payload = orjson.dumps({"input_tokens": count_tokens(prompt_text(req))})
-            return SimulatedReply(200, payload, None, 0.0, "application/json")
-        client = ClientRequest(codec, data, req.model, req)
-        # A Messages reply names tools ``toolu_…``; the OpenAI formats ``call_…``.
-        tool_id = ids.new_tool_use_id() if dialect == "messages" else ids.new_call_id()
-        resp = simulate(req, codec.new_response_id(), tool_id, self.config.reply_words)
-        pace = 1.0 / self.config.tokens_per_second if self.config.tokens_per_second else 0.0
-        if not stream:
-            reply = codec.encode_response(resp, client)
+        else:
+            result = simulate_exchange(dialect, body, stream, counting, config.reply_words)
+        pace = 1.0 / config.tokens_per_second if config.tokens_per_second else 0.0
+        if result.chunks is None:
             # Pacing a whole response: the time to generate every output token, before any byte.
-            if pace:
-                await asyncio.sleep(pace * resp.usage.output_tokens)
-            return SimulatedReply(200, orjson.dumps(reply), None, 0.0, "application/json")
-        encoder = codec.stream_encoder(client)
-        chunks = [frame for event in stream_events(resp) if (frame := encoder.encode(event))]
-        return SimulatedReply(200, b"", chunks, pace, "text/event-stream")
+            if pace and result.output_tokens:
+                await asyncio.sleep(pace * result.output_tokens)
+            return SimulatedReply(result.status, result.body, None, 0.0, result.content_type)
+        return SimulatedReply(result.status, b"", result.chunks, pace, result.content_type)
 
     async def aclose(self) -> None:
         return None

@@ -28,6 +28,9 @@ def _limit_field(body: Json, legacy_limit: bool) -> str:
 
 class ChatCodec:
     name: WireFormat = "chat"
+    control_fields = frozenset(
+        {"model", "stream", "max_tokens", "max_completion_tokens", "stream_options", "n"}
+    )
 
     def check_headers(self, headers: Mapping[str, str], versions: Sequence[str]) -> None:
         return None
@@ -73,7 +76,7 @@ class ChatCodec:
             }
         return fields
 
-    def check_translatable(self, body: Json, upstream: str) -> None:
+    def untranslatable(self, body: Json) -> errors.GatewayError | None:
         return None  # fields with no equivalent are ignored (spec compatibility rule 2)
 
     def usage_of(self, body: Any) -> ir.Usage:
@@ -87,6 +90,9 @@ class ChatCodec:
 
     def new_response_id(self) -> str:
         return ids.new_chat_id()
+
+    def new_tool_call_id(self) -> str:
+        return ids.new_call_id()
 
     def stream_decoder(self) -> StreamDecoder:
         return StreamDecoder()

@@ -21,6 +21,7 @@ VERSION_HEADERS = ("anthropic-version", "alpha-version")
 
 class MessagesCodec:
     name: WireFormat = "messages"
+    control_fields = frozenset({"model", "stream", "max_tokens"})
 
     def check_headers(self, headers: Mapping[str, str], versions: Sequence[str]) -> None:
         """A version header (either spelling) with an accepted value is required."""
@@ -69,7 +70,7 @@ class MessagesCodec:
             fields["max_tokens"] = max_tokens
         return fields
 
-    def check_translatable(self, body: Json, upstream: str) -> None:
+    def untranslatable(self, body: Json) -> errors.GatewayError | None:
         return None  # what the IR cannot carry (server tools, betas) is dropped, as documented
 
     def usage_of(self, body: Any) -> ir.Usage:
@@ -83,6 +84,9 @@ class MessagesCodec:
 
     def new_response_id(self) -> str:
         return ids.new_message_id()
+
+    def new_tool_call_id(self) -> str:
+        return ids.new_tool_use_id()
 
     def stream_decoder(self) -> StreamDecoder:
         return StreamDecoder()

@@ -19,6 +19,7 @@ from modelgate.formats.responses.wire import usage_from_wire
 
 class ResponsesCodec:
     name: WireFormat = "responses"
+    control_fields = frozenset({"model", "stream", "max_output_tokens"})
 
     def check_headers(self, headers: Mapping[str, str], versions: Sequence[str]) -> None:
         return None
@@ -51,18 +52,19 @@ class ResponsesCodec:
             fields["max_output_tokens"] = max_tokens
         return fields
 
-    def check_translatable(self, body: Json, upstream: str) -> None:
+    def untranslatable(self, body: Json) -> errors.GatewayError | None:
         """Hosted tools (``web_search``, ``file_search``, ``mcp``, ...) run inside OpenAI's
         Responses API. Translated to another dialect they would silently vanish and change the
         answer, so the request is refused; a Responses-dialect upstream gets them passed through."""
         hosted = request.hosted_tools(body)
-        if hosted:
-            raise errors.InvalidRequest(
-                f"tools: hosted tool type(s) {', '.join(sorted(set(hosted)))} are not supported for "
-                f"this model: its upstream ({upstream}) does not speak the Responses API; offer only "
-                "function (or namespace) tools",
-                param="tools",
-            )
+        if not hosted:
+            return None
+        return errors.InvalidRequest(
+            f"tools: hosted tool type(s) {', '.join(sorted(set(hosted)))} are not supported for this "
+            "model: its upstream does not speak the Responses API; offer only function (or namespace) "
+            "tools",
+            param="tools",
+        )
 
     def usage_of(self, body: Any) -> ir.Usage:
         return usage_from_wire(body.get("usage") if isinstance(body, dict) else None)
@@ -71,18 +73,21 @@ class ResponsesCodec:
         return response.decode_response(body)
 
     def encode_response(self, resp: ir.Response, client: ClientRequest) -> Json:
-        return response.encode_response(
-            resp, client.request(), namespaces=request.tool_namespaces(client.body)
-        )
+        req = client.request()
+        return response.encode_response(resp, req, namespaces=req.tool_namespaces)
 
     def new_response_id(self) -> str:
         return ids.new_response_id()
+
+    def new_tool_call_id(self) -> str:
+        return ids.new_call_id()
 
     def stream_decoder(self) -> StreamDecoder:
         return StreamDecoder()
 
     def stream_encoder(self, client: ClientRequest) -> StreamEncoder:
-        return StreamEncoder(client.request(), namespaces=request.tool_namespaces(client.body))
+        req = client.request()
+        return StreamEncoder(req, namespaces=req.tool_namespaces)
 
     def stream_tap(self, upstream_model: str, client: ClientRequest, estimate: TokenEstimator) -> StreamTap:
         return StreamTap(upstream_model, client.model, estimate)

@@ -68,6 +68,7 @@ def decode_request(body: dict[str, Any]) -> ir.Request:
         user=user if isinstance(user, str) else None,
         reasoning_effort=effort if isinstance(effort, str) else None,
         response_format=_decode_text_format(body.get("text")),
+        tool_namespaces=tool_namespaces(body),
     )
 
 
@@ -86,10 +87,12 @@ def hosted_tools(body: dict[str, Any]) -> list[str]:
 def tool_namespaces(body: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """Flattened tool name -> ``(namespace, name)`` for the request's namespace tools."""
     result: dict[str, tuple[str, str]] = {}
-    for tool in body.get("tools") or ():
+    tools = body.get("tools")
+    for tool in tools if isinstance(tools, list) else ():
         if isinstance(tool, dict) and tool.get("type") == "namespace":
             namespace = str(tool.get("name") or "")
-            for inner in tool.get("tools") or ():
+            inner_tools = tool.get("tools")
+            for inner in inner_tools if isinstance(inner_tools, list) else ():
                 if isinstance(inner, dict) and inner.get("type") == "function" and inner.get("name"):
                     name = str(inner["name"])
                     result[namespace + NAMESPACE_SEPARATOR + name] = (namespace, name)

@@ -1,0 +1,123 @@
+"""The upper bound on a request's input tokens that the hold is computed from (docs/billing.md).
+
+Text: a BPE token is at least one byte of the JSON body, so the body's bytes bound its text.
+Media are priced by what the provider sees, not by their bytes: an inline image by its pixels
+(``ceil(pixels / image_pixels_per_token) + image_base_tokens``), an inline PDF by its pages
+(``pages x tokens_per_pdf_page``), and media the gateway cannot measure (by URL, by file id,
+unreadable) at the configured allowances. The base64 bytes of measured media are not counted as
+text. A fixed allowance covers tool prompts and message framing. Callers cap the result at the
+model's context window, which no provider bills beyond.
+
+Media are found by their shape anywhere in the body (Messages ``image``/``document`` blocks,
+Chat ``image_url``/``file`` parts, Responses ``input_image``/``input_file`` items), so nothing
+in another field's clothing escapes the count; a body with no media marker at all skips the walk.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from modelgate.billing.media import image_pixels, pdf_pages
+
+_MEDIA_MARKER = re.compile(rb'"(?:image|document|image_url|input_image|input_file|file|file_data)"')
+_DATA_URL = re.compile(r"^data:([\w.+/-]+);base64,", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class MediaRules:
+    overhead_tokens: int
+    unknown_image_tokens: int
+    image_pixels_per_token: int
+    image_base_tokens: int
+    tokens_per_pdf_page: int
+    unknown_pdf_pages: int
+
+
+def input_bound(raw: bytes, body: Any, rules: MediaRules) -> int:
+    """Upper bound on the input tokens of the request whose body is ``raw`` (parsed: ``body``)."""
+    if _MEDIA_MARKER.search(raw) is None:
+        return len(raw) + rules.overhead_tokens
+    count = _MediaCount(rules)
+    count.walk(body)
+    return max(0, len(raw) - count.measured_bytes) + rules.overhead_tokens + count.tokens
+
+
+class _MediaCount:
+    def __init__(self, rules: MediaRules) -> None:
+        self.rules = rules
+        self.tokens = 0
+        #: Base64 characters of media priced by content, not counted as text.
+        self.measured_bytes = 0
+
+    def walk(self, body: Any) -> None:
+        stack = [body]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, list):
+                stack.extend(i for i in item if isinstance(i, dict | list))
+            elif isinstance(item, dict) and not self._media(item):
+                stack.extend(v for v in item.values() if isinstance(v, dict | list))
+
+    def _media(self, item: dict[str, Any]) -> bool:
+        """Price ``item`` if it is a media part; True when it was one."""
+        kind = item.get("type")
+        if kind in ("image", "document"):
+            self._anthropic(kind, item.get("source"))
+        elif kind == "image_url" or (kind == "input_image" and "image_url" in item):
+            url = item.get("image_url")
+            url = url.get("url") if isinstance(url, dict) else url
+            self._image(url)
+        elif kind == "input_image":
+            self._image(None)  # by file id
+        elif kind == "file":
+            file = item.get("file")
+            self._document((file or {}).get("file_data") if isinstance(file, dict) else None)
+        elif kind == "input_file":
+            self._document(item.get("file_data"))
+        else:
+            return False
+        return True
+
+    def _anthropic(self, kind: str, source: Any) -> None:
+        source = source if isinstance(source, dict) else {}
+        data = source.get("data") if source.get("type") == "base64" else None
+        if kind == "image":
+            self._priced_image(data if isinstance(data, str) else None)
+        elif source.get("type") in ("text", "content"):
+            return  # plain text documents are text: their bytes already count
+        else:
+            self._priced_pdf(data if isinstance(data, str) else None)
+
+    def _image(self, url: Any) -> None:
+        data = _base64_of(url)
+        self._priced_image(data)
+
+    def _document(self, file_data: Any) -> None:
+        self._priced_pdf(_base64_of(file_data))
+
+    def _priced_image(self, data: str | None) -> None:
+        rules = self.rules
+        pixels = image_pixels(data) if data else None
+        if pixels is None:
+            self.tokens += rules.unknown_image_tokens
+            return
+        self.tokens += math.ceil(pixels / rules.image_pixels_per_token) + rules.image_base_tokens
+        self.measured_bytes += len(data or "")
+
+    def _priced_pdf(self, data: str | None) -> None:
+        rules = self.rules
+        pages = pdf_pages(data) if data else None
+        self.tokens += (pages if pages is not None else rules.unknown_pdf_pages) * rules.tokens_per_pdf_page
+        if pages is not None:
+            self.measured_bytes += len(data or "")
+
+
+def _base64_of(value: Any) -> str | None:
+    """The base64 payload of a ``data:`` URL, or None (a remote URL or no data)."""
+    if not isinstance(value, str):
+        return None
+    match = _DATA_URL.match(value)
+    return value[match.end() :] if match else None
