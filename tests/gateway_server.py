@@ -15,12 +15,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-import uvicorn
-
 from modelgate.clock import Clock
 from modelgate.config import Settings, load_settings
 from modelgate.management import IssuedKey, Management
 from modelgate.server.app import create_app
+from modelgate.server.runner import DrainingServer, uvicorn_config
 from modelgate.services import Services
 from modelgate.storage.base import Account
 
@@ -61,17 +60,8 @@ class GatewayServer:
         self.port = settings.server.port
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.loop = asyncio.new_event_loop()
-        self._server = uvicorn.Server(
-            uvicorn.Config(
-                self.app,
-                host="127.0.0.1",
-                port=self.port,
-                log_level="warning",
-                lifespan="on",
-                loop="asyncio",
-                timeout_graceful_shutdown=5,
-            )
-        )
+        config = uvicorn_config(settings, self.app, loop="asyncio", log_level="warning")
+        self._server = DrainingServer(config, self.app, settings.server.shutdown_grace_seconds)
         self._thread = threading.Thread(target=self._run, name=f"gateway-{self.port}", daemon=True)
 
     def _run(self) -> None:
@@ -115,7 +105,9 @@ class GatewayServer:
 
 
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:
-    base: dict[str, Any] = {"server": {"port": free_port()}, "secret": "test-secret-" + "x" * 40}
+    # A short shutdown grace: a test that leaves a stream open does not hold its server's stop.
+    server = {"port": free_port(), "shutdown_grace_seconds": 2}
+    base: dict[str, Any] = {"server": server, "secret": "test-secret-" + "x" * 40}
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             base[key] = {**base[key], **value}

@@ -36,6 +36,7 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "method_not_allowed": ErrorKind(
         405, "invalid_request_error", "invalid_request_error", "method_not_allowed"
     ),
+    "request_timeout": ErrorKind(408, "invalid_request_error", "invalid_request_error", "request_timeout"),
     "request_too_large": ErrorKind(413, "request_too_large", "invalid_request_error", "request_too_large"),
     "rate_limit": ErrorKind(429, "rate_limit_error", "rate_limit_error", "rate_limit_exceeded"),
     "api_error": ErrorKind(500, "api_error", "server_error", None),
@@ -131,6 +132,12 @@ class NotFound(GatewayError):
 
 class MethodNotAllowed(GatewayError):
     kind = "method_not_allowed"
+
+
+class RequestTimeout(GatewayError):
+    """The client did not send its request in time (the edge's head and body timeouts)."""
+
+    kind = "request_timeout"
 
 
 class RequestTooLarge(GatewayError):

@@ -22,6 +22,7 @@ from modelgate.clock import Clock, SystemClock
 from modelgate.config import ConfigError, Settings
 from modelgate.keys import Digester
 from modelgate.lifecycle import Drain
+from modelgate.limits.edge import EdgeStats
 from modelgate.limits.inflight import InFlightLimiter
 from modelgate.limits.redis_rpm import RedisRateLimiter
 from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
@@ -101,6 +102,8 @@ class Services:
     large_bodies: InFlightLimiter = field(default_factory=lambda: InFlightLimiter(8))
     #: Graceful shutdown state (``modelgate.lifecycle``), set by the server on SIGTERM.
     drain: Drain = field(default_factory=Drain)
+    #: Refusals made by the HTTP connection layer (``server.protocol``).
+    edge: EdgeStats = field(default_factory=EdgeStats)
     #: Releases reservations abandoned by crashed requests (billing.sweeper); runs from ``start``.
     sweeper: Sweeper | None = None
     #: With ``redis_url``: key changes made here are announced to the other instances, and

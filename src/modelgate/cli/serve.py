@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import uvicorn
 
 from modelgate.cli.context import Options, console, fail, with_management
 from modelgate.config import ConfigError, Settings
 from modelgate.management import Management
 from modelgate.server.app import create_app
+from modelgate.server.runner import serve
 
 DEMO_ACCOUNT = "demo"
 DEMO_CREDITS_UC = 100 * 1_000_000
@@ -97,16 +97,4 @@ def serve_command(
         logging.getLogger("modelgate").info(
             "the 'simulator' provider is the built-in simulator, not a real model"
         )
-    uvicorn.run(
-        app,
-        host=settings.server.host,
-        port=settings.server.port,
-        loop="auto",
-        http="auto",
-        access_log=settings.server.access_log,
-        log_level=settings.log_level,
-        lifespan="on",
-        timeout_graceful_shutdown=10,
-        # Client addresses are never used, so X-Forwarded-* parsing would be work for nothing.
-        proxy_headers=False,
-    )
+    serve(settings, app)

@@ -44,13 +44,23 @@ async def health(services: Services, request: Request) -> Response:
         if s.consecutive_failures or s.cooling_for > 0
     ]
     ok = database["status"] == "ok"
+    draining = services.drain.active
     body = {
-        "status": "ok" if ok else "unavailable",
+        "status": "draining" if draining else "ok" if ok else "unavailable",
         "version": __version__,
         "checks": {"database": database, "upstreams": upstreams, "unhealthy_deployments": deployments},
         "in_flight": services.inflight.in_flight,
+        "large_bodies_in_flight": services.large_bodies.in_flight,
+        "edge": services.edge.as_dict(),
     }
-    return json_reply(body, 200 if ok else 503)
+    return json_reply(body, 200 if ok and not draining else 503)
+
+
+async def readyz(services: Services, request: Request) -> Response:
+    """For load balancers: 503 while the instance drains (it no longer takes new requests)."""
+    if services.drain.active:
+        return json_reply({"status": "draining"}, 503)
+    return json_reply({"status": "ready"})
 
 
 async def root(services: Services, request: Request) -> Response:

@@ -32,6 +32,14 @@ def error_reply(codec: Codec, error: errors.GatewayError, headers: Mapping[str, 
     )
 
 
+def codec_for_path(path: str, headers: Mapping[str, str]) -> Codec:
+    """The wire format of a refusal on ``path`` that no endpoint rendered (unknown paths, wrong
+    methods, the HTTP layer's own refusals): Messages under ``/v1/messages``, else by client."""
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return CODECS["messages"]
+    return codec_for_client(headers)
+
+
 def codec_for_client(headers: Mapping[str, str]) -> Codec:
     """For endpoints both SDK families call (``/v1/models``, unknown ``/v1`` paths): Anthropic
     clients send a version header or ``x-api-key``."""

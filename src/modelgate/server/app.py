@@ -10,9 +10,10 @@ method a JSON 405 with ``allow``, both in the path's wire format.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from starlette.requests import ClientDisconnect, Request
@@ -24,10 +25,10 @@ from modelgate import errors
 from modelgate.admin import admin_routes
 from modelgate.clock import Clock
 from modelgate.config import Settings
-from modelgate.formats import CODECS, Codec
+from modelgate.formats import CODECS
 from modelgate.gateway import health, models, pipeline
 from modelgate.gateway.pipeline import Endpoint
-from modelgate.gateway.replies import codec_for_client, error_reply
+from modelgate.gateway.replies import codec_for_path, error_reply
 from modelgate.services import Services
 
 log = logging.getLogger("modelgate")
@@ -88,6 +89,7 @@ def routes(services: Services) -> list[Route]:
         Route("/", read, _with_services(services, health.root)),
         Route("/healthz", read, _with_services(services, health.healthz)),
         Route("/health", read, _with_services(services, health.health)),
+        Route("/readyz", read, _with_services(services, health.readyz)),
         Route("/v1/messages", post, _model_endpoint(services, Endpoint(CODECS["messages"], "messages"))),
         Route(
             "/v1/messages/count_tokens",
@@ -103,11 +105,8 @@ def routes(services: Services) -> list[Route]:
     ]
 
 
-def codec_for_path(path: str, headers: Mapping[str, str]) -> Codec:
-    """The wire format of a refusal on ``path`` when no endpoint rendered it."""
-    if path == "/v1/messages" or path.startswith("/v1/messages/"):
-        return CODECS["messages"]
-    return codec_for_client(headers)
+def _is_upgrade(scope: Scope) -> bool:
+    return any(name == b"upgrade" for name, _ in scope["headers"])
 
 
 class EdgeApp:
@@ -117,13 +116,19 @@ class EdgeApp:
         self.services = services
         self._exact = {r.path: r for r in table if not r.prefix}
         self._prefixed = sorted((r for r in table if r.prefix), key=lambda r: -len(r.path))
+        #: The serving loop, once started (signal handlers hand work to it).
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     def route_for(self, path: str) -> Route | None:
         route = self._exact.get(path)
         if route is not None:
             return route
         for candidate in self._prefixed:
-            if path.startswith(candidate.path):
+            # A prefix ends at a path segment: /admin/api matches /admin/api/keys, not /admin/apix.
+            prefix = candidate.path
+            if path.startswith(prefix) and (
+                prefix.endswith("/") or len(path) == len(prefix) or path[len(prefix)] == "/"
+            ):
                 return candidate
         return None
 
@@ -133,11 +138,15 @@ class EdgeApp:
             await self._lifespan(receive, send)
             return
         if kind != "http":
-            return  # no websocket endpoints: returning unaccepted refuses the upgrade
+            return  # uvicorn runs with ws="none": upgrades arrive as plain HTTP, refused below
         path = scope["path"]
         route = self.route_for(path)
         if route is None:
             await self._refuse(scope, receive, send, errors.NotFound(f"no endpoint {scope['method']} {path}"))
+            return
+        if _is_upgrade(scope):
+            message = f"{path} has no WebSocket endpoint; send the request as plain HTTP"
+            await self._refuse(scope, receive, send, errors.NotFound(message))
             return
         if scope["method"] not in route.methods:
             error = errors.MethodNotAllowed(
@@ -146,17 +155,23 @@ class EdgeApp:
             )
             await self._refuse(scope, receive, send, error)
             return
-        await route.app(scope, receive, send)
+        try:
+            await route.app(scope, receive, send)
+        except Exception:  # a route's own boundary let a surprise through: still answer in JSON
+            log.exception("unhandled error serving %s %s", scope["method"], path)
+            await self._refuse(scope, receive, send, errors.InternalError("internal error"))
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send, error: errors.GatewayError) -> None:
         request = Request(scope, receive)
-        response = error_reply(codec_for_path(scope["path"], request.headers), error, {})
-        await response(scope, receive, send)
+        response = error_reply(codec_for_path(scope["path"], request.headers), error, {"connection": "close"})
+        with contextlib.suppress(RuntimeError, OSError):  # an answer had already begun: nothing to add
+            await response(scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                self.loop = asyncio.get_running_loop()
                 try:
                     await self.services.start()
                 except Exception as exc:

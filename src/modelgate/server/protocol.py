@@ -1,0 +1,158 @@
+"""The HTTP connection: uvicorn's httptools protocol with the edge's limits and JSON refusals.
+
+uvicorn has no timeout for a request's head or body and no cap on open connections, and answers
+broken framing in plain text. ``guarded_protocol`` adds, per instance:
+
+- a cap on open connections (``server.max_connections``): one more is answered 503 and closed;
+- a head timeout (``server.header_timeout_seconds``) from the connection's start or the end of
+  its previous response until the request's headers are complete: a JSON 408, then close (an
+  idle keep-alive connection is closed earlier by ``server.keep_alive_seconds``);
+- a body timeout (``server.body_timeout_seconds``) from the end of the headers until the body is
+  complete: a JSON 408 if no answer started, then close;
+- every refusal made here, framing errors included, as a JSON error in the wire format of the
+  path (Messages shape under ``/v1/messages``, OpenAI shape elsewhere).
+
+Counts of each refusal are kept in ``limits.edge.EdgeStats`` (``/health`` shows them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from modelgate import errors
+from modelgate.config import ServerConfig
+from modelgate.formats import ids
+from modelgate.gateway.replies import codec_for_path
+from modelgate.limits.edge import EdgeStats
+
+log = logging.getLogger("modelgate.edge")
+
+
+def error_bytes(status_error: errors.GatewayError, path: str, *, close: bool = True) -> bytes:
+    """A complete HTTP/1.1 response carrying ``status_error`` in the wire format of ``path``."""
+    codec = codec_for_path(path, {})
+    request_id = ids.new_request_id()
+    body = codec.render_error(status_error, request_id)
+    status = status_error.status_for(codec.name)
+    lines = [
+        f"HTTP/1.1 {status} {_reason(status)}",
+        "content-type: application/json",
+        f"content-length: {len(body)}",
+        f"request-id: {request_id}",
+        f"x-request-id: {request_id}",
+    ]
+    lines += [f"{name}: {value}" for name, value in status_error.headers.items()]
+    if close:
+        lines.append("connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def _reason(status: int) -> str:
+    return {400: "Bad Request", 408: "Request Timeout", 503: "Service Unavailable"}.get(status, "Error")
+
+
+def guarded_protocol(server: ServerConfig, stats: EdgeStats) -> type[HttpToolsProtocol]:
+    """uvicorn's protocol class with this instance's limits (uvicorn builds one per connection)."""
+
+    class GuardedProtocol(HttpToolsProtocol):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._head_timer: asyncio.TimerHandle | None = None
+            self._body_timer: asyncio.TimerHandle | None = None
+
+        # connection ---------------------------------------------------------------------
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > server.max_connections:
+                stats.connections_refused += 1
+                refusal = errors.Unavailable(
+                    "the gateway is at its limit of open connections; retry shortly",
+                    headers={"retry-after": str(server.overload_retry_after)},
+                )
+                self._refuse(refusal, "/")
+                return
+            self._arm_head()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_timers()
+            super().connection_lost(exc)
+
+        def _refuse(self, error: errors.GatewayError, path: str) -> None:
+            if not self.transport.is_closing():
+                self.transport.write(error_bytes(error, path))
+                self.transport.close()
+            self._cancel_timers()
+
+        def _cancel_timers(self) -> None:
+            for timer in (self._head_timer, self._body_timer):
+                if timer is not None:
+                    timer.cancel()
+            self._head_timer = self._body_timer = None
+
+        # head ---------------------------------------------------------------------------
+
+        def _arm_head(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_timer = self.loop.call_later(server.header_timeout_seconds, self._head_timed_out)
+
+        def _head_timed_out(self) -> None:
+            self._head_timer = None
+            if self.cycle is not None and not self.cycle.response_complete:
+                return  # a request is being served; its own timers apply
+            stats.head_timeouts += 1
+            self._refuse(errors.RequestTimeout("the request's headers did not arrive in time"), "/")
+
+        def on_headers_complete(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().on_headers_complete()
+            if self.cycle is not None and self.cycle.more_body:
+                self._body_timer = self.loop.call_later(server.body_timeout_seconds, self._body_timed_out)
+
+        # body ---------------------------------------------------------------------------
+
+        def on_message_complete(self) -> None:
+            if self._body_timer is not None:
+                self._body_timer.cancel()
+                self._body_timer = None
+            super().on_message_complete()
+
+        def _body_timed_out(self) -> None:
+            self._body_timer = None
+            cycle = self.cycle
+            if cycle is None or not cycle.more_body:
+                return
+            stats.body_timeouts += 1
+            path = str(self.scope.get("path", "/")) if self.scope else "/"
+            if not cycle.response_started:
+                # The handler is waiting for the rest of the body: it sees a disconnect and stops.
+                cycle.disconnected = True
+                cycle.message_event.set()
+                self._refuse(errors.RequestTimeout("the request body did not arrive in time"), path)
+            else:
+                self.transport.close()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._arm_head()
+
+        # refusals uvicorn would answer in plain text ------------------------------------
+
+        def send_400_response(self, msg: str) -> None:
+            stats.malformed_requests += 1
+            path = str(self.scope.get("path", "/")) if self.scope else "/"
+            self._refuse(errors.InvalidRequest(f"malformed HTTP request: {msg}"), path)
+
+        def _unsupported_upgrade_warning(self) -> None:
+            # A websocket upgrade is served as a plain request: the route answers it in JSON.
+            log.debug("upgrade request served as plain HTTP")
+
+    return GuardedProtocol
