@@ -6,13 +6,24 @@ records; secrets are returned only by the calls that create them (shown once).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from modelgate.catalogue import Catalogue, credits_to_micro
 from modelgate.clock import Clock
 from modelgate.keys import Digester, display_of, new_admin_token, new_api_key, new_key_id, random_base62
-from modelgate.storage.base import GROUPS, Account, Group, KeyControls, KeyRecord, NewKey, Store
+from modelgate.storage.base import (
+    GROUPS,
+    MAX_UC,
+    Account,
+    AmountTooLarge,
+    Group,
+    KeyControls,
+    KeyRecord,
+    NewKey,
+    Store,
+)
 
 _FAMILY = {"Basic": "aria", "Pro": "aria", "Nova": "nova"}
 
@@ -29,13 +40,32 @@ class ConflictError(ManagementError):
     """The operation clashes with the current state (a taken name, a revoked key)."""
 
 
+#: Credits as typed by people: ASCII digits, optionally a point and up to six decimals.
+_CREDITS = re.compile(r"[0-9]+(?:\.[0-9]{1,6})?")
+
+
 def parse_credits(value: str | float | int | Decimal, field: str) -> int:
+    """Credits (ASCII digits, up to 6 decimals) as micro-credits, within ``MAX_UC``."""
+    text = str(value).strip()
+    if not _CREDITS.fullmatch(text):
+        raise ManagementError(
+            f"{field}: {text[:40]!r} is not an amount of credits (digits, up to 6 decimals)"
+        )
     try:
-        micro = credits_to_micro(Decimal(str(value)), what=field)
+        micro = credits_to_micro(Decimal(text), what=field)
     except (InvalidOperation, ValueError) as exc:
-        raise ManagementError(f"{field}: {value!r} is not an amount of credits (up to 6 decimals)") from exc
+        raise ManagementError(
+            f"{field}: {text[:40]!r} is not an amount of credits (up to 6 decimals)"
+        ) from exc
+    return bounded_micro(micro, field)
+
+
+def bounded_micro(micro: int, field: str) -> int:
+    """``micro`` if it is an amount the ledger can hold (0 to ``MAX_UC``), else a ManagementError."""
     if micro < 0:
         raise ManagementError(f"{field}: must not be negative")
+    if micro > MAX_UC:
+        raise ManagementError(f"{field}: at most {MAX_UC} micro-credits ({format_credits(MAX_UC)} credits)")
     return micro
 
 
@@ -73,11 +103,17 @@ class Management:
             raise ManagementError("name: 1 to 100 characters")
         if await self.store.find_account(name) is not None:
             raise ConflictError(f"name: an account named {name!r} already exists")
+        bounded_micro(credits_uc, "credits")
         return await self.store.create_account(name, credits_uc, self.clock.time())
 
     async def account(self, name_or_id: str | int) -> Account:
         account = None
-        if isinstance(name_or_id, int) or (isinstance(name_or_id, str) and name_or_id.isdigit()):
+        if isinstance(name_or_id, int) or (
+            isinstance(name_or_id, str)
+            and name_or_id.isascii()
+            and name_or_id.isdigit()
+            and len(name_or_id) < 19
+        ):
             account = await self.store.get_account(int(name_or_id))
         if account is None and isinstance(name_or_id, str):
             account = await self.store.find_account(name_or_id)
@@ -88,7 +124,11 @@ class Management:
     async def add_credits(self, account: Account, amount_uc: int, note: str = "") -> Account:
         if amount_uc <= 0:
             raise ManagementError("amount: must be positive")
-        return await self.store.top_up(account.id, amount_uc, note, self.clock.time())
+        bounded_micro(amount_uc, "amount")
+        try:
+            return await self.store.top_up(account.id, amount_uc, note, self.clock.time())
+        except AmountTooLarge as exc:
+            raise ManagementError(f"amount: {exc}") from None
 
     # keys ---------------------------------------------------------------------------------
 
@@ -121,6 +161,8 @@ class Management:
             raise ManagementError(f"group: must be one of {', '.join(GROUPS)}")
         if rpm is not None and rpm < 1:
             raise ManagementError("rpm: must be at least 1")
+        if monthly_cap_uc is not None:
+            bounded_micro(monthly_cap_uc, "monthly_cap")
         secret = new_api_key()
         display = display_of(secret)
         record = await self.store.create_key(
@@ -158,6 +200,8 @@ class Management:
     ) -> KeyRecord:
         if rpm is not None and rpm < 1:
             raise ManagementError("rpm: must be at least 1")
+        if monthly_cap_uc is not None:
+            bounded_micro(monthly_cap_uc, "monthly_cap")
         allowed = None
         if models is not None:
             allowed = self._canonical_models(record.group, models) or ()

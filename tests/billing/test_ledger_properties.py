@@ -173,9 +173,18 @@ class Ledger(RuleBasedStateMachine):
     @rule(data=st.data(), share=st.floats(0, 2))
     def settle(self, data: st.DataObject, share: float) -> None:
         rid = data.draw(st.sampled_from(sorted(self.pending)))
-        amount = self.pending[rid][2]
-        result = self.run(self.store.settle(self._usage(rid, int(amount * share))))
-        assert result.applied and result.charged_uc == min(int(amount * share), amount)
+        key, month, amount, _ = self.pending[rid]
+        cost = int(amount * share)
+        # Beyond its hold a settlement charges only what is free: the account's balance not held
+        # by requests in flight, and the key's cap (issue #11); the rest is the shortfall.
+        room = self.topups - self.charged - self._held()
+        if key == "key_capped":
+            room = min(room, CAP - self.spent.get((key, month), 0) - self._held(key, month))
+        expected = cost if cost <= amount else amount + min(cost - amount, max(0, room))
+        usage = self._usage(rid, cost)
+        result = self.run(self.store.settle(usage))
+        assert result.applied and result.charged_uc == expected
+        assert usage.shortfall_uc == cost - expected
         self._finish(rid, result.charged_uc)
 
     @precondition(lambda self: bool(self.pending))

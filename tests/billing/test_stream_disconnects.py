@@ -163,7 +163,7 @@ def test_tap_estimate_is_exact_for_the_simulator(dialect: str, tools: bool) -> N
         provider = SimulatorProvider("sim", SimulatorConfig(reply_words=40))
         reply = await provider.send(dialect, orjson.dumps(body), stream=True, client_headers={})  # type: ignore[arg-type]
         codec = CODECS[dialect]  # type: ignore[index]
-        tap = codec.stream_tap("sim", ClientRequest(codec, body, "sim"), DELTA_ESTIMATOR)
+        tap = codec.stream_tap("sim", ClientRequest(codec, body, "sim"), DELTA_ESTIMATOR, None)
         async for chunk in reply.iter_chunks():
             tap.feed(chunk)
         tap.finish()

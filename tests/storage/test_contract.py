@@ -373,14 +373,41 @@ async def test_settlement_reports_the_available_balance_and_free_cap(store: Stor
     assert (replay.applied, replay.balance_uc, replay.cap_remaining_uc) == (False, 700, 500)
 
 
-async def test_settle_never_charges_more_than_the_hold(store: Store) -> None:
+async def test_settle_beyond_the_hold_charges_only_what_is_free_and_records_the_shortfall(
+    store: Store,
+) -> None:
+    # An upstream that reports more than the hold (the input bound should prevent it): the real
+    # cost is charged as far as the account's free balance goes, never past it (issue #11).
     account, key = await setup_key(store, balance=1_000)
+    other = hold(key, 300)
+    await store.reserve(other)  # held by another request: not free
     request = hold(key, 100)
     await store.reserve(request)
     usage = usage_of(request, 5_000)
     settled = await store.settle(usage)
-    assert settled.charged_uc == 100 and usage.charged_uc == 100 and settled.balance_uc == 900
+    assert settled.charged_uc == 700 and usage.charged_uc == 700 and usage.shortfall_uc == 4_300
+    assert settled.balance_uc == 0
+    [record] = await store.usage_records(MONTH, key_id=key.id)
+    assert (record.charged_uc, record.shortfall_uc) == (700, 4_300)
     await assert_ledger_invariants(store, account.id)
+
+
+async def test_settle_beyond_the_hold_stops_at_the_keys_free_cap(store: Store) -> None:
+    account, key = await setup_key(store, balance=10_000, monthly_cap_uc=500)
+    request = hold(key, 100)
+    await store.reserve(request)
+    usage = usage_of(request, 2_000)
+    settled = await store.settle(usage)
+    assert (settled.charged_uc, usage.shortfall_uc, settled.cap_remaining_uc) == (500, 1_500, 0)
+    await assert_ledger_invariants(store, account.id, cap_keys=[key])
+
+
+async def test_settle_within_the_hold_has_no_shortfall(store: Store) -> None:
+    _, key = await setup_key(store, balance=1_000)
+    request = hold(key, 100)
+    await store.reserve(request)
+    usage = usage_of(request, 60)
+    assert (await store.settle(usage)).charged_uc == 60 and usage.shortfall_uc == 0
 
 
 async def test_release_charges_nothing_and_writes_a_zero_usage_record(store: Store) -> None:
@@ -572,3 +599,15 @@ async def test_random_ledger_operations_keep_every_invariant(store: Store) -> No
         await store.release(usage_of(request, 0))
     assert (await store.get_account(account.id)).reserved_uc == 0  # type: ignore[union-attr]
     await assert_ledger_invariants(store, account.id, cap_keys=[capped])
+
+
+async def test_a_top_up_past_the_maximum_balance_is_refused_and_changes_nothing(store: Store) -> None:
+    from modelgate.storage.base import MAX_UC, AmountTooLarge
+
+    account = await store.create_account(f"acct-{next(_ids)}", MAX_UC - 10, NOW)
+    with pytest.raises(AmountTooLarge):
+        await store.top_up(account.id, 11, "too much", NOW)
+    after = await store.get_account(account.id)
+    assert after is not None and after.balance_uc == MAX_UC - 10 and isinstance(after.balance_uc, int)
+    assert await store.topups_total(account.id) == MAX_UC - 10
+    assert (await store.top_up(account.id, 10, "exactly", NOW)).balance_uc == MAX_UC

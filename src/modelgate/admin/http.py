@@ -82,7 +82,7 @@ def _field_of(loc: tuple[int | str, ...]) -> str:
 async def parse_body(request: Request, model: type[M]) -> M:
     """The request body validated against ``model`` (unknown fields are refused with 400)."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise AdminError(413, "request_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes")
     parts: list[bytes] = []
     size = 0
@@ -107,16 +107,16 @@ def query_int(request: Request, name: str) -> int | None:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
-    if not raw.isdigit() or len(raw) > 18:
-        raise bad_request(f"{name}: must be a positive integer")
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
+        raise bad_request(f"{name}: must be a positive integer (ASCII digits)")
     return int(raw)
 
 
 def path_int(request: Request, name: str, what: str) -> int:
     """An integer id from the path; anything else is simply not found."""
     raw = str(request.path_params[name])
-    if not raw.isdigit() or len(raw) > 18:
-        raise not_found(what, raw)
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
+        raise not_found(what, raw[:40])
     return int(raw)
 
 

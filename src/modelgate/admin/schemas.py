@@ -16,13 +16,14 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from modelgate.management import format_credits
-from modelgate.storage.base import Account, KeyRecord, UsageRecord, UsageSummary
+from modelgate.storage.base import MAX_UC, Account, KeyRecord, UsageRecord, UsageSummary
 
 MAX_RPM = 1_000_000
 MAX_GRACE_SECONDS = 90 * 86400
 Name = Annotated[str, StringConstraints(max_length=100)]
-Credits = Annotated[str, StringConstraints(max_length=32, pattern=r"^\s*\d+(\.\d{1,6})?\s*$")]
-Micro = Annotated[int, Field(ge=0, le=10**15)]
+# ASCII digits only (\d would admit other scripts' digits); amounts are bounded by MAX_UC.
+Credits = Annotated[str, StringConstraints(max_length=32, pattern=r"^\s*[0-9]+(\.[0-9]{1,6})?\s*$")]
+Micro = Annotated[int, Field(ge=0, le=MAX_UC)]
 ModelName = Annotated[str, StringConstraints(min_length=1, max_length=100)]
 
 
@@ -49,7 +50,7 @@ class TopUp(Body):
 class KeyCreate(Body):
     """A new key. ``account_id`` is required for operators; account tokens may omit it."""
 
-    account_id: int | None = None
+    account_id: Annotated[int, Field(ge=1, le=2**63 - 1)] | None = None
     group: Annotated[str, Field(description="Basic, Pro (aria-* models) or Nova (nova-* models).")]
     name: Name = ""
     rpm: Annotated[int, Field(ge=1, le=MAX_RPM)] | None = Field(

@@ -12,12 +12,15 @@ keyword arguments.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from modelgate import ir
-from modelgate.errors import GatewayError, WireFormat
+from modelgate.errors import GatewayError, InvalidRequest, WireFormat
 from modelgate.formats.jsonutil import Json
+
+#: Removes secrets from upstream text (the provider's key and address, anything key-shaped).
+Redact = Callable[[str], str]
 
 
 class TokenEstimator(Protocol):
@@ -123,8 +126,10 @@ class Codec(Protocol):
     def stream_decoder(self) -> StreamDecoder: ...
     def stream_encoder(self, client: ClientRequest) -> StreamEncoder: ...
     def stream_tap(
-        self, upstream_model: str, client: ClientRequest, estimate: TokenEstimator
-    ) -> StreamTap: ...
+        self, upstream_model: str, client: ClientRequest, estimate: TokenEstimator, redact: Redact | None
+    ) -> StreamTap:
+        """The passthrough tap; ``redact`` scrubs the upstream's error events after decoding them."""
+        ...
 
     # errors ---------------------------------------------------------------------------------
     def render_error(self, err: GatewayError, request_id: str) -> bytes: ...
@@ -147,7 +152,20 @@ class ClientRequest:
 
     def request(self) -> ir.Request:
         if self._request is None:
-            request = self.codec.decode_request(self.body)
+            request = decode_untrusted(self.codec, self.body)
             request.model = self.model
             self._request = request
         return self._request
+
+
+def decode_untrusted(codec: Codec, body: Json) -> ir.Request:
+    """``codec.decode_request`` on a body from outside: a value of a shape no decoder expected
+    is the request's fault, a 400, never a crash (the fuzz suite holds the decoders to it)."""
+    try:
+        return codec.decode_request(body)
+    except GatewayError:
+        raise
+    except (TypeError, AttributeError, KeyError, ValueError, IndexError) as exc:
+        raise InvalidRequest(
+            f"request body has a field of an unexpected shape ({type(exc).__name__})"
+        ) from exc

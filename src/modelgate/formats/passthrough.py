@@ -10,13 +10,14 @@ framing included) unless an event is dropped or replaced, which is rare (once pe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from modelgate import ir
 from modelgate.formats.base import TokenEstimator
-from modelgate.formats.sse import EventBuffer, model_rewrites
+from modelgate.formats.sse import EventBuffer, frame, model_rewrites
 
 #: ``_event`` may return this to drop the event (the Chat usage chunk the client did not ask for).
 DROP = b""
@@ -43,6 +44,7 @@ class PassthroughTap:
     __slots__ = (
         "_estimate",
         "_events",
+        "_redact",
         "_rewrites",
         "error",
         "finished",
@@ -52,10 +54,18 @@ class PassthroughTap:
         "usage",
     )
 
-    def __init__(self, upstream_model: str, client_model: str, estimate: TokenEstimator) -> None:
+    def __init__(
+        self,
+        upstream_model: str,
+        client_model: str,
+        estimate: TokenEstimator,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
         self._events = EventBuffer()
         self._rewrites = model_rewrites(upstream_model, client_model)
         self._estimate = estimate
+        #: Removes secrets from upstream text; applied to error events after decoding them.
+        self._redact = redact
         self.usage: ir.Usage | None = None
         self.stop_reason: ir.StopReason | None = None
         self.finished = False
@@ -112,6 +122,17 @@ class PassthroughTap:
     def _event(self, block: bytes, value: Any) -> bytes:
         raise NotImplementedError
 
+    def _scrubbed(self, block: bytes, value: Any) -> bytes:
+        """An error event with every string in its JSON redacted, re-encoded; the block itself
+        when nothing changed. Decoding first means escapes (``\\u0073k-…``) cannot hide a secret."""
+        if self._redact is None:
+            return block
+        clean = _scrub(value, self._redact)
+        if clean == value:
+            return block
+        name = next((line[6:].strip() for line in block.split(b"\n") if line.startswith(b"event:")), None)
+        return frame(orjson.dumps(clean), name.decode("utf-8", "replace") if name else None)[:-2]
+
     def _done_marker(self) -> None:
         """A ``data: [DONE]`` event (Chat's end of stream); other formats have none."""
 
@@ -120,3 +141,13 @@ class PassthroughTap:
         for old, new in self._rewrites:
             out = out.replace(old, new)
         return out
+
+
+def _scrub(value: Any, redact: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [_scrub(v, redact) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrub(v, redact) for k, v in value.items()}
+    return value

@@ -20,6 +20,7 @@ from modelgate.billing.estimate import count_tokens, prompt_tokens
 from modelgate.billing.input_bound import MediaRules, input_bound
 from modelgate.errors import WireFormat
 from modelgate.formats import CODECS, ClientRequest
+from modelgate.formats.base import decode_untrusted
 from modelgate.formats.jsonutil import Json
 from modelgate.gateway.body import duplicate_key, parse_object, splice_top_level, too_deep
 from modelgate.gateway.translate import build_body
@@ -76,7 +77,7 @@ def analyse_in_worker(raw: bytes, fmt: WireFormat, counting: bool, rules: BodyRu
     request = None
     if facts.invalid is None:
         try:
-            request = codec.decode_request(body)
+            request = decode_untrusted(codec, body)
         except errors.GatewayError:
             request = None  # only translation needs it, and translation will refuse the body
         else:
@@ -123,6 +124,6 @@ def prompt_tokens_in_worker(raw: bytes, fmt: WireFormat) -> int:
     """The input estimate of a large body (``streams.estimate_input``; runs in a worker)."""
     codec = CODECS[fmt]
     try:
-        return prompt_tokens(codec.decode_request(orjson.loads(raw)))
+        return prompt_tokens(decode_untrusted(codec, orjson.loads(raw)))
     except (errors.GatewayError, ValueError, TypeError, KeyError, AttributeError):
         return count_tokens(raw.decode("utf-8", "replace"))

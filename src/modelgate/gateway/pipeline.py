@@ -11,8 +11,9 @@ lifecycle rule of a request: once money is held, the hold ends exactly once (``H
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from starlette.requests import ClientDisconnect, Request
@@ -44,6 +45,7 @@ from modelgate.limits.rpm import Decision
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord, Refusal, StorageError
 from modelgate.upstream.base import Deployment, Dialect, Provider, Redacts
+from modelgate.upstream.error_mapping import sanitise
 
 log = logging.getLogger("modelgate.request")
 
@@ -290,7 +292,7 @@ async def call_upstream(
             lambda: input_estimate(services, admitted),
             dialect=CODECS[attempt.dialect],
             upstream_model=attempt.deployment.upstream_model,
-            redact=provider.redact if isinstance(provider, Redacts) else None,
+            redact=redactor(provider),
         )
         return StreamResponse(
             stream,
@@ -359,6 +361,13 @@ async def input_estimate(services: Services, admitted: Admitted) -> int:
     if admitted.facts.offloaded:
         return await services.offload.run(prompt_tokens_in_worker, admitted.raw, admitted.client.codec.name)
     return estimate_input(admitted.client, admitted.raw)
+
+
+def redactor(provider: Provider) -> Callable[[str], str]:
+    """What scrubs upstream text before a client sees it: the provider's own secrets (key, base
+    URL, host) and anything else shaped like an API key (``upstream.error_mapping.sanitise``)."""
+    own = provider.redact if isinstance(provider, Redacts) else None
+    return functools.partial(sanitise, redact=own) if own is not None else sanitise
 
 
 def shutting_down() -> errors.Unavailable:

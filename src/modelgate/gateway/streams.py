@@ -86,7 +86,7 @@ class PassthroughStream(RelayStream):
         self, client: ClientRequest, estimate: EstimateInput, redact: Redact | None, upstream_model: str
     ) -> None:
         super().__init__(client, estimate, redact)
-        self._tap: StreamTap = client.codec.stream_tap(upstream_model, client, DELTA_ESTIMATOR)
+        self._tap: StreamTap = client.codec.stream_tap(upstream_model, client, DELTA_ESTIMATOR, redact)
         #: The upstream's own error event reached the client (so its stream needs no other end).
         self._error_relayed = False
 
@@ -118,9 +118,6 @@ class PassthroughStream(RelayStream):
             self.status = UsageStatus.UPSTREAM_ERROR_IN_BAND
         if tap.malformed:
             raise CutStream("upstream sent malformed JSON in its stream", out)
-        if self._redact is not None and b'"error"' in out:
-            # An upstream's in-band error may quote our credential or address.
-            out = self._redact(out.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
         return out
 
     def error_frame(self, err: errors.GatewayError) -> bytes:

@@ -62,6 +62,15 @@ class Conflict(StorageError):
     """A unique name or id already exists."""
 
 
+class AmountTooLarge(StorageError):
+    """The change would take a balance past ``MAX_UC``."""
+
+
+#: The largest amount of micro-credits anything holds (2^53 - 1, exact in every JSON parser): a
+#: balance, a cap, a top-up. Admin inputs above it are refused; the databases refuse it too.
+MAX_UC = 2**53 - 1
+
+
 @dataclass(frozen=True, slots=True)
 class Account:
     id: int
@@ -170,6 +179,18 @@ class Refusal:
     available_uc: int
 
 
+def decide_charge(cost: int, held: int, balance_free: int, cap_free: int | None) -> tuple[int, int]:
+    """(charged, shortfall) of a settlement: the real cost; beyond the hold only what the account
+    has free (``balance - reserved``) and the key's cap has free in the hold's month, so neither
+    is ever overshot; what is left is the shortfall, recorded for the operator."""
+    cost = max(cost, 0)
+    if cost <= held:
+        return cost, 0
+    room = max(0, balance_free) if cap_free is None else max(0, min(balance_free, cap_free))
+    charged = held + min(cost - held, room)
+    return charged, cost - charged
+
+
 def decide_hold(r: ReserveRequest, balance_free: int, cap: int | None, used: int) -> Reservation | Refusal:
     """The reservation rule, applied by every engine to figures read under its lock: grant
     ``min(amount, free balance, free cap)`` when that is at least ``minimum``; otherwise refuse,
@@ -205,6 +226,9 @@ class UsageRecord:
     cache_creation_tokens: int = 0
     cache_read_tokens: int = 0
     charged_uc: int = 0
+    #: What the upstream's usage cost beyond the hold and could not be charged (the account's
+    #: free balance or the key's free cap ran out); 0 when the input bound held, as it should.
+    shortfall_uc: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +302,8 @@ class LedgerStore(Protocol):
         ...
 
     async def settle(self, usage: UsageRecord) -> Settlement:
-        """Charge ``usage.charged_uc`` (at most the reservation) and release the rest; idempotent.
+        """Charge ``usage.charged_uc`` and release the hold; idempotent. Beyond the hold only what
+        is free is charged (``decide_charge``) and the rest is recorded as ``shortfall_uc``.
 
         Conditional on the reservation being ``pending``; key, account and month come from the
         reservation (the passed record's fields are overwritten with them and with the charge).

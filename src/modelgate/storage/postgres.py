@@ -34,8 +34,10 @@ import asyncpg
 
 from modelgate.storage import rows
 from modelgate.storage.base import (
+    MAX_UC,
     Account,
     AdminToken,
+    AmountTooLarge,
     Conflict,
     KeyControls,
     KeyRecord,
@@ -47,6 +49,7 @@ from modelgate.storage.base import (
     StorageError,
     UsageRecord,
     UsageSummary,
+    decide_charge,
     decide_hold,
 )
 
@@ -184,10 +187,14 @@ class PostgresStore:
                 now,
             )
             row = await conn.fetchrow(
-                f"UPDATE accounts SET balance_uc = balance_uc + $1 WHERE id = $2 RETURNING {_ACCOUNT_COLUMNS}",
+                f"UPDATE accounts SET balance_uc = balance_uc + $1 WHERE id = $2 AND balance_uc + $1 <= $3 "
+                f"RETURNING {_ACCOUNT_COLUMNS}",
                 amount_uc,
                 account_id,
+                MAX_UC,
             )
+            if row is None and await conn.fetchval("SELECT 1 FROM accounts WHERE id = $1", account_id):
+                raise AmountTooLarge(f"the balance would exceed the maximum of {MAX_UC} µc")
             return _account(row)
 
     async def topups_total(self, account_id: int) -> int:
@@ -406,10 +413,15 @@ class PostgresStore:
                 )
             amount, month, key_id, account_id = int(held[0]), held[1], held[2], int(held[3])
             # A true upper bound was reserved, so the real cost fits; should an upstream ever report
-            # more, the charge stops at the hold: a cap or balance is never overshot. The
-            # reservation is the authority on whose money and which month this is.
-            charged = min(max(usage.charged_uc, 0), amount) if charge else 0
+            # more, only what is free is charged beyond the hold (a cap or balance is never
+            # overshot). The reservation is the authority on whose money and which month this is.
+            charged = shortfall = 0
+            if charge:
+                cost = usage.charged_uc
+                free = await self._remaining(conn, account_id, key_id, month) if cost > amount else (0, None)
+                charged, shortfall = decide_charge(cost, amount, *free)
             usage.charged_uc = charged
+            usage.shortfall_uc = shortfall
             usage.month = month
             usage.key_id = key_id
             usage.account_id = account_id
@@ -420,7 +432,7 @@ class PostgresStore:
                 "spend AS (UPDATE key_month_spend SET reserved_uc = reserved_uc - $1, spent_uc = spent_uc + $2 "
                 "WHERE key_id = $4 AND month = $5 RETURNING spent_uc + reserved_uc AS used), "
                 f"rec AS (INSERT INTO usage_records ({_USAGE_COLUMNS}) "
-                "VALUES ($6, $4, $3, $7, $8, $5, $9, $10, $11, $12, $13, $14, $15, $2)) "
+                "VALUES ($6, $4, $3, $7, $8, $5, $9, $10, $11, $12, $13, $14, $15, $2, $16)) "
                 "SELECT (SELECT available FROM acct), (SELECT used FROM spend), "
                 "(SELECT monthly_cap_uc FROM api_keys WHERE id = $4)",
                 amount,
@@ -438,6 +450,7 @@ class PostgresStore:
                 usage.output_tokens,
                 usage.cache_creation_tokens,
                 usage.cache_read_tokens,
+                shortfall,
             )
             available, used, cap = row[0], row[1], row[2]
             cap_left = None if cap is None else max(0, cap - (used or 0))

@@ -18,7 +18,7 @@ KEY_COLUMNS = (
 ACCOUNT_COLUMNS = "id, name, balance_uc, reserved_uc, created_at"
 USAGE_COLUMNS = (
     "request_id, key_id, account_id, endpoint, model, month, status, created_at, finished_at, "
-    "input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, charged_uc"
+    "input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, charged_uc, shortfall_uc"
 )
 
 

@@ -26,8 +26,10 @@ import orjson
 from modelgate.storage import rows
 from modelgate.storage import sqlite_ledger as ledger_sql
 from modelgate.storage.base import (
+    MAX_UC,
     Account,
     AdminToken,
+    AmountTooLarge,
     Conflict,
     KeyControls,
     KeyRecord,
@@ -234,9 +236,15 @@ class SqliteStore:
                     "INSERT INTO topups (account_id, amount_uc, note, created_at) VALUES (?, ?, ?, ?)",
                     (account_id, amount_uc, note, now),
                 )
-                db.execute(
-                    "UPDATE accounts SET balance_uc = balance_uc + ? WHERE id = ?", (amount_uc, account_id)
-                )
+                updated = db.execute(
+                    "UPDATE accounts SET balance_uc = balance_uc + ? WHERE id = ? AND balance_uc + ? <= ?",
+                    (amount_uc, account_id, amount_uc, MAX_UC),
+                ).rowcount
+                if (
+                    not updated
+                    and db.execute("SELECT 1 FROM accounts WHERE id = ?", (account_id,)).fetchone()
+                ):
+                    raise AmountTooLarge(f"the balance would exceed the maximum of {MAX_UC} µc")
                 return _account(db.execute("SELECT * FROM accounts WHERE id = ?", (account_id,)).fetchone())
 
         return await self._run(op)

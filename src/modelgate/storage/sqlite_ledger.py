@@ -10,7 +10,15 @@ from __future__ import annotations
 import sqlite3
 
 from modelgate.storage import rows
-from modelgate.storage.base import Refusal, Reservation, ReserveRequest, Settlement, UsageRecord, decide_hold
+from modelgate.storage.base import (
+    Refusal,
+    Reservation,
+    ReserveRequest,
+    Settlement,
+    UsageRecord,
+    decide_charge,
+    decide_hold,
+)
 
 
 def reserve(db: sqlite3.Connection, r: ReserveRequest) -> Reservation | Refusal:
@@ -65,11 +73,16 @@ def finish(db: sqlite3.Connection, usage: UsageRecord, *, charge: bool) -> Settl
         return Settlement(False, 0, *remaining(db, usage.account_id, usage.key_id, usage.month))
     amount, month, key_id, account_id, endpoint, model, created_at = claimed[0]
     # A true upper bound was reserved, so the real cost fits; should an upstream ever report
-    # more, the charge stops at the hold: a cap or balance is never overshot.
-    charged = min(max(usage.charged_uc, 0), amount) if charge else 0
+    # more, only what is free is charged beyond the hold (a cap or balance is never overshot).
+    charged = shortfall = 0
+    if charge:
+        cost = usage.charged_uc
+        free = remaining(db, account_id, key_id, month) if cost > amount else (0, None)
+        charged, shortfall = decide_charge(cost, amount, *free)
     # The reservation is the authority on whose money and which month this is: a request
     # that starts before midnight UTC and ends after it counts in the month it started.
     usage.charged_uc = charged
+    usage.shortfall_uc = shortfall
     usage.month = month
     usage.key_id = key_id
     usage.account_id = account_id
@@ -86,7 +99,7 @@ def finish(db: sqlite3.Connection, usage: UsageRecord, *, charge: bool) -> Settl
     ).fetchall()
     cap = db.execute("SELECT monthly_cap_uc FROM api_keys WHERE id = ?", (key_id,)).fetchone()
     db.execute(
-        f"INSERT INTO usage_records ({rows.USAGE_COLUMNS}) VALUES ({', '.join('?' * 14)})",
+        f"INSERT INTO usage_records ({rows.USAGE_COLUMNS}) VALUES ({', '.join('?' * 15)})",
         (
             usage.request_id,
             key_id,
@@ -102,6 +115,7 @@ def finish(db: sqlite3.Connection, usage: UsageRecord, *, charge: bool) -> Settl
             usage.cache_creation_tokens,
             usage.cache_read_tokens,
             charged,
+            shortfall,
         ),
     )
     cap_left = None

@@ -32,6 +32,7 @@ import orjson
 from modelgate import errors, ir
 from modelgate.billing.estimate import count_tokens, part_text, prompt_text
 from modelgate.formats import CODECS, ClientRequest, ids
+from modelgate.formats.base import decode_untrusted
 from modelgate.offload import Offload
 from modelgate.upstream.base import Dialect, UpstreamReply
 from modelgate.upstream.config import SimulatorConfig
@@ -212,7 +213,7 @@ def simulate_exchange(
             raise errors.InvalidRequest("request body must be a JSON object")
         # Refuse what the gateway would refuse for this format, as a real upstream does.
         codec.validate(data, counting=counting)
-        req = codec.decode_request(data)
+        req = decode_untrusted(codec, data)
     except (errors.GatewayError, orjson.JSONDecodeError) as exc:
         error = exc if isinstance(exc, errors.GatewayError) else errors.InvalidRequest("malformed JSON")
         payload = codec.render_error(error, ids.new_request_id())

@@ -8,7 +8,7 @@ from typing import Any
 from modelgate import errors, ir
 from modelgate.errors import WireFormat
 from modelgate.formats import ids
-from modelgate.formats.base import ClientRequest, TokenEstimator
+from modelgate.formats.base import ClientRequest, Redact, TokenEstimator
 from modelgate.formats.chat import request, response
 from modelgate.formats.chat.stream import StreamDecoder, StreamEncoder
 from modelgate.formats.chat.tap import StreamTap
@@ -100,10 +100,11 @@ class ChatCodec:
     def stream_encoder(self, client: ClientRequest) -> StreamEncoder:
         return StreamEncoder(include_usage=self.wants_stream_usage(client.body))
 
-    def stream_tap(self, upstream_model: str, client: ClientRequest, estimate: TokenEstimator) -> StreamTap:
-        return StreamTap(
-            upstream_model, client.model, estimate, strip_usage=not self.wants_stream_usage(client.body)
-        )
+    def stream_tap(
+        self, upstream_model: str, client: ClientRequest, estimate: TokenEstimator, redact: Redact | None
+    ) -> StreamTap:
+        strip = not self.wants_stream_usage(client.body)
+        return StreamTap(upstream_model, client.model, estimate, redact, strip_usage=strip)
 
     def render_error(self, err: errors.GatewayError, request_id: str) -> bytes:
         return response.render_error(err, request_id)

@@ -10,6 +10,7 @@ it, however the upstream spaced its JSON.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from modelgate.errors import GatewayError
@@ -29,9 +30,15 @@ class StreamTap(PassthroughTap):
     __slots__ = ("_strip_usage",)
 
     def __init__(
-        self, upstream_model: str, client_model: str, estimate: TokenEstimator, *, strip_usage: bool = False
+        self,
+        upstream_model: str,
+        client_model: str,
+        estimate: TokenEstimator,
+        redact: Callable[[str], str] | None = None,
+        *,
+        strip_usage: bool = False,
     ) -> None:
-        super().__init__(upstream_model, client_model, estimate)
+        super().__init__(upstream_model, client_model, estimate, redact)
         self._strip_usage = strip_usage
 
     def _event(self, block: bytes, value: Any) -> bytes:
@@ -39,7 +46,7 @@ class StreamTap(PassthroughTap):
             return block
         if value.get("error"):
             self.error = stream_error_from(value["error"])
-            return block
+            return self._scrubbed(block, value)
         choices = value.get("choices")
         if isinstance(choices, list) and choices and isinstance(choices[0], dict):
             choice = choices[0]

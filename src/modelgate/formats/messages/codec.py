@@ -8,7 +8,7 @@ from typing import Any
 from modelgate import errors, ir
 from modelgate.errors import WireFormat
 from modelgate.formats import ids
-from modelgate.formats.base import ClientRequest, TokenEstimator
+from modelgate.formats.base import ClientRequest, Redact, TokenEstimator
 from modelgate.formats.jsonutil import Json, check_messages, check_stream_flag, int_field
 from modelgate.formats.messages import request, response
 from modelgate.formats.messages.stream import StreamDecoder, StreamEncoder
@@ -94,8 +94,10 @@ class MessagesCodec:
     def stream_encoder(self, client: ClientRequest) -> StreamEncoder:
         return StreamEncoder()
 
-    def stream_tap(self, upstream_model: str, client: ClientRequest, estimate: TokenEstimator) -> StreamTap:
-        return StreamTap(upstream_model, client.model, estimate)
+    def stream_tap(
+        self, upstream_model: str, client: ClientRequest, estimate: TokenEstimator, redact: Redact | None
+    ) -> StreamTap:
+        return StreamTap(upstream_model, client.model, estimate, redact)
 
     def render_error(self, err: errors.GatewayError, request_id: str) -> bytes:
         return response.render_error(err, request_id)

@@ -5,6 +5,7 @@ read on the way: usage (``message_start`` and the cumulative ``message_delta``),
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from modelgate.errors import GatewayError
@@ -20,8 +21,14 @@ _DELTA_TEXT = {"text_delta": "text", "input_json_delta": "partial_json", "thinki
 class StreamTap(PassthroughTap):
     __slots__ = ("_started",)
 
-    def __init__(self, upstream_model: str, client_model: str, estimate: TokenEstimator) -> None:
-        super().__init__(upstream_model, client_model, estimate)
+    def __init__(
+        self,
+        upstream_model: str,
+        client_model: str,
+        estimate: TokenEstimator,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
+        super().__init__(upstream_model, client_model, estimate, redact)
         #: ``message_start`` was forwarded in the output being built (it needs the model rewrite).
         self._started = False
 
@@ -49,6 +56,7 @@ class StreamTap(PassthroughTap):
             self.finished = True
         elif kind == "error":
             self.error = stream_error_from(value.get("error"))
+            return self._scrubbed(block, value)
         return block
 
     def _rewrite(self, out: bytes) -> bytes:

@@ -239,8 +239,11 @@ def _decode_tools(tools: Any) -> list[ir.Tool]:
             result.append(_function_tool(tool, ""))
         elif tool.get("type") == "namespace":
             prefix = str(tool.get("name") or "") + NAMESPACE_SEPARATOR
+            members = tool.get("tools")
             inner = [
-                t for t in tool.get("tools") or () if isinstance(t, dict) and t.get("type") == "function"
+                t
+                for t in (members if isinstance(members, list) else ())
+                if isinstance(t, dict) and t.get("type") == "function"
             ]
             result.extend(_function_tool(t, prefix) for t in inner)
     return result

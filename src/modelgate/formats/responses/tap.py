@@ -6,6 +6,7 @@ status, in-band errors and an output-token estimate per delta. The tap also foll
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from modelgate import ir
@@ -24,8 +25,14 @@ class StreamTap(PassthroughTap):
 
     keep_line_endings = False
 
-    def __init__(self, upstream_model: str, client_model: str, estimate: TokenEstimator) -> None:
-        super().__init__(upstream_model, client_model, estimate)
+    def __init__(
+        self,
+        upstream_model: str,
+        client_model: str,
+        estimate: TokenEstimator,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
+        super().__init__(upstream_model, client_model, estimate, redact)
         self._client_model = client_model
         #: The sequence number an in-band failure appended by the gateway should use.
         self.next_sequence_number = 0
@@ -53,6 +60,7 @@ class StreamTap(PassthroughTap):
             self.usage = usage_from_wire(response.get("usage"))
             if kind == "response.failed":
                 self.error = ir.StreamError(*error_kind(response.get("error")))
+                return self._scrubbed(block, value)
             else:
                 output = response.get("output")
                 has_call = isinstance(output, list) and any(
@@ -64,6 +72,7 @@ class StreamTap(PassthroughTap):
             self.finished = True
             nested = value.get("error")
             self.error = ir.StreamError(*error_kind(nested if isinstance(nested, dict) else value))
+            return self._scrubbed(block, value)
         return block
 
     def finish(self) -> bytes:
