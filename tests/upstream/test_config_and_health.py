@@ -71,7 +71,7 @@ def test_invalid_configuration_names_the_key(
 
 def test_models_reject_bad_values() -> None:
     with pytest.raises(ValidationError):
-        ProviderConfig.model_validate({"name": "x", "kind": "bedrock"})
+        ProviderConfig.model_validate({"name": "x", "kind": "gemini"})
     with pytest.raises(ValidationError):
         DeploymentConfig(provider="a", upstream_model="m", weight=0)
     with pytest.raises(ValidationError):

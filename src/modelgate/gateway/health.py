@@ -43,12 +43,29 @@ async def health(services: Services, request: Request) -> Response:
         for s in services.router.status()
         if s.consecutive_failures or s.cooling_for > 0
     ]
+    # Pool credentials refused (401/403) or resting after a 429, named by where they are
+    # configured (``api_key_env[1]``), never by their value.
+    credentials = [
+        {
+            "provider": c.provider,
+            "credential": c.credential,
+            "status": c.status,
+            "http_status": c.http_status,
+            "back_in_seconds": round(c.back_in, 1),
+        }
+        for c in services.router.credential_status()
+    ]
     ok = database["status"] == "ok"
     draining = services.drain.active
     body = {
         "status": "draining" if draining else "ok" if ok else "unavailable",
         "version": __version__,
-        "checks": {"database": database, "upstreams": upstreams, "unhealthy_deployments": deployments},
+        "checks": {
+            "database": database,
+            "upstreams": upstreams,
+            "unhealthy_deployments": deployments,
+            "unhealthy_credentials": credentials,
+        },
         "in_flight": services.inflight.in_flight,
         "large_bodies_in_flight": services.large_bodies.in_flight,
         "edge": services.edge.as_dict(),

@@ -13,6 +13,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from modelgate import errors
 from modelgate.upstream.config import DeploymentConfig
+from modelgate.upstream.error_mapping import UpstreamError
 
 Dialect = Literal["messages", "chat", "responses"]
 
@@ -71,6 +72,56 @@ class Redacts(Protocol):
     before the text can reach a client or a log."""
 
     def redact(self, text: str) -> str: ...
+
+
+@runtime_checkable
+class JudgesCredentials(Protocol):
+    """Optional: a provider that knows which of its 4xx replies refuse its own credentials (for
+    cloud kinds every 403 concerns the gateway's identity, not the client's request)."""
+
+    def credentials_rejected(self, status: int, detail: UpstreamError) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialStatus:
+    """One credential out of rotation, as ``/health`` shows it (where it is configured, never
+    the credential itself)."""
+
+    provider: str
+    credential: str
+    status: Literal["refused", "cooling_down"]
+    http_status: int
+    #: Seconds until it is offered again (0: the next request tries it).
+    back_in: float
+
+
+@runtime_checkable
+class ReportsCredentials(Protocol):
+    """Optional: a provider with a credential pool reports the credentials out of rotation."""
+
+    def credential_status(self) -> list[CredentialStatus]: ...
+
+
+class BufferedReply:
+    """An ``UpstreamReply`` whose body is already in memory (an error body read to judge it, or
+    an answer a provider rewrote)."""
+
+    __slots__ = ("_body", "headers", "status")
+
+    def __init__(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self._body = body
+
+    async def read(self) -> bytes:
+        return self._body
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        if self._body:
+            yield self._body
+
+    async def close(self) -> None:
+        return None
 
 
 @dataclass(frozen=True, slots=True)

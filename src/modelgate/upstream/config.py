@@ -12,10 +12,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-ProviderKind = Literal["anthropic", "openai", "openai-compatible", "simulator"]
+ProviderKind = Literal[
+    "anthropic", "openai", "openai-compatible", "bedrock", "vertex", "azure-openai", "simulator"
+]
 
-#: Kinds that speak HTTP (need ``base_url``) and kinds that cannot work without a credential.
-HTTP_KINDS: frozenset[str] = frozenset({"anthropic", "openai", "openai-compatible"})
+#: Kinds that speak HTTP (need ``base_url``) and kinds that cannot work without an API key.
+HTTP_KINDS: frozenset[str] = frozenset(
+    {"anthropic", "openai", "openai-compatible", "bedrock", "vertex", "azure-openai"}
+)
 KEY_REQUIRED_KINDS: frozenset[str] = frozenset({"anthropic", "openai"})
 
 DEFAULT_BASE_URLS: Mapping[str, str] = {
@@ -54,14 +58,60 @@ class SimulatorConfig(BaseModel):
     offload_body_bytes: int = Field(256 * 1024, ge=1024)
 
 
+class AwsCredentialConfig(_Strict):
+    """One AWS identity of a ``bedrock`` credential pool: a named profile of the shared AWS
+    files, or the names of the environment variables holding an access key (never the key)."""
+
+    profile: str | None = Field(default=None, min_length=1)
+    access_key_id_env: str | None = Field(default=None, min_length=1)
+    secret_access_key_env: str | None = Field(default=None, min_length=1)
+    session_token_env: str | None = Field(default=None, min_length=1)
+
+
+class CredentialPoolConfig(_Strict):
+    """How a provider's credentials are taken out and brought back (docs/upstreams.md)."""
+
+    #: Seconds a credential rests after a 429 that named no ``retry-after``.
+    throttle_cooldown: float = Field(default=10.0, ge=0)
+    #: Upper bound on the rest a 429's ``retry-after`` can impose on one credential.
+    max_throttle_cooldown: float = Field(default=300.0, ge=0)
+    #: Seconds a refused credential (401/403) stays out before one request tries it again.
+    refused_recheck: float = Field(default=600.0, ge=0)
+
+
 class ProviderConfig(_Strict):
     name: str = Field(min_length=1)
     kind: ProviderKind
     #: Scheme + host (+ optional path prefix), without ``/v1``; a trailing ``/v1`` is tolerated.
-    #: Defaults to the public API for ``anthropic``/``openai``; required for ``openai-compatible``.
+    #: Defaults to the public API for ``anthropic``/``openai`` and to the regional endpoint for
+    #: ``bedrock``/``vertex``; required for ``openai-compatible`` and ``azure-openai``.
     base_url: str | None = None
-    #: Name of the environment variable holding the upstream credential (never the key itself).
-    api_key_env: str | None = None
+    #: Name(s) of the environment variable(s) holding the upstream API key(s), never the keys
+    #: themselves. Several names make a credential pool.
+    api_key_env: str | list[str] | None = None
+    #: ``bedrock`` and ``vertex``: the cloud region (``us-east-1``; ``us-east5``, ``global``).
+    region: str | None = None
+    #: ``bedrock``: the AWS identities to use (a pool when several); none = the standard AWS chain.
+    aws_credentials: list[AwsCredentialConfig] | None = None
+    #: ``vertex``: the Google Cloud project id.
+    project: str | None = None
+    #: ``vertex``: service-account JSON file(s) (several make a pool); none = application default
+    #: credentials.
+    credentials_file: str | list[str] | None = None
+    #: ``bedrock``/``vertex``: the body's ``anthropic_version`` (default per kind).
+    anthropic_version: str | None = None
+    #: ``azure-openai``: ``v1`` (``/openai/v1/...``) or ``deployments``
+    #: (``/openai/deployments/{deployment}/...?api-version=``).
+    azure_api: Literal["v1", "deployments"] = "v1"
+    #: ``azure-openai``: the ``api-version`` query parameter (required with ``deployments``).
+    api_version: str | None = None
+    #: ``azure-openai``: authenticate with a Microsoft Entra ID token (azure-identity's default
+    #: credential chain) instead of ``api-key``.
+    entra_id: bool = False
+    #: ``vertex`` and ``azure-openai`` with ``entra_id``: seconds before an OAuth2 access token
+    #: expires at which it is replaced (requests never carry a token about to expire).
+    token_refresh_margin: float = Field(default=300.0, ge=0)
+    credential_pool: CredentialPoolConfig = Field(default_factory=CredentialPoolConfig)
     timeouts: TimeoutConfig = Field(default_factory=TimeoutConfig)
     #: Connections (hence requests) in flight to this provider; excess requests queue in the pool.
     max_concurrency: int = Field(default=256, ge=1)
@@ -71,7 +121,41 @@ class ProviderConfig(_Strict):
     headers: dict[str, str] = Field(default_factory=dict)
 
     def resolved_base_url(self) -> str | None:
-        return self.base_url or DEFAULT_BASE_URLS.get(self.kind)
+        if self.base_url:
+            return self.base_url
+        if self.kind == "bedrock" and self.region:
+            suffix = ".amazonaws.com.cn" if self.region.startswith("cn-") else ".amazonaws.com"
+            return f"https://bedrock-runtime.{self.region}{suffix}"
+        if self.kind == "vertex" and self.region:
+            return vertex_base_url(self.region)
+        return DEFAULT_BASE_URLS.get(self.kind)
+
+    @property
+    def api_key_envs(self) -> tuple[str, ...]:
+        """``api_key_env`` as a tuple (empty when unset)."""
+        if self.api_key_env is None:
+            return ()
+        return (self.api_key_env,) if isinstance(self.api_key_env, str) else tuple(self.api_key_env)
+
+    @property
+    def credentials_files(self) -> tuple[str, ...]:
+        if self.credentials_file is None:
+            return ()
+        return (
+            (self.credentials_file,)
+            if isinstance(self.credentials_file, str)
+            else tuple(self.credentials_file)
+        )
+
+
+def vertex_base_url(region: str) -> str:
+    """Vertex AI's endpoint for a region: the global endpoint, a multi-region one (``us``,
+    ``eu``), or the regional ``{region}-aiplatform`` host."""
+    if region == "global":
+        return "https://aiplatform.googleapis.com"
+    if region in ("us", "eu"):
+        return f"https://aiplatform.{region}.rep.googleapis.com"
+    return f"https://{region}-aiplatform.googleapis.com"
 
 
 class DeploymentConfig(_Strict):
@@ -113,6 +197,8 @@ def validate_upstreams(
     env: Mapping[str, str],
 ) -> None:
     """Raise ``ValueError`` naming the bad key; return ``None`` when everything resolves."""
+    from modelgate.upstream.kind_checks import check_provider  # imports config: a cycle at load time
+
     items = list(providers.values()) if isinstance(providers, Mapping) else list(providers)
     by_name: dict[str, ProviderConfig] = {}
     for i, provider in enumerate(items):
@@ -120,18 +206,23 @@ def validate_upstreams(
         if provider.name in by_name:
             raise ValueError(f"{where}.name: duplicate provider name {provider.name!r}")
         by_name[provider.name] = provider
+        names = provider.api_key_envs
+        if isinstance(provider.api_key_env, list) and not names:
+            raise ValueError(f"{where}.api_key_env: an empty list names no credential")
+        if len(set(names)) != len(names):
+            raise ValueError(f"{where}.api_key_env: a variable is listed twice")
+        for j, name in enumerate(names):
+            key = f"{where}.api_key_env" + (f"[{j}]" if isinstance(provider.api_key_env, list) else "")
+            if not env.get(name):
+                raise ValueError(f"{key}: environment variable {name!r} is not set")
+        if not names and provider.kind in KEY_REQUIRED_KINDS:
+            raise ValueError(f"{where}.api_key_env: required for kind {provider.kind!r}")
+        check_provider(provider, where, env)
         if provider.kind in HTTP_KINDS and not provider.resolved_base_url():
             raise ValueError(f"{where}.base_url: required for kind {provider.kind!r}")
         base = provider.resolved_base_url()
         if base is not None and not base.startswith(("http://", "https://")):
             raise ValueError(f"{where}.base_url: must start with http:// or https://, got {base!r}")
-        if provider.api_key_env is not None:
-            if not env.get(provider.api_key_env):
-                raise ValueError(
-                    f"{where}.api_key_env: environment variable {provider.api_key_env!r} is not set"
-                )
-        elif provider.kind in KEY_REQUIRED_KINDS:
-            raise ValueError(f"{where}.api_key_env: required for kind {provider.kind!r}")
     for model, deployments in deployments_by_model.items():
         if not deployments:
             raise ValueError(f"deployments[{model!r}]: at least one deployment is required")

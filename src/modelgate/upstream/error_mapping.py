@@ -139,9 +139,14 @@ def _from_upstream(error: errors.GatewayError) -> errors.GatewayError:
     return error
 
 
-def client_error(status: int, detail: UpstreamError, provider: str) -> errors.GatewayError:
-    """An upstream 4xx other than 429: the request itself was refused; relay it, not retried."""
-    if credentials_rejected(status, detail) or status == 402:
+def client_error(
+    status: int, detail: UpstreamError, provider: str, *, refused: bool | None = None
+) -> errors.GatewayError:
+    """An upstream 4xx other than 429: the request itself was refused; relay it, not retried.
+    ``refused`` says whether the gateway's credentials were (``None``: judge by the reply)."""
+    if refused is None:
+        refused = credentials_rejected(status, detail)
+    if refused or status == 402:
         what = "credentials" if status != 402 else "account (billing)"
         suffix = f": {detail.message}" if detail.message else ""
         return errors.UpstreamFailed(
@@ -179,7 +184,7 @@ def give_up_error(failure: Failure | None, attempts: int) -> errors.GatewayError
     if failure.kind == "broken":
         return errors.UpstreamFailed(f"{failure.note}{tried}")
     if failure.kind == "credentials" and failure.status is not None and failure.detail is not None:
-        return client_error(failure.status, failure.detail, failure.provider)
+        return client_error(failure.status, failure.detail, failure.provider, refused=failure.status != 402)
     status = failure.status
     base = detail or f"upstream provider {failure.provider} returned HTTP {status}"
     if status == 429:

@@ -1,23 +1,39 @@
-"""Build provider objects from configuration (the app factory calls this once at start)."""
+"""Build provider objects from configuration (the app factory calls this once at start).
+
+Each HTTP kind lives in its own module, imported only when a provider of that kind is
+configured: the cloud kinds import their optional SDKs (botocore, google-auth, azure-identity),
+which a gateway without such providers never loads.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable, Mapping
 
-from modelgate.upstream.anthropic import AnthropicProvider
 from modelgate.upstream.base import Provider
 from modelgate.upstream.config import ProviderConfig
-from modelgate.upstream.openai import OpenAICompatibleProvider, OpenAIProvider
-from modelgate.upstream.transport import HttpProvider
+from modelgate.upstream.http_provider import HttpProvider
 
 #: Builds an in-process provider (the simulator) from its configuration.
 ProviderFactory = Callable[[ProviderConfig], Provider]
 
-_HTTP_KINDS: Mapping[str, type[HttpProvider]] = {
-    "anthropic": AnthropicProvider,
-    "openai": OpenAIProvider,
-    "openai-compatible": OpenAICompatibleProvider,
+#: kind -> (module, class) of its implementation.
+_HTTP_KINDS: Mapping[str, tuple[str, str]] = {
+    "anthropic": ("modelgate.upstream.anthropic", "AnthropicProvider"),
+    "openai": ("modelgate.upstream.openai", "OpenAIProvider"),
+    "openai-compatible": ("modelgate.upstream.openai", "OpenAICompatibleProvider"),
+    "bedrock": ("modelgate.upstream.bedrock", "BedrockProvider"),
+    "vertex": ("modelgate.upstream.vertex", "VertexProvider"),
+    "azure-openai": ("modelgate.upstream.azure", "AzureOpenAIProvider"),
 }
+
+
+def provider_class(kind: str) -> type[HttpProvider]:
+    where = _HTTP_KINDS.get(kind)
+    if where is None:
+        raise ValueError(f"no implementation for provider kind {kind!r}")
+    cls: type[HttpProvider] = getattr(importlib.import_module(where[0]), where[1])
+    return cls
 
 
 def build_provider(
@@ -30,11 +46,11 @@ def build_provider(
     precedence, so tests can substitute any kind. Call ``validate_upstreams`` first."""
     if factories and config.kind in factories:
         return factories[config.kind](config)
-    cls = _HTTP_KINDS.get(config.kind)
-    if cls is None:
-        raise ValueError(f"provider {config.name!r}: no implementation for kind {config.kind!r}")
-    api_key = env.get(config.api_key_env) if config.api_key_env else None
-    return cls(config, api_key or None)
+    try:
+        cls = provider_class(config.kind)
+    except ValueError as exc:
+        raise ValueError(f"provider {config.name!r}: {exc}") from None
+    return cls.from_config(config, env)
 
 
 def build_providers(

@@ -26,10 +26,13 @@ from dataclasses import dataclass
 from modelgate import errors
 from modelgate.upstream.base import (
     ConnectFailed,
+    CredentialStatus,
     Deployment,
     Dialect,
+    JudgesCredentials,
     Provider,
     Redacts,
+    ReportsCredentials,
     UpstreamReply,
 )
 from modelgate.upstream.config import RoutingConfig
@@ -227,7 +230,12 @@ class Router:
             health.failed(deployment, hold=hold)
             return Failure("status", name, status=status, detail=detail, retry_after=retry_after)
         if 400 <= status < 500:
-            if credentials_rejected(status, detail) or status == 402:
+            refused = (
+                provider.credentials_rejected(status, detail)
+                if isinstance(provider, JudgesCredentials)
+                else credentials_rejected(status, detail)
+            )
+            if refused or status == 402:
                 # Our key or account for this deployment is refused, not the request: another
                 # deployment may serve it, and this one cools down at once (a key does not heal).
                 health.failed(deployment, hold=self._config.cooldown)
@@ -239,7 +247,7 @@ class Router:
                 )
                 return Failure("credentials", name, status=status, detail=detail)
             health.succeeded(deployment)  # the upstream works; the request was refused
-            raise client_error(status, detail, name)
+            raise client_error(status, detail, name, refused=refused)
         # 1xx/3xx/other 5xx: a misconfigured or broken upstream; another try will not help.
         health.failed(deployment)
         raise give_up_error(Failure("status", name, status=status, detail=detail), 1)
@@ -280,6 +288,15 @@ class Router:
             )
             for model, deps in self._deployments.items()
             for dep in deps
+        ]
+
+    def credential_status(self) -> list[CredentialStatus]:
+        """Credentials out of rotation (refused or resting) across the providers' pools."""
+        return [
+            status
+            for provider in self._providers.values()
+            if isinstance(provider, ReportsCredentials)
+            for status in provider.credential_status()
         ]
 
     async def aclose(self) -> None:

@@ -16,20 +16,19 @@ import errno
 from collections.abc import AsyncIterator, Mapping
 from contextvars import ContextVar
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
+import yarl
 
 from modelgate import errors
 from modelgate.upstream.base import (
     ConnectFailed,
     ConnectTimeout,
-    Dialect,
     FirstByteTimeout,
     IdleTimeout,
     StreamBroken,
 )
-from modelgate.upstream.config import ProviderConfig, TimeoutConfig
+from modelgate.upstream.config import TimeoutConfig
 
 #: Read errors that mean the connection broke or the transfer was malformed.
 _BROKEN = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError)
@@ -203,7 +202,7 @@ class HttpClient:
             )
         return self._session
 
-    async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> HttpReply:
+    async def post(self, url: str | yarl.URL, body: bytes, headers: Mapping[str, str]) -> HttpReply:
         loop = asyncio.get_running_loop()
         timeouts = self._timeouts
         deadline = loop.time() + timeouts.total
@@ -243,68 +242,3 @@ class HttpClient:
         if self._session is not None:
             await self._session.close()
             self._session = None
-
-
-class HttpProvider:
-    """Base of the HTTP provider kinds: URL per dialect, credentials, header policy, redaction.
-
-    Subclasses set ``kind``, ``dialects``, ``_paths`` and ``_suffixes`` and add their own
-    headers in ``_headers``. Client credentials are never forwarded: subclasses copy only the
-    client headers they name, and the provider's own credential is always set last.
-    """
-
-    kind: str
-    dialects: frozenset[Dialect]
-    legacy_chat_limit = False
-    _paths: Mapping[Dialect, str]
-    #: Allowed ``path_suffix`` values per dialect ("" is always allowed).
-    _suffixes: Mapping[Dialect, frozenset[str]] = {}
-
-    def __init__(self, config: ProviderConfig, api_key: str | None) -> None:
-        base = config.resolved_base_url()
-        if base is None:
-            raise ValueError(f"provider {config.name!r}: base_url is required")
-        base = base.rstrip("/")
-        self._base_url = base.removesuffix("/v1")
-        self.name = config.name
-        self._config = config
-        self._api_key = api_key
-        self._client = HttpClient(
-            label=repr(config.name), timeouts=config.timeouts, max_concurrency=config.max_concurrency
-        )
-        # Strings that must never leave the gateway in upstream text: the key and our address.
-        host = urlsplit(self._base_url).netloc
-        self._secrets = tuple(s for s in (api_key, self._base_url, host) if s)
-
-    def _headers(self, stream: bool, client_headers: Mapping[str, str]) -> dict[str, str]:
-        headers = {k.lower(): v for k, v in self._config.headers.items()}
-        headers["content-type"] = "application/json"
-        headers["accept"] = "text/event-stream" if stream else "application/json"
-        # Compressed SSE would be buffered by the compressor; ask for identity on streams.
-        headers["accept-encoding"] = "identity" if stream else "gzip, deflate"
-        headers["user-agent"] = "modelgate"
-        return headers
-
-    async def send(
-        self,
-        dialect: Dialect,
-        body: bytes,
-        *,
-        stream: bool,
-        client_headers: Mapping[str, str],
-        path_suffix: str = "",
-    ) -> HttpReply:
-        if dialect not in self.dialects:
-            raise ValueError(f"provider {self.name!r} ({self.kind}) does not speak {dialect!r}")
-        if path_suffix and path_suffix not in self._suffixes.get(dialect, frozenset()):
-            raise ValueError(f"provider {self.name!r}: no {dialect!r} endpoint {path_suffix!r}")
-        url = self._base_url + self._paths[dialect] + path_suffix
-        return await self._client.post(url, body, self._headers(stream, client_headers))
-
-    def redact(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "[redacted]")
-        return text
-
-    async def aclose(self) -> None:
-        await self._client.aclose()

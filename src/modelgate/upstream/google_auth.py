@@ -1,0 +1,101 @@
+"""Google credentials for the ``vertex`` kind: OAuth2 access tokens through google-auth.
+
+A credential is a credentials file (a service account's JSON key, or any other file type
+google-auth loads: workload identity federation, authorized user) or the application default
+credentials. google-auth refreshes over blocking HTTP, so a refresh runs in a worker thread, one
+at a time per credential, and starts ``token_refresh_margin`` seconds before the token expires:
+no request is sent with a token about to lapse. Tokens are never logged; ``secrets`` lets the
+provider scrub the current one from upstream text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import google.auth
+from google.auth.credentials import Credentials
+from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError, RefreshError
+from google.auth.transport.requests import Request
+
+from modelgate.upstream.config import ProviderConfig
+from modelgate.upstream.credentials import CredentialRefused, CredentialUnavailable, Outgoing
+
+SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+
+
+class GoogleCredential:
+    __slots__ = ("_credentials", "_lock", "_margin", "_request", "_token", "label")
+
+    def __init__(self, label: str, credentials: Credentials, margin: float) -> None:
+        self.label = label
+        self._credentials = credentials
+        self._margin = timedelta(seconds=margin)
+        self._lock = asyncio.Lock()
+        self._request = Request()
+        #: The token requests carry now (the one an upstream could echo).
+        self._token: str | None = None
+
+    async def authorize(self, request: Outgoing) -> None:
+        request.headers["authorization"] = f"Bearer {await self._current()}"
+
+    def _fresh(self) -> bool:
+        expiry = self._credentials.expiry  # naive UTC, as google-auth keeps it
+        if self._token is None or self._credentials.token != self._token:
+            return False
+        return expiry is None or expiry - datetime.now(UTC).replace(tzinfo=None) > self._margin
+
+    async def _current(self) -> str:
+        if not self._fresh():
+            async with self._lock:
+                if not self._fresh():
+                    await self._refresh()
+        assert self._token is not None
+        return self._token
+
+    async def _refresh(self) -> None:
+        try:
+            await asyncio.to_thread(self._credentials.refresh, self._request)
+        except RefreshError as exc:
+            if getattr(exc, "retryable", False):
+                raise CredentialUnavailable(f"Google token refresh for {self.label} failed: {exc}") from None
+            raise CredentialRefused(f"Google refused credential {self.label}: {exc}") from None
+        except GoogleAuthError as exc:  # the token endpoint could not be reached
+            raise CredentialUnavailable(f"Google token refresh for {self.label} failed: {exc}") from None
+        token = self._credentials.token
+        if not isinstance(token, str) or not token:
+            raise CredentialUnavailable(f"Google token refresh for {self.label} returned no token")
+        self._token = token
+
+    def secrets(self) -> tuple[str, ...]:
+        return (self._token,) if self._token else ()
+
+    async def aclose(self) -> None:
+        self._request.session.close()
+
+
+def load_google_credentials(provider: ProviderConfig, where: str) -> list[GoogleCredential]:
+    """The provider's credentials; raises ``ValueError`` naming the key when one cannot load.
+    Loading reads files (and, for application default credentials, the environment); no token
+    is fetched until the first request."""
+    margin = provider.token_refresh_margin
+    files = provider.credentials_files
+    if not files:
+        try:
+            credentials, _ = google.auth.default(scopes=[SCOPE])
+        except DefaultCredentialsError as exc:
+            raise ValueError(
+                f"{where}.credentials_file: not set, and no application default credentials were found ({exc})"
+            ) from None
+        return [GoogleCredential("application default credentials", credentials, margin)]
+    out: list[GoogleCredential] = []
+    for i, path in enumerate(files):
+        label = (
+            f"credentials_file[{i}]" if isinstance(provider.credentials_file, list) else "credentials_file"
+        )
+        try:
+            credentials, _ = google.auth.load_credentials_from_file(path, scopes=[SCOPE])  # type: ignore[no-untyped-call]
+        except (DefaultCredentialsError, OSError, ValueError) as exc:
+            raise ValueError(f"{where}.{label}: {path!r} is not a usable credentials file ({exc})") from None
+        out.append(GoogleCredential(label, credentials, margin))
+    return out
