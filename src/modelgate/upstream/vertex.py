@@ -61,6 +61,10 @@ class VertexProvider(HttpProvider):
     ) -> Outgoing:
         counting = path_suffix == "/count_tokens"
         model, data = cloud_body(body, version=self._version, keep=("model",) if counting else ())
+        if stream:
+            data["stream"] = True  # streamRawPredict streams only when the body says so too
+        else:
+            data.pop("stream", None)
         headers = self._headers(stream, client_headers)
         betas = forwarded_betas(self._config.anthropic_beta, client_headers.get("anthropic-beta"))
         if betas:
