@@ -86,11 +86,8 @@ class FakeAzure(FakeUpstream):
                 return azure_error(400, "BadRequest", "API version not supported")
         key = headers.get("api-key")
         bearer = headers.get("authorization", "").removeprefix("Bearer ")
-        if key is not None and key in self.api_keys:
-            rec.credential = key
-        elif bearer and self.tokens.get(bearer, 0.0) > time.time():
-            rec.credential = "entra:" + bearer
-        else:
+        rec.credential = key if key is not None else "entra:" + bearer  # as presented, checked below
+        if not ((key is not None and key in self.api_keys) or self.tokens.get(bearer, 0.0) > time.time()):
             return azure_error(
                 401,
                 "401",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -95,6 +96,8 @@ class FakeBedrock(FakeUpstream):
         if request.method != "POST" or len(parts) != 4 or parts[1] != "model":
             return aws_error(404, "UnknownOperationException", "unknown operation")
         rec.model, operation = unquote(parts[2]), parts[3]
+        claimed = re.search(r"Credential=([^/]+)/", headers.get("authorization", ""))
+        rec.credential = claimed.group(1) if claimed else ""  # as claimed, verified below
         try:
             key = verify(
                 method=request.method,
@@ -108,7 +111,6 @@ class FakeBedrock(FakeUpstream):
             )
         except SignatureRejected as exc:
             return aws_error(403, exc.code, exc.message)
-        rec.credential = key.access_key_id
         if operation == "count-tokens":
             try:
                 inner = base64.b64decode(orjson.loads(body)["input"]["invokeModel"]["body"])
