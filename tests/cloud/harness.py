@@ -51,7 +51,8 @@ class Clouds:
         """Clear every request log; give the named fakes (bedrock, vertex, azure) new steps."""
         for name, script in self.scripts.items():
             script.reset(*steps.get(name, []))
-        for fake in (self.bedrock, self.vertex, self.azure):
+        for fake, script in zip((self.bedrock, self.vertex, self.azure), self.scripts.values(), strict=True):
+            fake._decide = script  # type: ignore[assignment]
             fake.requests.clear()
 
 

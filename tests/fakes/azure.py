@@ -112,6 +112,9 @@ class FakeAzure(FakeUpstream):
             if step.retry_after is not None:
                 throttled.headers["retry-after"] = f"{step.retry_after:g}"
             return throttled
+        if isinstance(step, Fault) and step.kind == "echo_key":  # an error quoting what it was sent
+            message = f"Access denied for key {key or bearer} at {self.base_url} ({request.host})"
+            return azure_error(step.code, str(step.code), message)
         shadow_body = orjson.dumps({**data, "model": self.deployments[name]})
         shadow = CloudRequest(rec.method, rec.path, rec.query, rec.headers, shadow_body, rec.received_at)
         try:

@@ -20,7 +20,7 @@ import itertools
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
 
@@ -60,6 +60,8 @@ class StreamException:
     code: str
     message: str = "fake exception"
     after: int = 0
+    #: The answer whose first ``after`` events precede the exception.
+    reply: Reply = field(default_factory=Reply)
 
 
 Step = Reply | Fault | StreamException
@@ -99,7 +101,7 @@ class FakeBedrock(FakeUpstream):
         claimed = re.search(r"Credential=([^/]+)/", headers.get("authorization", ""))
         rec.credential = claimed.group(1) if claimed else ""  # as claimed, verified below
         try:
-            key = verify(
+            verify(
                 method=request.method,
                 raw_path=raw_path,
                 raw_query=request.rel_url.raw_query_string,
@@ -139,9 +141,19 @@ class FakeBedrock(FakeUpstream):
             if step.retry_after is not None:
                 response.headers["retry-after"] = f"{step.retry_after:g}"
             return response
-        reply = step.then if isinstance(step, Fault) and step.then is not None else step
-        if not isinstance(reply, Reply):
-            reply = Reply()
+        if isinstance(step, Fault) and step.kind == "echo_key":  # an error quoting what it was sent
+            return aws_error(
+                step.code,
+                "AccessDeniedException",
+                f"User: arn:aws:iam::123456789012:user/gateway with {rec.headers.get('authorization')} is "
+                f"not authorized to perform: bedrock:InvokeModel at {self.base_url} ({request.host})",
+            )
+        if isinstance(step, StreamException):
+            reply = step.reply
+        elif isinstance(step, Fault):
+            reply = step.then if step.then is not None else Reply()
+        else:
+            reply = step
         n = next(self._numbers)
         ids = {"x-amzn-requestid": f"fake-bedrock-{n:06d}"}
         if operation == "count-tokens":
