@@ -22,6 +22,7 @@ from tests.cloud.harness import (
     Clouds,
     azure_provider,
     bedrock_provider,
+    secrets_of,
     start_clouds,
     vertex_provider,
 )
@@ -222,3 +223,56 @@ def test_an_exception_mid_stream_is_an_in_band_error_and_is_billed(
     assert record.input_tokens == 40 and record.output_tokens > 0  # the cloud's input, output relayed
     price = fresh.gateway.services.catalogue.models[model].price
     assert record.charged_uc == cost_uc(Usage(input_tokens=40, output_tokens=record.output_tokens), price) > 0
+
+
+# --- secrets ------------------------------------------------------------------------------------
+
+#: Per kind: its two models (Pro, Nova) and upstream answers that quote what they were sent.
+SECRET_SCENARIOS: dict[str, tuple[tuple[str, str], list[Any]]] = {
+    "bedrock": (
+        ("aria-haiku-4.5", "nova-5.5"),
+        [
+            Fault.echo_key(403),
+            Fault.status(429),
+            StreamException("modelStreamErrorException", after=4),
+            Reply(),
+        ],
+    ),
+    "vertex": (
+        ("aria-opus-4.8", "nova-5.6-sol"),
+        [Fault.echo_key(401), Fault.echo_key(400), Fault.status(429), Reply()],
+    ),
+    "azure": (
+        ("aria-opus-4.7", "nova-5.6-terra"),
+        [Fault.echo_key(401), Fault.echo_key(400), Fault.status(429), Reply()],
+    ),
+}
+
+
+def test_cloud_credentials_appear_in_no_response_header_body_or_log(fresh: Setup) -> None:
+    keys = {group: issue_key(fresh.gateway, group)[0] for group in ("Pro", "Nova")}
+    seen: list[str] = []
+    for kind, ((aria, nova), steps) in SECRET_SCENARIOS.items():
+        fake: FakeUpstream = getattr(fresh.clouds, kind)
+        for step in steps:
+            for fmt, group, model in (
+                ("messages", "Pro", aria),
+                ("chat", "Nova", nova),
+                ("responses", "Nova", nova),
+            ):
+                for stream in (False, True):
+                    fresh.clouds.reset(**{kind: [step]})
+                    outcome = call(fresh.gateway.base_url, keys[group], fmt, model, stream=stream)  # type: ignore[arg-type]
+                    assert fake.requests, "the cloud was called"
+                    seen += [outcome.raw, outcome.message, str(outcome.headers)]
+                    if isinstance(step, Fault) and step.kind == "echo_key":
+                        assert outcome.status >= 400
+    secrets = secrets_of(fresh.clouds)
+    hosts = [
+        f.base_url.removeprefix("http://")
+        for f in (fresh.clouds.bedrock, fresh.clouds.vertex, fresh.clouds.azure)
+    ]
+    assert fresh.clouds.vertex.issued() and secrets  # tokens were issued, so there was something to leak
+    for text in seen + fresh.logs:
+        for secret in [*secrets, *hosts, "123456789012"]:
+            assert secret not in text, f"{secret[:12]}... leaked: {text[:300]}"

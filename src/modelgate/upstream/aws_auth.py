@@ -18,7 +18,7 @@ from botocore.exceptions import BotoCoreError
 from botocore.session import Session
 
 from modelgate.upstream.config import AwsCredentialConfig, ProviderConfig
-from modelgate.upstream.credentials import CredentialUnavailable, Outgoing
+from modelgate.upstream.credentials import CredentialUnavailable, Outgoing, quiet_library_logs
 
 #: The signing name of Bedrock Runtime (its endpoint prefix is ``bedrock-runtime``).
 SIGNING_NAME = "bedrock"
@@ -30,6 +30,7 @@ class AwsCredential:
     __slots__ = ("_credentials", "_last", "_region", "label")
 
     def __init__(self, label: str, credentials: Credentials, region: str) -> None:
+        quiet_library_logs("botocore")
         self.label = label
         self._credentials = credentials
         self._region = region
@@ -59,6 +60,9 @@ class AwsCredential:
     def secrets(self) -> tuple[str, ...]:
         last = self._last
         return tuple(s for s in (last.access_key, last.secret_key, last.token) if s) if last else ()
+
+    def invalidate(self) -> None:
+        return None  # botocore renews refreshable identities itself
 
     async def aclose(self) -> None:
         return None

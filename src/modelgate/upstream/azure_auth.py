@@ -14,21 +14,28 @@ import time
 from azure.core.exceptions import AzureError, ClientAuthenticationError
 from azure.identity.aio import DefaultAzureCredential
 
-from modelgate.upstream.credentials import CredentialRefused, CredentialUnavailable, Outgoing
+from modelgate.upstream.credentials import (
+    CredentialRefused,
+    CredentialUnavailable,
+    Outgoing,
+    quiet_library_logs,
+)
 
 #: The scope Azure OpenAI (Cognitive Services) tokens are issued for.
 SCOPE = "https://cognitiveservices.azure.com/.default"
 
 
 class EntraCredential:
-    __slots__ = ("_credential", "_expires_on", "_lock", "_margin", "_token", "label")
+    __slots__ = ("_credential", "_expires_on", "_lock", "_margin", "_previous", "_token", "label")
 
     def __init__(self, margin: float) -> None:
+        quiet_library_logs("azure", "msal")
         self.label = "entra_id"
         self._margin = margin
         self._credential: DefaultAzureCredential | None = None
         self._lock = asyncio.Lock()
         self._token: str | None = None
+        self._previous: str | None = None
         self._expires_on = 0.0
 
     async def authorize(self, request: Outgoing) -> None:
@@ -47,10 +54,15 @@ class EntraCredential:
             raise CredentialRefused(f"Entra ID issued no token: {exc.message}") from None
         except AzureError as exc:
             raise CredentialUnavailable(f"Entra ID could not be asked for a token: {exc.message}") from None
+        self._previous = self._token or self._previous
         self._token, self._expires_on = token.token, float(token.expires_on)
 
     def secrets(self) -> tuple[str, ...]:
-        return (self._token,) if self._token else ()
+        # The one before too: replies to requests that carried it may still be in flight.
+        return tuple(t for t in (self._token, self._previous) if t)
+
+    def invalidate(self) -> None:
+        self._previous, self._token = self._token or self._previous, None
 
     async def aclose(self) -> None:
         if self._credential is not None:

@@ -9,6 +9,7 @@ upstream text before it reaches a client or a log.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -44,6 +45,10 @@ class Credential(Protocol):
         """The strings to scrub from upstream text (current tokens included)."""
         ...
 
+    def invalidate(self) -> None:
+        """The upstream refused the credential: a token is fetched anew before its next use."""
+        ...
+
     async def aclose(self) -> None: ...
 
 
@@ -73,9 +78,21 @@ class ApiKey:
     def secrets(self) -> tuple[str, ...]:
         return (self._key,)
 
+    def invalidate(self) -> None:
+        return None  # a static key cannot be renewed
+
     async def aclose(self) -> None:
         return None
 
 
 #: Request headers that carry credentials: never taken from static configuration or clients.
 CREDENTIAL_HEADERS: tuple[str, ...] = ("authorization", "x-api-key", "api-key", "x-amz-security-token")
+
+
+def quiet_library_logs(*names: str) -> None:
+    """Keep the cloud SDKs' debug and info logs off: they print upstream addresses, canonical
+    requests and token endpoints (never wanted in the gateway's logs, whatever its level)."""
+    for name in names:
+        logger = logging.getLogger(name)
+        if logger.level < logging.WARNING:
+            logger.setLevel(logging.WARNING)

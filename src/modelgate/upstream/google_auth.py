@@ -19,22 +19,29 @@ from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError, Ref
 from google.auth.transport.requests import Request
 
 from modelgate.upstream.config import ProviderConfig
-from modelgate.upstream.credentials import CredentialRefused, CredentialUnavailable, Outgoing
+from modelgate.upstream.credentials import (
+    CredentialRefused,
+    CredentialUnavailable,
+    Outgoing,
+    quiet_library_logs,
+)
 
 SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
 class GoogleCredential:
-    __slots__ = ("_credentials", "_lock", "_margin", "_request", "_token", "label")
+    __slots__ = ("_credentials", "_lock", "_margin", "_previous", "_request", "_token", "label")
 
     def __init__(self, label: str, credentials: Credentials, margin: float) -> None:
+        quiet_library_logs("google.auth", "urllib3")
         self.label = label
         self._credentials = credentials
         self._margin = timedelta(seconds=margin)
         self._lock = asyncio.Lock()
         self._request = Request()
-        #: The token requests carry now (the one an upstream could echo).
+        #: The token requests carry now, and the one before (what an upstream could echo).
         self._token: str | None = None
+        self._previous: str | None = None
 
     async def authorize(self, request: Outgoing) -> None:
         request.headers["authorization"] = f"Bearer {await self._current()}"
@@ -65,10 +72,14 @@ class GoogleCredential:
         token = self._credentials.token
         if not isinstance(token, str) or not token:
             raise CredentialUnavailable(f"Google token refresh for {self.label} returned no token")
-        self._token = token
+        self._previous, self._token = self._token or self._previous, token
 
     def secrets(self) -> tuple[str, ...]:
-        return (self._token,) if self._token else ()
+        # The one before too: replies to requests that carried it may still be in flight.
+        return tuple(t for t in (self._token, self._previous) if t)
+
+    def invalidate(self) -> None:
+        self._previous, self._token = self._token or self._previous, None
 
     async def aclose(self) -> None:
         self._request.session.close()

@@ -129,6 +129,7 @@ class CredentialPool:
         """``message`` is already scrubbed of secrets."""
         slot.refused_until = self._clock() + self._config.refused_recheck
         slot.refused_status = status
+        slot.credential.invalidate()
         log.error(
             "upstream %s refused credential %s (HTTP %d): %s; it is out of rotation for %gs",
             self._provider,
