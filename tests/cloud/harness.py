@@ -52,20 +52,20 @@ class Clouds:
         for name, script in self.scripts.items():
             script.reset(*steps.get(name, []))
         for fake, script in zip((self.bedrock, self.vertex, self.azure), self.scripts.values(), strict=True):
-            fake._decide = script  # type: ignore[assignment]
+            fake._decide = script
             fake.requests.clear()
 
 
 def start_clouds(fakes: FakeLoop, directory: Path, accounts: int = 1) -> Clouds:
     scripts = {name: Scripted(default=Reply()) for name in ("bedrock", "vertex", "azure")}
-    bedrock = FakeBedrock(AWS_KEYS, scripts["bedrock"], region=REGION_AWS)  # type: ignore[arg-type]
+    bedrock = FakeBedrock(AWS_KEYS, scripts["bedrock"], region=REGION_AWS)
     vertex = FakeVertex(
         [ServiceAccount.make(f"gateway{i}", PROJECT) for i in range(accounts)],
-        scripts["vertex"],  # type: ignore[arg-type]
+        scripts["vertex"],
         project=PROJECT,
         region=REGION_GCP,
     )
-    azure = FakeAzure(AZURE_KEYS, scripts["azure"])  # type: ignore[arg-type]
+    azure = FakeAzure(AZURE_KEYS, scripts["azure"])
     for fake in (bedrock, vertex, azure):
         fakes.start(fake)
     return Clouds(bedrock, vertex, azure, scripts, vertex.write_credentials(directory))

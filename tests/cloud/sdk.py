@@ -74,7 +74,7 @@ def _messages(base_url: str, key: str, model: str, stream: bool, tools: bool, af
         message = client.messages.create(**kwargs)
     text = "".join(b.text for b in message.content if b.type == "text")
     uses = [b for b in message.content if b.type == "tool_use"]
-    tool = ToolUse(uses[0].id, uses[0].name, dict(uses[0].input)) if uses else None  # type: ignore[arg-type]
+    tool = ToolUse(uses[0].id, uses[0].name, dict(uses[0].input)) if uses else None
     echo = [b.model_dump(exclude_none=True) for b in message.content]
     return Turn(text, str(message.stop_reason), message.model, tool, echo)
 
@@ -96,7 +96,7 @@ def _chat(base_url: str, key: str, model: str, stream: bool, tools: bool, after:
     calls = choice.message.tool_calls or []
     tool = None
     if calls:
-        function = calls[0].function  # type: ignore[union-attr]
+        function = calls[0].function
         tool = ToolUse(calls[0].id, function.name, orjson.loads(function.arguments))
     echo = choice.message.model_dump(exclude_none=True, exclude={"parsed"})
     for call in echo.get("tool_calls", []):

@@ -104,7 +104,7 @@ def test_entra_id_tokens_from_a_managed_identity(tmp_path: Path, monkeypatch: py
             deployments=deployments,
         ) as gateway:
             for fmt in ("chat", "responses"):
-                assert _ask(gateway, fmt, "nova-5.5", 2) == ["Hello from the fake upstream."] * 2  # type: ignore[arg-type]
+                assert _ask(gateway, fmt, "nova-5.5", 2) == ["Hello from the fake upstream."] * 2
     assert azure.token_requests == 1
     (token,) = azure.tokens
     assert [r.credential for r in azure.requests] == [f"entra:{token}"] * 4

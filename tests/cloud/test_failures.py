@@ -132,7 +132,7 @@ def test_one_throttled_cloud_costs_no_request(fresh: Setup, failing: str) -> Non
         "vertex": fresh.clouds.vertex,
     }
     if failing == "bedrock":
-        fresh.clouds.bedrock._decide = _throttle_bedrock
+        fresh.clouds.bedrock._decide = _throttle_bedrock  # type: ignore[assignment]  # Bedrock-only steps
     else:
         fakes[failing]._decide = lambda request: Fault.status(429)
     secret, _ = issue_key(fresh.gateway, "Pro")
