@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import anthropic
+import openai
 import orjson
 
 from tests.gateway.clients import anthropic_client, openai_client
@@ -46,14 +48,15 @@ def turn(
     """A first turn (with the weather tool offered when ``tools``), or, with ``after``, the
     turn that answers ``after``'s tool call with "Sunny"."""
     if fmt == "messages":
-        return _messages(base_url, key, model, stream, tools, after)
-    if fmt == "chat":
-        return _chat(base_url, key, model, stream, tools, after)
-    return _responses(base_url, key, model, stream, tools, after)
+        with anthropic_client(base_url, key) as ant:
+            return _messages(ant, model, stream, tools, after)
+    with openai_client(base_url, key) as oai:
+        if fmt == "chat":
+            return _chat(oai, model, stream, tools, after)
+        return _responses(oai, model, stream, tools, after)
 
 
-def _messages(base_url: str, key: str, model: str, stream: bool, tools: bool, after: Turn | None) -> Turn:
-    client = anthropic_client(base_url, key)
+def _messages(client: anthropic.Anthropic, model: str, stream: bool, tools: bool, after: Turn | None) -> Turn:
     messages: list[Any] = [{"role": "user", "content": QUESTION}]
     if after is not None and after.tool is not None:
         messages += [
@@ -79,8 +82,7 @@ def _messages(base_url: str, key: str, model: str, stream: bool, tools: bool, af
     return Turn(text, str(message.stop_reason), message.model, tool, echo)
 
 
-def _chat(base_url: str, key: str, model: str, stream: bool, tools: bool, after: Turn | None) -> Turn:
-    client = openai_client(base_url, key)
+def _chat(client: openai.OpenAI, model: str, stream: bool, tools: bool, after: Turn | None) -> Turn:
     messages: list[Any] = [{"role": "user", "content": QUESTION}]
     if after is not None and after.tool is not None:
         messages += [after.echo, {"role": "tool", "tool_call_id": after.tool.id, "content": "Sunny"}]
@@ -104,8 +106,7 @@ def _chat(base_url: str, key: str, model: str, stream: bool, tools: bool, after:
     return Turn(choice.message.content or "", str(choice.finish_reason), completion.model, tool, echo)
 
 
-def _responses(base_url: str, key: str, model: str, stream: bool, tools: bool, after: Turn | None) -> Turn:
-    client = openai_client(base_url, key)
+def _responses(client: openai.OpenAI, model: str, stream: bool, tools: bool, after: Turn | None) -> Turn:
     items: list[Any] = [{"role": "user", "content": QUESTION}]
     if after is not None and after.tool is not None:
         items += [*after.echo, {"type": "function_call_output", "call_id": after.tool.id, "output": "Sunny"}]

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import anthropic
+import openai
 import pytest
 
 from modelgate.billing.pricing import cost_uc
@@ -136,8 +138,26 @@ def test_one_throttled_cloud_costs_no_request(fresh: Setup, failing: str) -> Non
     else:
         fakes[failing]._decide = lambda request: Fault.status(429)
     secret, _ = issue_key(fresh.gateway, "Pro")
-    ant = anthropic_client(fresh.gateway.base_url, secret)
-    oai = openai_client(fresh.gateway.base_url, secret)
+    with (
+        anthropic_client(fresh.gateway.base_url, secret) as ant,
+        openai_client(fresh.gateway.base_url, secret) as oai,
+    ):
+        served = _ask_48(ant, oai)
+    assert served == 48
+    healthy = Counter[int]()
+    for name, fake in fakes.items():
+        marks = Counter(int(m.group(1)) for r in fake.requests if (m := MARKER.search(r.body)))
+        if name == failing:
+            assert marks and max(marks.values()) == 1  # really in the rotation, tried at most once each
+        else:
+            healthy += marks
+            assert all(r.finished for r in fake.requests)
+    # Every request was answered exactly once by a healthy cloud: none re-sent after a byte.
+    assert set(healthy) == set(range(48)) and max(healthy.values()) == 1
+
+
+def _ask_48(ant: anthropic.Anthropic, oai: openai.OpenAI) -> int:
+    """48 requests with unique markers: Messages and Chat, whole and streamed; how many succeeded."""
     served = 0
     for i in range(48):
         prompt: Any = [{"role": "user", "content": f"req-{i:05d} hello"}]
@@ -154,17 +174,7 @@ def test_one_throttled_cloud_costs_no_request(fresh: Setup, failing: str) -> Non
         else:
             with oai.chat.completions.stream(model=FAILOVER_MODEL, messages=prompt) as chunks:
                 served += chunks.get_final_completion().choices[0].finish_reason == "stop"
-    assert served == 48
-    healthy = Counter[int]()
-    for name, fake in fakes.items():
-        marks = Counter(int(m.group(1)) for r in fake.requests if (m := MARKER.search(r.body)))
-        if name == failing:
-            assert marks and max(marks.values()) == 1  # really in the rotation, tried at most once each
-        else:
-            healthy += marks
-            assert all(r.finished for r in fake.requests)
-    # Every request was answered exactly once by a healthy cloud: none re-sent after a byte.
-    assert set(healthy) == set(range(48)) and max(healthy.values()) == 1
+    return served
 
 
 # --- typed Bedrock exceptions -------------------------------------------------------------------

@@ -32,6 +32,7 @@ from tests.cloud.sdk import Format, turn
 from tests.conformance.conftest import issue_key, usage_records
 from tests.fakes.bedrock import CloudRequest
 from tests.fakes.upstream import FakeUpstream, Reply
+from tests.gateway.clients import anthropic_client
 from tests.gateway_server import GatewayServer, running_gateway
 from tests.resilience.harness import FakeLoop
 
@@ -165,3 +166,16 @@ def test_tool_round_trip(cloudy: Cloudy, kind: str, fmt: Format, stream: bool) -
         _cost(cloudy.gateway, model, 30, 9),
         _cost(cloudy.gateway, model, 45, 8),
     ]
+
+
+@pytest.mark.parametrize("kind", ["bedrock", "vertex"])
+def test_count_tokens_is_asked_of_the_cloud(cloudy: Cloudy, kind: str) -> None:
+    secret, _ = issue_key(cloudy.gateway, "Pro")
+    _script(cloudy.clouds, kind, Reply(input_tokens=321))
+    client = anthropic_client(cloudy.gateway.base_url, secret)
+    counted = client.messages.count_tokens(
+        model=MODELS[kind][0], messages=[{"role": "user", "content": "Hi"}]
+    )
+    assert counted.input_tokens == 321
+    (sent,) = _fake(cloudy.clouds, kind).requests
+    assert sent.path.endswith("/count-tokens" if kind == "bedrock" else "/count-tokens:rawPredict")

@@ -24,6 +24,7 @@ from urllib.parse import quote, unquote
 
 import orjson
 
+from modelgate import errors
 from modelgate.upstream.anthropic import forwarded_betas
 from modelgate.upstream.aws_auth import resolve_aws_credentials
 from modelgate.upstream.base import BufferedReply, Dialect, UpstreamReply
@@ -102,12 +103,14 @@ class BedrockProvider(HttpProvider):
             return await _error_reply(reply)
         if request.url.endswith("/count-tokens"):
             try:
-                counted = orjson.loads(await reply.read())
+                counted = orjson.loads(await reply.read())["inputTokens"]
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                raise errors.UpstreamFailed(
+                    "upstream bedrock answered count-tokens without inputTokens"
+                ) from None
             finally:
                 await reply.close()
-            return BufferedReply(
-                reply.status, reply.headers, orjson.dumps({"input_tokens": counted["inputTokens"]})
-            )
+            return BufferedReply(reply.status, reply.headers, orjson.dumps({"input_tokens": counted}))
         if not stream:
             return WholeRenamed(reply, model)
         return await BedrockStream.open(reply, EventStreamDecoder(self._shape, model))

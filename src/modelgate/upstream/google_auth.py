@@ -1,8 +1,8 @@
 """Google credentials for the ``vertex`` kind: OAuth2 access tokens through google-auth.
 
-A credential is a credentials file (a service account's JSON key, or any other file type
-google-auth loads: workload identity federation, authorized user) or the application default
-credentials. google-auth refreshes over blocking HTTP, so a refresh runs in a worker thread, one
+A credential is a credentials file (a service account's JSON key, or gcloud's authorized-user
+file) or the application default credentials (which also cover workload identity federation
+and the metadata server). google-auth refreshes over blocking HTTP, so a refresh runs in a worker thread, one
 at a time per credential, and starts ``token_refresh_margin`` seconds before the token expires:
 no request is sent with a token about to lapse. Tokens are never logged; ``secrets`` lets the
 provider scrub the current one from upstream text.
@@ -14,9 +14,12 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import google.auth
+import orjson
 from google.auth.credentials import Credentials
 from google.auth.exceptions import DefaultCredentialsError, GoogleAuthError, RefreshError
 from google.auth.transport.requests import Request
+from google.oauth2 import credentials as user_credentials
+from google.oauth2 import service_account
 
 from modelgate.upstream.config import ProviderConfig
 from modelgate.upstream.credentials import (
@@ -105,8 +108,24 @@ def load_google_credentials(provider: ProviderConfig, where: str) -> list[Google
             f"credentials_file[{i}]" if isinstance(provider.credentials_file, list) else "credentials_file"
         )
         try:
-            credentials, _ = google.auth.load_credentials_from_file(path, scopes=[SCOPE])  # type: ignore[no-untyped-call]
-        except (DefaultCredentialsError, OSError, ValueError) as exc:
+            out.append(GoogleCredential(label, _from_file(path), margin))
+        except (OSError, ValueError, GoogleAuthError) as exc:
             raise ValueError(f"{where}.{label}: {path!r} is not a usable credentials file ({exc})") from None
-        out.append(GoogleCredential(label, credentials, margin))
     return out
+
+
+def _from_file(path: str) -> Credentials:
+    """A service account's JSON key, or an ``authorized_user`` file (gcloud's user login). Other
+    types are refused: a credentials file can make google-auth run commands or call arbitrary
+    URLs (external accounts), which a gateway's configuration should not be able to do."""
+    with open(path, "rb") as handle:
+        info = orjson.loads(handle.read())
+    kind = info.get("type") if isinstance(info, dict) else None
+    loaded: Credentials  # google-auth's loaders are not annotated
+    if kind == "service_account":
+        loaded = service_account.Credentials.from_service_account_info(info, scopes=[SCOPE])  # type: ignore[no-untyped-call]
+    elif kind == "authorized_user":
+        loaded = user_credentials.Credentials.from_authorized_user_info(info, scopes=[SCOPE])  # type: ignore[no-untyped-call]
+    else:
+        raise ValueError(f"type {kind!r} is not supported (service_account or authorized_user)")
+    return loaded
