@@ -275,7 +275,7 @@ def test_the_cloud_sdks_are_imported_only_for_cloud_providers(tmp_path: Path) ->
         "import sys\n"
         "from pathlib import Path\n"
         "from modelgate.config import load_settings\n"
-        "from modelgate.gateway.services import Services\n"
+        "from modelgate.services import Services\n"
         f"Services.build(load_settings(None, environ={{}}, data_dir=Path({str(tmp_path)!r}), secret='x' * 40))\n"
         "print(sorted(m for m in ('botocore', 'google.auth', 'azure.identity') if m in sys.modules))\n"
     )
