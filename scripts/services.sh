@@ -139,7 +139,14 @@ stop_services() {
         _MG_SVC_STARTED_PG=""
     fi
     if [ -n "$_MG_SVC_STARTED_REDIS" ] && [ -s "$_MG_SVC_STARTED_REDIS" ]; then
-        kill "$(cat "$_MG_SVC_STARTED_REDIS")" 2>/dev/null || true
+        local redis_pid tries=0
+        redis_pid="$(cat "$_MG_SVC_STARTED_REDIS")"
+        kill "$redis_pid" 2>/dev/null || true
+        # Redis writes files into the temp dir while it shuts down: wait (up to 5 s) before removing it.
+        while kill -0 "$redis_pid" 2>/dev/null && [ "$tries" -lt 50 ]; do
+            sleep 0.1
+            tries=$((tries + 1))
+        done
         _MG_SVC_STARTED_REDIS=""
     fi
     if [ -n "$_MG_SVC_DIR" ]; then
