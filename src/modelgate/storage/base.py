@@ -1,7 +1,7 @@
 """Storage records and the interfaces every engine implements (SQLite and PostgreSQL).
 
 Consumers depend on the narrow protocols (``AccountStore``, ``KeyStore``, ``AdminTokenStore``,
-``LedgerStore``, ``UsageStore``); ``Store`` is all of them as one engine implements it, picked from
+``LedgerStore``, ``UsageStore``, and ``UsageReports`` in ``storage.reports``); ``Store`` is all of them as one engine implements it, picked from
 the database URL by ``storage.open_store``. Money is integer micro-credits (µc) everywhere.
 
 Ledger invariants (checked by the contract and property tests):
@@ -48,6 +48,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
+
+from modelgate.storage.reports import UsageReports
 
 Group = Literal["Basic", "Pro", "Nova"]
 GROUPS: tuple[Group, ...] = ("Basic", "Pro", "Nova")
@@ -145,6 +147,21 @@ class AdminToken:
     created_at: float
     #: The stored HMAC digest, for the caller's constant-time comparison.
     digest: bytes = b""
+    name: str = ""
+    #: What may be shown of the token: its first characters and its last four ("" for tokens
+    #: issued before migration 0003, which did not keep them).
+    prefix: str = ""
+    last4: str = ""
+    #: The admin token that issued this one (None: the CLI or the first-start bootstrap).
+    created_by: str | None = None
+    #: Refused from this instant on (None: never expires).
+    expires_at: float | None = None
+    revoked_at: float | None = None
+    #: Coarse: written at most once per ``touch_admin_token`` interval.
+    last_used_at: float | None = None
+
+    def usable_at(self, now: float) -> bool:
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,9 +305,37 @@ class AdminTokenStore(Protocol):
     """Admin tokens for the admin API and the dashboard (digests only)."""
 
     async def create_admin_token(
-        self, token_id: str, digest: bytes, account_id: int | None, now: float
+        self,
+        token_id: str,
+        digest: bytes,
+        account_id: int | None,
+        now: float,
+        *,
+        name: str = "",
+        prefix: str = "",
+        last4: str = "",
+        created_by: str | None = None,
+        expires_at: float | None = None,
     ) -> None: ...
-    async def find_admin_token(self, digest: bytes) -> AdminToken | None: ...
+    async def find_admin_token(self, digest: bytes) -> AdminToken | None:
+        """The token with this digest, revoked and expired ones included (the caller decides)."""
+        ...
+
+    async def get_admin_token(self, token_id: str) -> AdminToken | None: ...
+    async def list_admin_tokens(self, account_id: int | None = None) -> list[AdminToken]:
+        """Oldest first; with ``account_id`` only that account's tokens, otherwise all of them."""
+        ...
+
+    async def revoke_admin_token(self, token_id: str, now: float) -> AdminToken | None:
+        """Revoke once (a second call keeps the first ``revoked_at``); None when unknown."""
+        ...
+
+    async def touch_admin_token(self, token_id: str, now: float, resolution: float) -> bool:
+        """Set ``last_used_at = now`` unless it is already within ``resolution`` seconds of
+        ``now``: one conditional write, so instances racing to touch a token write at most once
+        per interval. True when this call wrote."""
+        ...
+
     async def count_admin_tokens(self) -> int: ...
 
 
@@ -341,7 +386,7 @@ class UsageStore(Protocol):
     ) -> list[UsageRecord]: ...
 
 
-class Store(AccountStore, KeyStore, AdminTokenStore, LedgerStore, UsageStore, Protocol):
+class Store(AccountStore, KeyStore, AdminTokenStore, LedgerStore, UsageStore, UsageReports, Protocol):
     """Everything durable, as one engine implements it. Consumers ask for the narrow protocols
     above; implementations must pass ``tests/storage/test_contract.py``."""
 

@@ -36,7 +36,6 @@ from modelgate.storage import rows
 from modelgate.storage.base import (
     MAX_UC,
     Account,
-    AdminToken,
     AmountTooLarge,
     Conflict,
     KeyControls,
@@ -52,6 +51,8 @@ from modelgate.storage.base import (
     decide_charge,
     decide_hold,
 )
+from modelgate.storage.postgres_reports import PostgresReports
+from modelgate.storage.postgres_tokens import PostgresAdminTokens
 
 #: Advisory lock ids ("modelgat" in ASCII, then +1): migrations, and key-version ordering.
 _LOCK_MIGRATIONS = 0x6D6F_6465_6C67_6174
@@ -70,7 +71,7 @@ def _key(row: Sequence[Any]) -> KeyRecord:
     return rows.key_record(row, tuple(row[5]) if row[5] is not None else None)
 
 
-class PostgresStore:
+class PostgresStore(PostgresAdminTokens, PostgresReports):
     def __init__(self, url: str, *, pool_max_size: int = POOL_MAX_SIZE) -> None:
         self.url = url
         self._pool_max_size = pool_max_size
@@ -322,33 +323,6 @@ class PostgresStore:
                 f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > $1 ORDER BY version", version
             )
         return [_key(r) for r in rows]
-
-    # admin tokens -------------------------------------------------------------------------
-
-    async def create_admin_token(
-        self, token_id: str, digest: bytes, account_id: int | None, now: float
-    ) -> None:
-        async with self._conn() as conn:
-            await conn.execute(
-                "INSERT INTO admin_tokens (id, digest, account_id, created_at) VALUES ($1, $2, $3, $4)",
-                token_id,
-                digest,
-                account_id,
-                now,
-            )
-
-    async def find_admin_token(self, digest: bytes) -> AdminToken | None:
-        async with self._conn() as conn:
-            row = await conn.fetchrow(
-                "SELECT id, account_id, created_at, digest FROM admin_tokens WHERE digest = $1", digest
-            )
-        return (
-            AdminToken(id=row[0], account_id=row[1], created_at=row[2], digest=bytes(row[3])) if row else None
-        )
-
-    async def count_admin_tokens(self) -> int:
-        async with self._conn() as conn:
-            return int(await conn.fetchval("SELECT COUNT(*) FROM admin_tokens"))
 
     # ledger -------------------------------------------------------------------------------
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from modelgate.storage.base import Account, KeyRecord, UsageRecord
+from modelgate.storage.base import Account, AdminToken, KeyRecord, UsageRecord
 
 KEY_COLUMNS = (
     "id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, state, digest, prefix, last4, "
     "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version"
 )
 ACCOUNT_COLUMNS = "id, name, balance_uc, reserved_uc, created_at"
+ADMIN_TOKEN_COLUMNS = (
+    "id, account_id, created_at, digest, name, prefix, last4, created_by, expires_at, revoked_at, "  # noqa: S105 - column names
+    "last_used_at"
+)
 USAGE_COLUMNS = (
     "request_id, key_id, account_id, endpoint, model, month, status, created_at, finished_at, "
     "input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, charged_uc, shortfall_uc"
@@ -53,3 +57,20 @@ def account_record(row: Sequence[Any]) -> Account:
 def usage_record(row: Sequence[Any]) -> UsageRecord:
     """A ``USAGE_COLUMNS`` row."""
     return UsageRecord(*row)
+
+
+def admin_token_record(row: Sequence[Any]) -> AdminToken:
+    """An ``ADMIN_TOKEN_COLUMNS`` row."""
+    return AdminToken(
+        id=row[0],
+        account_id=row[1],
+        created_at=row[2],
+        digest=bytes(row[3]),
+        name=row[4],
+        prefix=row[5],
+        last4=row[6],
+        created_by=row[7],
+        expires_at=row[8],
+        revoked_at=row[9],
+        last_used_at=row[10],
+    )

@@ -28,7 +28,6 @@ from modelgate.storage import sqlite_ledger as ledger_sql
 from modelgate.storage.base import (
     MAX_UC,
     Account,
-    AdminToken,
     AmountTooLarge,
     Conflict,
     KeyControls,
@@ -43,6 +42,8 @@ from modelgate.storage.base import (
     UsageSummary,
 )
 from modelgate.storage.group_commit import BUSY, GroupCommit
+from modelgate.storage.sqlite_reports import SqliteReports
+from modelgate.storage.sqlite_tokens import SqliteAdminTokens
 
 T = TypeVar("T")
 #: Writes on the event loop between two checkpoints run by the worker thread.
@@ -59,7 +60,7 @@ def _key(row: tuple[Any, ...]) -> KeyRecord:
     return rows.key_record(row, tuple(orjson.loads(row[5])) if row[5] is not None else None)
 
 
-class SqliteStore:
+class SqliteStore(SqliteAdminTokens, SqliteReports):
     """Each thread that touches the store gets its own connection (``threading.local``).
 
     Operations run inline on the caller's thread (the event loop) on a connection that never
@@ -184,6 +185,7 @@ class SqliteStore:
                 tx.execute("INSERT INTO schema_migrations VALUES (?, unixepoch())", (version,))
 
     async def close(self) -> None:
+        self._close_reader()
         self._executor.shutdown(wait=True)
         for conn in self._connections:
             conn.close()
@@ -393,38 +395,6 @@ class SqliteStore:
             )
         )
         return [_key(r) for r in rows]
-
-    # admin tokens -------------------------------------------------------------------------
-
-    async def create_admin_token(
-        self, token_id: str, digest: bytes, account_id: int | None, now: float
-    ) -> None:
-        def op() -> None:
-            with self._write() as db:
-                db.execute(
-                    "INSERT INTO admin_tokens (id, digest, account_id, created_at) VALUES (?, ?, ?, ?)",
-                    (token_id, digest, account_id, now),
-                )
-
-        await self._run(op)
-
-    async def find_admin_token(self, digest: bytes) -> AdminToken | None:
-        row = await self._run(
-            lambda: (
-                self._db()
-                .execute(
-                    "SELECT id, account_id, created_at, digest FROM admin_tokens WHERE digest = ?", (digest,)
-                )
-                .fetchone()
-            )
-        )
-        return (
-            AdminToken(id=row[0], account_id=row[1], created_at=row[2], digest=bytes(row[3])) if row else None
-        )
-
-    async def count_admin_tokens(self) -> int:
-        row = await self._run(lambda: self._db().execute("SELECT COUNT(*) FROM admin_tokens").fetchone())
-        return int(row[0])
 
     # ledger -------------------------------------------------------------------------------
 

@@ -1,0 +1,65 @@
+"""``UsageReports`` on PostgreSQL (mixed into ``PostgresStore``), with the SQL shared with SQLite."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from modelgate.storage import reports, rows
+from modelgate.storage.reports import (
+    DailyUsage,
+    KeyActivity,
+    KeySpend,
+    Params,
+    UsageCursor,
+    UsageFacets,
+    UsageFilter,
+    UsagePage,
+)
+
+_DAY = "to_char(to_timestamp(created_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+
+
+class PostgresReports:
+    # Provided by PostgresStore.
+    def _conn(self) -> AbstractAsyncContextManager[Any]:
+        raise NotImplementedError
+
+    async def _fetch(self, sql: Callable[[Params], str]) -> list[Any]:
+        p = Params(reports.dollar)
+        text = sql(p)
+        async with self._conn() as conn:
+            return list(await conn.fetch(text, *p.values))
+
+    async def usage_page(
+        self, where: UsageFilter, *, limit: int, after: UsageCursor | None = None
+    ) -> UsagePage:
+        found = await self._fetch(lambda p: reports.page_sql(rows.USAGE_COLUMNS, where, limit, after, p))
+        return reports.paged([rows.usage_record(r) for r in found], limit)
+
+    async def usage_count(self, where: UsageFilter) -> int:
+        found = await self._fetch(
+            lambda p: f"SELECT COUNT(*) FROM usage_records WHERE {reports.usage_where(where, p)}"
+        )
+        return int(found[0][0])
+
+    async def usage_facets(self, where: UsageFilter) -> UsageFacets:
+        return reports.facets_of(await self._fetch(lambda p: reports.facets_sql(where, p)))
+
+    async def usage_daily(
+        self, month: str, *, account_id: int | None = None, key_id: str | None = None
+    ) -> list[DailyUsage]:
+        return reports.daily_of(
+            await self._fetch(lambda p: reports.daily_sql(_DAY, month, account_id, key_id, p))
+        )
+
+    async def top_keys(self, month: str, *, account_id: int | None = None, limit: int = 5) -> list[KeySpend]:
+        return reports.top_keys_of(
+            await self._fetch(lambda p: reports.top_keys_sql(month, account_id, limit, p))
+        )
+
+    async def key_activity(self, month: str, account_id: int | None = None) -> dict[str, KeyActivity]:
+        return reports.key_activity_of(
+            await self._fetch(lambda p: reports.key_activity_sql(month, account_id, p))
+        )
