@@ -101,6 +101,16 @@ class BillingConfig(_Section):
         )
 
 
+class AdminConfig(_Section):
+    """The admin API and the dashboard (docs/admin-api.md)."""
+
+    #: An admin token's ``last_used_at`` is written at most this often (seconds), so admin
+    #: authentication stays a read.
+    token_last_used_resolution_seconds: float = Field(60.0, ge=1, le=86400)
+    #: Records one CSV export may hold; a filter matching more is refused with 400.
+    csv_max_rows: int = Field(100_000, ge=1, le=10_000_000)
+
+
 class Settings(_Section):
     data_dir: Path = Path("data")
     #: ``sqlite:///…`` (default: ``<data_dir>/modelgate.db``) or ``postgresql://…``.
@@ -115,6 +125,7 @@ class Settings(_Section):
     simulator: SimulatorConfig = SimulatorConfig()
     keys: KeysConfig = KeysConfig()
     billing: BillingConfig = BillingConfig()
+    admin: AdminConfig = AdminConfig()
     routing: RoutingConfig = RoutingConfig()
     providers: list[ProviderConfig] = Field(
         default_factory=lambda: [ProviderConfig(name="simulator", kind="simulator")]

@@ -89,6 +89,13 @@ def display_of(key: str) -> KeyDisplay:
     return KeyDisplay(prefix=key[: len(KEY_PREFIX) + 4], last4=key[-4:])
 
 
+def admin_token_display(token: str) -> KeyDisplay:
+    """The same for an admin token: ``mg-op-`` or ``mg-acct-`` plus 4 random characters, and the end
+    (8 of the token's 32 random characters, as for keys)."""
+    fixed = OPERATOR_TOKEN_PREFIX if token.startswith(OPERATOR_TOKEN_PREFIX) else ACCOUNT_TOKEN_PREFIX
+    return KeyDisplay(prefix=token[: len(fixed) + 4], last4=token[-4:])
+
+
 class Digester:
     """HMAC-SHA256 of secrets under the server secret; the only form secrets are stored in."""
 

@@ -8,15 +8,25 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
 from modelgate.catalogue import Catalogue, credits_to_micro
 from modelgate.clock import Clock
-from modelgate.keys import Digester, display_of, new_admin_token, new_api_key, new_key_id, random_base62
+from modelgate.keys import (
+    Digester,
+    admin_token_display,
+    display_of,
+    new_admin_token,
+    new_api_key,
+    new_key_id,
+    random_base62,
+)
 from modelgate.storage.base import (
     GROUPS,
     MAX_UC,
     Account,
+    AdminToken,
     AmountTooLarge,
     Group,
     KeyControls,
@@ -26,6 +36,16 @@ from modelgate.storage.base import (
 )
 
 _FAMILY = {"Basic": "aria", "Pro": "aria", "Nova": "nova"}
+#: An admin token's optional lifetime: at least a minute, at most ten years.
+MIN_TOKEN_LIFETIME = 60
+MAX_TOKEN_LIFETIME = 3650 * 86400
+_DURATION = re.compile(r"([0-9]{1,10})([smhd]?)")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def groups_of_family(family: str) -> list[Group]:
+    """The key groups that may use models of ``family``."""
+    return [group for group in GROUPS if _FAMILY[group] == family]
 
 
 class ManagementError(ValueError):
@@ -82,6 +102,12 @@ def format_credits(micro: int | None) -> str:
 @dataclass(frozen=True, slots=True)
 class IssuedKey:
     record: KeyRecord
+    secret: str
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    record: AdminToken
     secret: str
 
 
@@ -243,11 +269,79 @@ class Management:
     # admin tokens -------------------------------------------------------------------------
 
     async def create_admin_token(self, account: Account | None) -> str:
+        """A token that never expires (operator when ``account`` is None); the secret only."""
+        return (await self.issue_admin_token(account)).secret
+
+    async def issue_admin_token(
+        self,
+        account: Account | None,
+        *,
+        name: str = "",
+        expires_in: float | None = None,
+        created_by: str | None = None,
+    ) -> IssuedToken:
+        """An operator token (``account`` None) or one that sees only ``account``; optionally
+        refused ``expires_in`` seconds from now. The secret is in the result only."""
+        name = name.strip()
+        if len(name) > 100:
+            raise ManagementError("name: at most 100 characters")
+        if expires_in is not None and not MIN_TOKEN_LIFETIME <= expires_in <= MAX_TOKEN_LIFETIME:
+            raise ManagementError(
+                f"expires: between {MIN_TOKEN_LIFETIME:g} seconds and {MAX_TOKEN_LIFETIME // 86400} days"
+            )
+        now = self.clock.time()
         token = new_admin_token(operator=account is None)
+        display = admin_token_display(token)
+        token_id = "tok_" + random_base62(12)
         await self.store.create_admin_token(
-            "tok_" + random_base62(12),
+            token_id,
             self.digester.digest(token),
             account.id if account else None,
-            self.clock.time(),
+            now,
+            name=name,
+            prefix=display.prefix,
+            last4=display.last4,
+            created_by=created_by,
+            expires_at=None if expires_in is None else now + expires_in,
         )
-        return token
+        record = await self.store.get_admin_token(token_id)
+        assert record is not None  # just written
+        return IssuedToken(record, token)
+
+    async def admin_token(self, token_id: str, *, account_id: int | None = None) -> AdminToken:
+        """A token by id; with ``account_id``, only a token of that account (others: not found)."""
+        record = await self.store.get_admin_token(token_id)
+        if record is None or (account_id is not None and record.account_id != account_id):
+            raise NotFoundError(f"token {token_id} not found")
+        return record
+
+    async def revoke_admin_token(self, record: AdminToken) -> AdminToken:
+        """Refused by every instance from the next request on; revoking twice changes nothing."""
+        revoked = await self.store.revoke_admin_token(record.id, self.clock.time())
+        if revoked is None:
+            raise NotFoundError(f"token {record.id} not found")
+        return revoked
+
+
+def parse_lifetime(text: str, now: float) -> float:
+    """Seconds until an expiry given as a duration (``90d``, ``12h``, ``30m``, ``3600s``, ``3600``)
+    or as a UTC date or date-time (``2027-01-31``, ``2027-01-31T12:00:00Z``)."""
+    value = text.strip()
+    match = _DURATION.fullmatch(value)
+    if match:
+        seconds: float = int(match[1]) * _UNIT_SECONDS[match[2] or "s"]
+    else:
+        try:
+            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise ManagementError(
+                f"expires: {text!r} is neither a duration (90d, 12h, 30m, 3600s) nor a date (2027-01-31)"
+            ) from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        seconds = moment.timestamp() - now
+    if not MIN_TOKEN_LIFETIME <= seconds <= MAX_TOKEN_LIFETIME:
+        raise ManagementError(
+            f"expires: between {MIN_TOKEN_LIFETIME:g} seconds and {MAX_TOKEN_LIFETIME // 86400} days from now"
+        )
+    return float(seconds)

@@ -43,6 +43,8 @@ class Tenant:
     account: Account
     admin: Caller
     key: IssuedKey
+    #: The id of ``admin``'s token.
+    token_id: str
 
 
 class Admin:
@@ -56,8 +58,9 @@ class Admin:
 
     def tenant(self, group: str = "Basic", credits: float = 100) -> Tenant:
         account = self.gateway.account(f"tenant-{next(_names)}", credits)
-        token = self.gateway.call(self.gateway.management.create_admin_token(account))
-        return Tenant(account, self.caller(token), self.gateway.key(account, group, name="first"))
+        token = self.gateway.call(self.gateway.management.issue_admin_token(account, name="owner"))
+        key = self.gateway.key(account, group, name="first")
+        return Tenant(account, self.caller(token.secret), key, token.record.id)
 
     def stored_key(self, key_id: str) -> KeyRecord | None:
         return self.gateway.call(self.gateway.services.store.get_key(key_id))

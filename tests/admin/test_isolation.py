@@ -16,8 +16,9 @@ from tests.admin.conftest import Admin, Tenant
 
 MISSING_ACCOUNT = 987_654_321
 MISSING_KEY = "key_ZZZZZZZZZZZZZZZZ"
+MISSING_TOKEN = "tok_ZZZZZZZZZZZZ"
 
-# (method, path, body); {account} and {key} are filled with the target's ids.
+# (method, path, body); {account}, {key} and {token} are filled with the target's ids.
 TARGETED: list[tuple[str, str, Any]] = [
     ("GET", "/accounts/{account}", None),
     ("POST", "/accounts/{account}/topups", {"amount": "1000"}),
@@ -30,31 +31,45 @@ TARGETED: list[tuple[str, str, Any]] = [
     ("POST", "/keys/{key}/revoke", None),
     ("GET", "/usage?key_id={key}", None),
     ("GET", "/usage?account_id={account}", None),
+    ("GET", "/usage/records?account_id={account}", None),
+    ("GET", "/usage/records?key_id={key}", None),
+    ("GET", "/usage/records?account_id={account}&key_id={key}", None),
+    ("GET", "/usage/records.csv?key_id={key}", None),
+    ("GET", "/usage/records.csv?account_id={account}", None),
+    ("GET", "/usage/daily?account_id={account}", None),
+    ("GET", "/usage/daily?key_id={key}", None),
+    ("GET", "/usage/top-keys?account_id={account}", None),
+    ("GET", "/tokens?account_id={account}", None),
+    ("POST", "/tokens", {"account_id": "{account}", "name": "intruder"}),
+    ("POST", "/tokens/{token}/revoke", None),
 ]
 # Endpoints that take no id of another account: what an account token gets there.
 UNTARGETED = {
     ("GET", "/admin/api/me"): 200,
     ("GET", "/admin/api/accounts"): 403,
     ("POST", "/admin/api/accounts"): 403,
+    ("GET", "/admin/api/models"): 200,
 }
 
 
-def _fill(value: Any, account: int, key: str) -> Any:
+def _fill(value: Any, account: int, key: str, token: str) -> Any:
     if isinstance(value, str):
         if value == "{account}":
             return account
-        return value.replace("{account}", str(account)).replace("{key}", key)
+        return value.replace("{account}", str(account)).replace("{key}", key).replace("{token}", token)
     if isinstance(value, dict):
-        return {k: _fill(v, account, key) for k, v in value.items()}
+        return {k: _fill(v, account, key, token) for k, v in value.items()}
     return value
 
 
-def _call(tenant: Tenant, method: str, path: str, body: Any, account: int, key: str) -> httpx.Response:
-    return tenant.admin.request(method, _fill(path, account, key), _fill(body, account, key))
+def _call(
+    tenant: Tenant, method: str, path: str, body: Any, account: int, key: str, token: str
+) -> httpx.Response:
+    return tenant.admin.request(method, _fill(path, account, key, token), _fill(body, account, key, token))
 
 
-def _normalised(response: httpx.Response, account: int, key: str) -> tuple[int, str, Any]:
-    text = response.text.replace(key, "<key>").replace(str(account), "<account>")
+def _normalised(response: httpx.Response, account: int, key: str, token: str) -> tuple[int, str, Any]:
+    text = response.text.replace(key, "<key>").replace(token, "<token>").replace(str(account), "<account>")
     return response.status_code, response.headers["content-type"], text
 
 
@@ -63,7 +78,14 @@ def test_the_table_covers_every_documented_operation() -> None:
         (method.upper(), path) for path, item in openapi_document()["paths"].items() for method in item
     }
     covered = {
-        (m, "/admin/api" + p.split("?")[0].replace("{account}", "{account_id}").replace("{key}", "{key_id}"))
+        (
+            m,
+            "/admin/api"
+            + p.split("?")[0]
+            .replace("{account}", "{account_id}")
+            .replace("{key}", "{key_id}")
+            .replace("{token}", "{token_id}"),
+        )
         for m, p, _ in TARGETED
     }
     assert documented == covered | set(UNTARGETED)
@@ -79,13 +101,14 @@ def test_other_accounts_ids_are_indistinguishable_from_missing_ids(
     tokens_before = admin.gateway.call(admin.gateway.services.store.count_admin_tokens())
     keys_before = admin.operator.ok("GET", "/keys")["data"]
 
-    foreign = _call(mallory, method, path, body, victim.account.id, victim.key.record.id)
-    missing = _call(mallory, method, path, body, MISSING_ACCOUNT, MISSING_KEY)
+    tokens_of_victim = admin.operator.ok("GET", f"/tokens?account_id={victim.account.id}")["data"]
+    foreign = _call(mallory, method, path, body, victim.account.id, victim.key.record.id, victim.token_id)
+    missing = _call(mallory, method, path, body, MISSING_ACCOUNT, MISSING_KEY, MISSING_TOKEN)
 
     assert foreign.status_code == 404, foreign.text
     assert foreign.json()["error"]["type"] == "not_found_error"
-    assert _normalised(foreign, victim.account.id, victim.key.record.id) == _normalised(
-        missing, MISSING_ACCOUNT, MISSING_KEY
+    assert _normalised(foreign, victim.account.id, victim.key.record.id, victim.token_id) == _normalised(
+        missing, MISSING_ACCOUNT, MISSING_KEY, MISSING_TOKEN
     )
     assert set(foreign.headers) - {"content-length", "date"} == set(missing.headers) - {
         "content-length",
@@ -97,10 +120,13 @@ def test_other_accounts_ids_are_indistinguishable_from_missing_ids(
     assert admin.gateway.call(admin.gateway.services.store.count_admin_tokens()) == tokens_before
     assert admin.operator.ok("GET", "/keys")["data"] == keys_before
     assert admin.chat(victim.key.secret).status_code == 200
+    assert admin.operator.ok("GET", f"/tokens?account_id={victim.account.id}")["data"] == tokens_of_victim
+    assert victim.admin.ok("GET", "/me")["token_id"] == victim.token_id
     # The owner reaches the same resource (the 404 above is isolation, not a broken endpoint).
-    assert (
-        _call(victim, "GET", "/keys/{key}", None, victim.account.id, victim.key.record.id).status_code == 200
+    reached = _call(
+        victim, "GET", "/keys/{key}", None, victim.account.id, victim.key.record.id, victim.token_id
     )
+    assert reached.status_code == 200
 
 
 def test_untargeted_endpoints_for_an_account_token(admin: Admin) -> None:

@@ -27,7 +27,9 @@ def test_openapi_paths_are_exactly_the_served_routes(admin: Admin) -> None:
     } - {"/admin/api/openapi.json", "/admin/api/{rest:path}"}
     assert set(document["paths"]) == served
     for path, item in document["paths"].items():
-        concrete = path.replace("{account_id}", "1").replace("{key_id}", "key_x")
+        concrete = (
+            path.replace("{account_id}", "1").replace("{key_id}", "key_x").replace("{token_id}", "tok_x")
+        )
         for method in item:
             # Every documented operation exists (401 without a token, not 404/405).
             assert admin.client.request(method.upper(), concrete).status_code == 401, (method, path)
@@ -37,7 +39,16 @@ def test_openapi_paths_are_exactly_the_served_routes(admin: Admin) -> None:
 
 def test_documented_request_schemas_refuse_unknown_fields(admin: Admin) -> None:
     schemas = admin.client.get("/admin/api/openapi.json").json()["components"]["schemas"]
-    for name in ["AccountCreate", "TopUp", "KeyCreate", "KeyUpdate", "KeyRotate", "Empty"]:
+    for name in [
+        "AccountCreate",
+        "TopUp",
+        "KeyCreate",
+        "KeyUpdate",
+        "KeyRotate",
+        "Empty",
+        "AccountTokenCreate",
+        "TokenCreate",
+    ]:
         assert schemas[name]["additionalProperties"] is False, name
 
 

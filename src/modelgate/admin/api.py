@@ -1,22 +1,22 @@
-"""The admin REST API under ``/admin/api``: accounts, top-ups, admin tokens, keys and usage.
+"""The admin REST API under ``/admin/api``: accounts, top-ups, admin tokens, keys, models and usage.
 
 Operators (``mg-op-`` tokens) see everything; account tokens (``mg-acct-``) see only their own
 account, and anything else is a 404 exactly like a missing id (see ``admin.auth``). Key changes are
 applied to this server's key view at once, and reach other instances through their refresh poll.
+Usage endpoints live in ``admin.usage``, token endpoints in ``admin.tokens``.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from modelgate.admin import schemas
+from modelgate.admin import query, schemas
 from modelgate.admin.auth import Principal, authenticate
+from modelgate.admin.context import AdminContext
 from modelgate.admin.dashboard import dashboard_routes
 from modelgate.admin.http import (
     AdminError,
@@ -24,22 +24,20 @@ from modelgate.admin.http import (
     bad_request,
     conflict,
     json_response,
-    not_found,
     parse_body,
     path_int,
     query_int,
     route,
 )
 from modelgate.admin.openapi import openapi_document
-from modelgate.clock import month_of
-from modelgate.management import ConflictError, Management, ManagementError, NotFoundError, parse_credits
+from modelgate.admin.tokens import TokenEndpoints
+from modelgate.admin.usage import UsageEndpoints
+from modelgate.management import ConflictError, ManagementError, NotFoundError, parse_credits
 from modelgate.services import Services
-from modelgate.storage.base import Account, Conflict, KeyRecord
+from modelgate.storage.base import Conflict, KeyRecord
 
 PREFIX = "/admin/api"
-_MONTH = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
-DEFAULT_RECORDS = 50
-MAX_RECORDS = 500
+MAX_ACCOUNTS = 1000
 AuthedHandler = Callable[[Request, Principal], Awaitable[Response]]
 
 
@@ -59,20 +57,21 @@ def _amount(credits: str | None, micro: int | None, field: str, *, required: boo
 class AdminAPI:
     def __init__(self, services: Services) -> None:
         self.services = services
+        self.context = AdminContext(services)
         self.store = services.store
-        self.management = Management(
-            services.store,
-            services.catalogue,
-            services.digester,
-            services.clock,
-            services.settings.keys.default_rpm,
-        )
+        self.management = self.context.management
+        self.usage = UsageEndpoints(self.context)
+        self.tokens = TokenEndpoints(self.context)
 
     # plumbing -----------------------------------------------------------------------------
 
     def authed(self, handler: AuthedHandler) -> Handler:
+        resolution = self.services.settings.admin.token_last_used_resolution_seconds
+
         async def run(request: Request) -> Response:
-            principal = await authenticate(request, self.store, self.services.digester)
+            principal = await authenticate(
+                request, self.store, self.services.digester, self.services.clock, resolution
+            )
             try:
                 return await handler(request, principal)
             except NotFoundError as exc:  # pragma: no cover - lookups below raise their own 404s
@@ -84,30 +83,6 @@ class AdminAPI:
 
         return run
 
-    def _month(self, request: Request) -> str:
-        month = request.query_params.get("month") or month_of(self.services.clock.time())
-        if not _MONTH.match(month):
-            raise bad_request("month: use YYYY-MM")
-        return month
-
-    async def _account(self, principal: Principal, account_id: int) -> Account:
-        principal.check_account(account_id)
-        account = await self.store.get_account(account_id)
-        if account is None:
-            raise not_found("account", account_id)
-        return account
-
-    async def _key(self, principal: Principal, key_id: str) -> KeyRecord:
-        try:
-            return await self.management.key(key_id, account_id=principal.account_id)
-        except NotFoundError:
-            raise not_found("key", key_id) from None
-
-    async def _key_view(self, record: KeyRecord, month: str, secret: str | None = None) -> dict[str, Any]:
-        spent, reserved = await self.store.month_spend(record.id, month)
-        view = schemas.key_view(record, month, spent, reserved)
-        return view if secret is None else {**view, "secret": secret}
-
     def _applied(self, record: KeyRecord) -> KeyRecord:
         self.services.keys.apply(record)
         return record
@@ -117,7 +92,7 @@ class AdminAPI:
     async def me(self, request: Request, principal: Principal) -> Response:
         account = None
         if principal.account_id is not None:
-            account = schemas.account_view(await self._account(principal, principal.account_id))
+            account = schemas.account_view(await self.context.account(principal, principal.account_id))
         return json_response(
             {
                 "token_id": principal.token_id,
@@ -129,9 +104,17 @@ class AdminAPI:
     # accounts -----------------------------------------------------------------------------
 
     async def accounts_list(self, request: Request, principal: Principal) -> Response:
+        """Accounts by id; ``q`` keeps those whose name contains it (any case) or whose id it is."""
         principal.require_operator()
+        search = query.text(request, "q")
         accounts = await self.store.list_accounts()
-        return json_response({"data": [schemas.account_view(a) for a in accounts]})
+        if search is not None:
+            needle = search.strip().casefold()
+            accounts = [a for a in accounts if needle in a.name.casefold() or needle == str(a.id)]
+        limit = query.bounded_int(request, "limit", MAX_ACCOUNTS, 1, MAX_ACCOUNTS)
+        return json_response(
+            {"data": [schemas.account_view(a) for a in accounts[:limit]], "total": len(accounts)}
+        )
 
     async def accounts_create(self, request: Request, principal: Principal) -> Response:
         principal.require_operator()
@@ -141,23 +124,16 @@ class AdminAPI:
         return json_response(schemas.account_view(account), 201)
 
     async def account_get(self, request: Request, principal: Principal) -> Response:
-        account = await self._account(principal, path_int(request, "account_id", "account"))
+        account = await self.context.account(principal, path_int(request, "account_id", "account"))
         return json_response(schemas.account_view(account))
 
     async def topup_create(self, request: Request, principal: Principal) -> Response:
-        account = await self._account(principal, path_int(request, "account_id", "account"))
+        account = await self.context.account(principal, path_int(request, "account_id", "account"))
         principal.require_operator()
         body = await parse_body(request, schemas.TopUp)
         amount = _amount(body.amount, body.amount_uc, "amount", required=True) or 0
         updated = await self.management.add_credits(account, amount, body.note)
         return json_response(schemas.account_view(updated))
-
-    async def token_create(self, request: Request, principal: Principal) -> Response:
-        account = await self._account(principal, path_int(request, "account_id", "account"))
-        principal.require_operator()
-        await parse_body(request, schemas.Empty)
-        token = await self.management.create_admin_token(account)
-        return json_response({"token": token, "scope": "account", "account_id": account.id}, 201)
 
     # keys ---------------------------------------------------------------------------------
 
@@ -166,17 +142,19 @@ class AdminAPI:
         if account_id is None:
             account_id = principal.account_id
         if account_id is not None:
-            account_id = (await self._account(principal, account_id)).id
-        month = self._month(request)
+            account_id = (await self.context.account(principal, account_id)).id
+        month = self.context.month(request)
         records = await self.store.list_keys(account_id)
-        return json_response({"month": month, "data": [await self._key_view(k, month) for k in records]})
+        return json_response(
+            {"month": month, "data": await self.context.key_views(records, month, account_id)}
+        )
 
     async def key_create(self, request: Request, principal: Principal) -> Response:
         body = await parse_body(request, schemas.KeyCreate)
         account_id = body.account_id if body.account_id is not None else principal.account_id
         if account_id is None:
             raise bad_request("account_id: required with an operator token")
-        account = await self._account(principal, account_id)
+        account = await self.context.account(principal, account_id)
         cap = _amount(body.monthly_cap, body.monthly_cap_uc, "monthly_cap", required=False)
         issued = await self.management.create_key(
             account,
@@ -187,14 +165,16 @@ class AdminAPI:
             monthly_cap_uc=cap,
         )
         record = self._applied(issued.record)
-        return json_response(await self._key_view(record, self._month(request), issued.secret), 201)
+        return json_response(
+            await self.context.key_view(record, self.context.month(request), issued.secret), 201
+        )
 
     async def key_get(self, request: Request, principal: Principal) -> Response:
-        record = await self._key(principal, request.path_params["key_id"])
-        return json_response(await self._key_view(record, self._month(request)))
+        record = await self.context.key(principal, request.path_params["key_id"])
+        return json_response(await self.context.key_view(record, self.context.month(request)))
 
     async def key_update(self, request: Request, principal: Principal) -> Response:
-        record = await self._key(principal, request.path_params["key_id"])
+        record = await self.context.key(principal, request.path_params["key_id"])
         body = await parse_body(request, schemas.KeyUpdate)
         given = body.model_fields_set
         if {"monthly_cap", "monthly_cap_uc"} <= given:
@@ -214,55 +194,30 @@ class AdminAPI:
             monthly_cap_uc=cap,
             clear_cap=cap_given and cap is None,
         )
-        return json_response(await self._key_view(self._applied(updated), self._month(request)))
+        return json_response(await self.context.key_view(self._applied(updated), self.context.month(request)))
 
     async def key_rotate(self, request: Request, principal: Principal) -> Response:
-        record = await self._key(principal, request.path_params["key_id"])
+        record = await self.context.key(principal, request.path_params["key_id"])
         body = await parse_body(request, schemas.KeyRotate)
         grace = body.grace_seconds
         if grace is None:
             grace = self.services.settings.keys.rotation_grace_seconds
         issued = await self.management.rotate_key(record, grace)
         record = self._applied(issued.record)
-        return json_response(await self._key_view(record, self._month(request), issued.secret))
+        return json_response(await self.context.key_view(record, self.context.month(request), issued.secret))
 
     async def key_revoke(self, request: Request, principal: Principal) -> Response:
-        record = await self._key(principal, request.path_params["key_id"])
+        record = await self.context.key(principal, request.path_params["key_id"])
         await parse_body(request, schemas.Empty)
         revoked = self._applied(await self.management.revoke_key(record))
-        return json_response(await self._key_view(revoked, self._month(request)))
+        return json_response(await self.context.key_view(revoked, self.context.month(request)))
 
-    # usage --------------------------------------------------------------------------------
+    # models -----------------------------------------------------------------------------
 
-    async def usage(self, request: Request, principal: Principal) -> Response:
-        month = self._month(request)
-        key_id = request.query_params.get("key_id") or None
-        account_id = query_int(request, "account_id")
-        limit = query_int(request, "limit")
-        limit = DEFAULT_RECORDS if limit is None else min(limit, MAX_RECORDS)
-        if key_id is not None and account_id is not None:
-            raise bad_request("give at most one of key_id and account_id")
-        scope: dict[str, Any]
-        if key_id is not None:
-            key_id = (await self._key(principal, key_id)).id
-            scope = {"type": "key", "id": key_id}
-        elif account_id is not None or principal.account_id is not None:
-            target = account_id if account_id is not None else principal.account_id
-            assert target is not None
-            account_id = (await self._account(principal, target)).id
-            scope = {"type": "account", "id": account_id}
-        else:
-            scope = {"type": "all", "id": None}
-        summary = await self.store.usage_summary(month, account_id=account_id, key_id=key_id)
-        records = await self.store.usage_records(month, account_id=account_id, key_id=key_id, limit=limit)
-        return json_response(
-            {
-                "month": month,
-                "scope": scope,
-                "summary": schemas.usage_summary_view(summary),
-                "records": [schemas.usage_record_view(r) for r in records],
-            }
-        )
+    async def models(self, request: Request, principal: Principal) -> Response:
+        """The catalogue's canonical models and the key groups that may use each."""
+        models = self.services.catalogue.models.values()
+        return json_response({"data": [schemas.model_view(m) for m in models]})
 
     # routes -------------------------------------------------------------------------------
 
@@ -282,12 +237,19 @@ class AdminAPI:
             route(f"{PREFIX}/accounts", {"GET": a(self.accounts_list), "POST": a(self.accounts_create)}),
             route(f"{PREFIX}/accounts/{{account_id}}", {"GET": a(self.account_get)}),
             route(f"{PREFIX}/accounts/{{account_id}}/topups", {"POST": a(self.topup_create)}),
-            route(f"{PREFIX}/accounts/{{account_id}}/tokens", {"POST": a(self.token_create)}),
+            route(f"{PREFIX}/accounts/{{account_id}}/tokens", {"POST": a(self.tokens.create_for_account)}),
+            route(f"{PREFIX}/tokens", {"GET": a(self.tokens.list), "POST": a(self.tokens.create)}),
+            route(f"{PREFIX}/tokens/{{token_id}}/revoke", {"POST": a(self.tokens.revoke)}),
             route(f"{PREFIX}/keys", {"GET": a(self.keys_list), "POST": a(self.key_create)}),
             route(f"{PREFIX}/keys/{{key_id}}", {"GET": a(self.key_get), "PATCH": a(self.key_update)}),
             route(f"{PREFIX}/keys/{{key_id}}/rotate", {"POST": a(self.key_rotate)}),
             route(f"{PREFIX}/keys/{{key_id}}/revoke", {"POST": a(self.key_revoke)}),
-            route(f"{PREFIX}/usage", {"GET": a(self.usage)}),
+            route(f"{PREFIX}/models", {"GET": a(self.models)}),
+            route(f"{PREFIX}/usage", {"GET": a(self.usage.summary)}),
+            route(f"{PREFIX}/usage/records", {"GET": a(self.usage.records)}),
+            route(f"{PREFIX}/usage/records.csv", {"GET": a(self.usage.records_csv)}),
+            route(f"{PREFIX}/usage/daily", {"GET": a(self.usage.daily)}),
+            route(f"{PREFIX}/usage/top-keys", {"GET": a(self.usage.top_keys)}),
             route(PREFIX + "/{rest:path}", {m: unknown for m in ("GET", "POST", "PATCH", "PUT", "DELETE")}),
         ]
 

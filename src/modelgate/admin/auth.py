@@ -10,6 +10,11 @@ Scope comes from the stored token row: ``account_id`` None is an operator, other
 one account. The token's prefix (``mg-op-`` / ``mg-acct-``) must agree with that row, so a token can
 never be read as wider than it was issued.
 
+Lifecycle: the row is read on every admin request (no cache), so a revoked or expired token is
+refused by every instance from the next request on, whichever process revoked it. ``last_used_at``
+is written at most once per ``admin.token_last_used_resolution_seconds`` per token (a conditional
+update, so racing instances write once); a failed write never fails the request.
+
 Visibility rule: anything outside the caller's account is reported exactly like something that does
 not exist (same 404, same message form), so an account token cannot learn whether another
 account's ids exist.
@@ -18,13 +23,17 @@ account's ids exist.
 from __future__ import annotations
 
 import hmac
+import logging
 from dataclasses import dataclass
 
 from starlette.requests import Request
 
 from modelgate.admin.http import AdminError, forbidden, not_found
+from modelgate.clock import Clock
 from modelgate.keys import ACCOUNT_TOKEN_PREFIX, OPERATOR_TOKEN_PREFIX, Digester, is_well_formed_admin_token
-from modelgate.storage.base import AdminTokenStore
+from modelgate.storage.base import AdminTokenStore, StorageError
+
+log = logging.getLogger("modelgate.admin")
 
 _CHALLENGE = {"www-authenticate": 'Bearer realm="modelgate-admin"'}
 
@@ -61,7 +70,9 @@ def bearer_token(request: Request) -> str:
     return token
 
 
-async def authenticate(request: Request, store: AdminTokenStore, digester: Digester) -> Principal:
+async def authenticate(
+    request: Request, store: AdminTokenStore, digester: Digester, clock: Clock, touch_resolution: float
+) -> Principal:
     token = bearer_token(request)
     if not is_well_formed_admin_token(token):
         raise _unauthorized("invalid admin token: not a well-formed mg-op-/mg-acct- token")
@@ -74,4 +85,15 @@ async def authenticate(request: Request, store: AdminTokenStore, digester: Diges
         not operator_prefix and not token.startswith(ACCOUNT_TOKEN_PREFIX)
     ):
         raise _unauthorized("invalid admin token")
+    # The caller holds this token's secret, so saying why it stopped working tells them nothing new.
+    now = clock.time()
+    if row.revoked_at is not None:
+        raise _unauthorized("this admin token has been revoked")
+    if row.expires_at is not None and now >= row.expires_at:
+        raise _unauthorized("this admin token has expired")
+    if row.last_used_at is None or now - row.last_used_at >= touch_resolution:
+        try:
+            await store.touch_admin_token(row.id, now, touch_resolution)
+        except StorageError as exc:  # bookkeeping only: the request goes on
+            log.warning("could not record the last use of admin token %s: %s", row.id, exc)
     return Principal(token_id=row.id, account_id=row.account_id)

@@ -107,6 +107,7 @@ def query_int(request: Request, name: str) -> int | None:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
+    # ASCII only: str.isdigit() also accepts "²" and "٣", which int() then refuses.
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise bad_request(f"{name}: must be a positive integer (ASCII digits)")
     return int(raw)

@@ -11,154 +11,10 @@ from typing import Any
 
 from modelgate import __version__
 from modelgate.admin import schemas
+from modelgate.admin.openapi_schemas import RESPONSE_SCHEMAS, ref
 
 _REF = "#/components/schemas/{model}"
 
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _obj(properties: dict[str, Any], required: list[str] | None = None) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": required or list(properties)}
-
-
-_STR = {"type": "string"}
-_INT = {"type": "integer"}
-_TIME = {"type": "string", "format": "date-time"}
-_TIME_OR_NULL = {"type": ["string", "null"], "format": "date-time"}
-
-
-def _money(name: str, nullable: bool = False) -> dict[str, Any]:
-    return {
-        f"{name}_uc": {
-            "type": ["integer", "null"] if nullable else "integer",
-            "description": "micro-credits",
-        },
-        name: {"type": ["string", "null"] if nullable else "string", "description": "credits"},
-    }
-
-
-_RESPONSE_SCHEMAS: dict[str, Any] = {
-    "Error": _obj(
-        {
-            "error": _obj(
-                {
-                    "type": {
-                        "type": "string",
-                        "enum": [
-                            "invalid_request_error",
-                            "authentication_error",
-                            "permission_error",
-                            "not_found_error",
-                            "method_not_allowed",
-                            "conflict_error",
-                            "request_too_large",
-                        ],
-                    },
-                    "message": _STR,
-                }
-            )
-        }
-    ),
-    "Account": _obj(
-        {
-            "id": _INT,
-            "name": _STR,
-            **_money("balance"),
-            **_money("reserved"),
-            **_money("available"),
-            "created_at": _TIME,
-        }
-    ),
-    "AccountList": _obj({"data": {"type": "array", "items": _ref("Account")}}),
-    "AccountToken": _obj(
-        {
-            "token": {"type": "string", "description": "mg-acct-…; shown once, store it now"},
-            "scope": {"const": "account"},
-            "account_id": _INT,
-        }
-    ),
-    "Me": _obj(
-        {
-            "token_id": _STR,
-            "scope": {"type": "string", "enum": ["operator", "account"]},
-            "account": {"oneOf": [_ref("Account"), {"type": "null"}]},
-        }
-    ),
-    "Key": _obj(
-        {
-            "id": _STR,
-            "account_id": _INT,
-            "name": _STR,
-            "group": {"type": "string", "enum": ["Basic", "Pro", "Nova"]},
-            "display": {"type": "string", "description": "prefix…last4; never the secret"},
-            "state": {"type": "string", "enum": ["active", "disabled"]},
-            "rpm": _INT,
-            "allowed_models": {
-                "type": ["array", "null"],
-                "items": _STR,
-                "description": "canonical model ids; null: every model of the group",
-            },
-            **_money("monthly_cap", nullable=True),
-            "month": {"type": "string", "description": "YYYY-MM the spend figures are for"},
-            **_money("spent_this_month"),
-            **_money("reserved_this_month"),
-            "created_at": _TIME,
-            "rotated_at": _TIME_OR_NULL,
-            "revoked_at": _TIME_OR_NULL,
-            "previous_secret_valid_until": _TIME_OR_NULL,
-        }
-    ),
-    "KeyWithSecret": {
-        "allOf": [
-            _ref("Key"),
-            _obj({"secret": {"type": "string", "description": "sk-cs4-…; shown once, store it now"}}),
-        ]
-    },
-    "KeyList": _obj({"month": _STR, "data": {"type": "array", "items": _ref("Key")}}),
-    "UsageRecord": _obj(
-        {
-            "request_id": _STR,
-            "key_id": _STR,
-            "account_id": _INT,
-            "endpoint": _STR,
-            "model": _STR,
-            "status": _STR,
-            "created_at": _TIME,
-            "finished_at": _TIME,
-            "input_tokens": _INT,
-            "output_tokens": _INT,
-            "cache_creation_tokens": _INT,
-            "cache_read_tokens": _INT,
-            **_money("charged"),
-        }
-    ),
-    "UsageSummary": _obj(
-        {
-            "requests": _INT,
-            "input_tokens": _INT,
-            "output_tokens": _INT,
-            "cache_creation_tokens": _INT,
-            "cache_read_tokens": _INT,
-            **_money("charged"),
-            "by_model": {"type": "array", "items": _obj({"model": _STR, **_money("charged")})},
-        }
-    ),
-    "Usage": _obj(
-        {
-            "month": _STR,
-            "scope": _obj(
-                {
-                    "type": {"type": "string", "enum": ["key", "account", "all"]},
-                    "id": {"type": ["string", "integer", "null"]},
-                }
-            ),
-            "summary": _ref("UsageSummary"),
-            "records": {"type": "array", "items": _ref("UsageRecord")},
-        }
-    ),
-}
 
 _ERRORS = {
     "400": "Invalid request (bad JSON, unknown or invalid field; the message names the field)",
@@ -193,7 +49,7 @@ def _op(
         "responses": {
             status: {
                 "description": "OK" if status == "200" else "Created",
-                "content": {"application/json": {"schema": _ref(schema)}},
+                "content": {"application/json": {"schema": ref(schema)}},
             },
             **_error_responses(*errors),
         },
@@ -203,7 +59,7 @@ def _op(
     if body:
         operation["requestBody"] = {
             "required": body_required,
-            "content": {"application/json": {"schema": _ref(body)}},
+            "content": {"application/json": {"schema": ref(body)}},
         }
     return operation
 
@@ -218,12 +74,35 @@ def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any
 
 _ACCOUNT_ID = _path_param("account_id", {"type": "integer", "minimum": 1})
 _KEY_ID = _path_param("key_id", {"type": "string"})
-_MONTH = _query("month", {"type": "string", "pattern": r"^\d{4}-(0[1-9]|1[0-2])$"}, "UTC month, default now")
+_TOKEN_ID = _path_param("token_id", {"type": "string"})
+_MONTH = _query(
+    "month", {"type": "string", "pattern": r"^[0-9]{4}-(0[1-9]|1[0-2])$"}, "UTC month, default now"
+)
+_SCOPE = [
+    _query("account_id", {"type": "integer"}, "one account (account tokens: their own, the default)"),
+    _query("key_id", {"type": "string"}, "one key"),
+]
+_DAY = {"type": "string", "format": "date"}
+_LABEL = {"type": "string", "pattern": "^[A-Za-z0-9._:/-]{1,100}$"}
+_FILTERS = [
+    *_SCOPE,
+    _query("model", _LABEL, "canonical model id"),
+    _query("endpoint", _LABEL, "messages, count_tokens, chat or responses"),
+    _query("status", _LABEL, "usage status, e.g. ok, client_disconnected, upstream_rate_limit"),
+    _query("from", _DAY, "first UTC day (inclusive)"),
+    _query("to", _DAY, "last UTC day (inclusive)"),
+]
+_CSV = {
+    "200": {
+        "description": "CSV (RFC 4180, header row); cells starting with = + - @ are prefixed with '",
+        "content": {"text/csv": {"schema": {"type": "string"}}},
+    }
+}
 
 
 @cache
 def openapi_document() -> dict[str, Any]:
-    components: dict[str, Any] = dict(_RESPONSE_SCHEMAS)
+    components: dict[str, Any] = dict(RESPONSE_SCHEMAS)
     for model in schemas.REQUEST_MODELS:
         components[model.__name__] = model.model_json_schema(ref_template=_REF)
     paths: dict[str, Any] = {
@@ -231,7 +110,16 @@ def openapi_document() -> dict[str, Any]:
             "get": _op("getMe", "The calling token's scope (and account)", ("200", "Me"), errors=("401",))
         },
         "/admin/api/accounts": {
-            "get": _op("listAccounts", "List accounts", ("200", "AccountList"), errors=("401", "403")),
+            "get": _op(
+                "listAccounts",
+                "List accounts (operator)",
+                ("200", "AccountList"),
+                params=[
+                    _query("q", {"type": "string", "maxLength": 100}, "name contains (any case), or the id"),
+                    _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "default 1000"),
+                ],
+                errors=("400", "401", "403"),
+            ),
             "post": _op(
                 "createAccount",
                 "Create an account",
@@ -257,11 +145,46 @@ def openapi_document() -> dict[str, Any]:
             "post": _op(
                 "createAccountToken",
                 "Issue an account-scoped admin token (operator); shown once",
-                ("201", "AccountToken"),
-                body="Empty",
+                ("201", "TokenWithSecret"),
+                body="AccountTokenCreate",
                 body_required=False,
                 params=[_ACCOUNT_ID],
                 errors=("400", "401", "403", "404"),
+            )
+        },
+        "/admin/api/tokens": {
+            "get": _op(
+                "listTokens",
+                "Admin tokens: the caller's account's, or (operator) all or one account's",
+                ("200", "TokenList"),
+                params=[_query("account_id", {"type": "integer"}, "one account")],
+                errors=("400", "401", "404"),
+            ),
+            "post": _op(
+                "createToken",
+                "Issue an admin token (operator); account_id null: an operator token; shown once",
+                ("201", "TokenWithSecret"),
+                body="TokenCreate",
+                errors=("400", "401", "403", "404"),
+            ),
+        },
+        "/admin/api/tokens/{token_id}/revoke": {
+            "post": _op(
+                "revokeToken",
+                "Revoke an admin token: refused everywhere from the next request (idempotent)",
+                ("200", "Token"),
+                body="Empty",
+                body_required=False,
+                params=[_TOKEN_ID],
+                errors=("400", "401", "404"),
+            )
+        },
+        "/admin/api/models": {
+            "get": _op(
+                "listModels",
+                "Catalogue models and the key groups that may use them",
+                ("200", "ModelList"),
+                errors=("401",),
             )
         },
         "/admin/api/keys": {
@@ -331,6 +254,53 @@ def openapi_document() -> dict[str, Any]:
                 errors=("400", "401", "404"),
             )
         },
+        "/admin/api/usage/records": {
+            "get": _op(
+                "listUsageRecords",
+                "The usage log: filtered records, newest first, one page at a time",
+                ("200", "UsagePage"),
+                params=[
+                    *_FILTERS,
+                    _query("limit", {"type": "integer", "minimum": 1, "maximum": 500}, "records, default 50"),
+                    _query("cursor", {"type": "string"}, "next_cursor of the previous page"),
+                ],
+                errors=("400", "401", "404"),
+            )
+        },
+        "/admin/api/usage/records.csv": {
+            "get": {
+                **_op(
+                    "exportUsageRecords",
+                    "Every record of the filter as CSV (at most admin.csv_max_rows, else 400)",
+                    ("200", "UsagePage"),
+                    params=_FILTERS,
+                    errors=("400", "401", "404"),
+                ),
+                "responses": {**_CSV, **_error_responses("400", "401", "404")},
+            }
+        },
+        "/admin/api/usage/daily": {
+            "get": _op(
+                "getDailyUsage",
+                "Requests, tokens and spend per UTC day and model in a month",
+                ("200", "DailyUsage"),
+                params=[_MONTH, *_SCOPE],
+                errors=("400", "401", "404"),
+            )
+        },
+        "/admin/api/usage/top-keys": {
+            "get": _op(
+                "getTopKeys",
+                "The keys that spent most in a month",
+                ("200", "TopKeys"),
+                params=[
+                    _MONTH,
+                    _SCOPE[0],
+                    _query("limit", {"type": "integer", "minimum": 1, "maximum": 50}, "keys, default 5"),
+                ],
+                errors=("400", "401", "404"),
+            )
+        },
     }
     return {
         "openapi": "3.1.0",
@@ -338,7 +308,7 @@ def openapi_document() -> dict[str, Any]:
             "title": "modelgate admin API",
             "version": __version__,
             "description": (
-                "Accounts, top-ups, keys and usage. Operator tokens (mg-op-…) see everything; "
+                "Accounts, top-ups, admin tokens, keys and usage. Operator tokens (mg-op-…) see everything; "
                 "account tokens (mg-acct-…) see only their account, and anything else answers 404 "
                 "exactly like a missing id. Money: *_uc integers in micro-credits plus credits strings."
             ),
@@ -351,7 +321,7 @@ def openapi_document() -> dict[str, Any]:
             "responses": {
                 f"E{code}": {
                     "description": text,
-                    "content": {"application/json": {"schema": _ref("Error")}},
+                    "content": {"application/json": {"schema": ref("Error")}},
                 }
                 for code, text in _ERRORS.items()
             },

@@ -15,8 +15,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from modelgate.management import format_credits
-from modelgate.storage.base import MAX_UC, Account, KeyRecord, UsageRecord, UsageSummary
+from modelgate.catalogue import Model
+from modelgate.management import MAX_TOKEN_LIFETIME, MIN_TOKEN_LIFETIME, format_credits, groups_of_family
+from modelgate.storage.base import MAX_UC, Account, AdminToken, KeyRecord, UsageRecord, UsageSummary
+from modelgate.storage.reports import DailyUsage, KeyActivity, KeySpend
 
 MAX_RPM = 1_000_000
 MAX_GRACE_SECONDS = 90 * 86400
@@ -25,6 +27,8 @@ Name = Annotated[str, StringConstraints(max_length=100)]
 Credits = Annotated[str, StringConstraints(max_length=32, pattern=r"^\s*[0-9]+(\.[0-9]{1,6})?\s*$")]
 Micro = Annotated[int, Field(ge=0, le=MAX_UC)]
 ModelName = Annotated[str, StringConstraints(min_length=1, max_length=100)]
+#: Ids every engine can store (SQLite and PostgreSQL integers are 64-bit).
+AccountId = Annotated[int, Field(ge=1, le=2**63 - 1)]
 
 
 class Body(BaseModel):
@@ -50,7 +54,7 @@ class TopUp(Body):
 class KeyCreate(Body):
     """A new key. ``account_id`` is required for operators; account tokens may omit it."""
 
-    account_id: Annotated[int, Field(ge=1, le=2**63 - 1)] | None = None
+    account_id: AccountId | None = None
     group: Annotated[str, Field(description="Basic, Pro (aria-* models) or Nova (nova-* models).")]
     name: Name = ""
     rpm: Annotated[int, Field(ge=1, le=MAX_RPM)] | None = Field(
@@ -88,7 +92,36 @@ class Empty(Body):
     """No fields (the body may be omitted)."""
 
 
-REQUEST_MODELS: tuple[type[BaseModel], ...] = (AccountCreate, TopUp, KeyCreate, KeyUpdate, KeyRotate, Empty)
+Lifetime = Annotated[int, Field(ge=MIN_TOKEN_LIFETIME, le=MAX_TOKEN_LIFETIME)]
+
+
+class AccountTokenCreate(Body):
+    """An account-scoped admin token for the account in the path (the body may be omitted)."""
+
+    name: Name = Field(default="", description="A label shown in token listings.")
+    expires_in_seconds: Lifetime | None = Field(
+        default=None, description="Refused this many seconds after issue; null: never expires."
+    )
+
+
+class TokenCreate(AccountTokenCreate):
+    """An admin token: operator-scoped when ``account_id`` is null, otherwise for that account."""
+
+    account_id: AccountId | None = Field(
+        default=None, description="null: an operator token (operators only)."
+    )
+
+
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (
+    AccountCreate,
+    TopUp,
+    KeyCreate,
+    KeyUpdate,
+    KeyRotate,
+    Empty,
+    AccountTokenCreate,
+    TokenCreate,
+)
 
 
 def when(ts: float | None) -> str | None:
@@ -111,7 +144,12 @@ def account_view(account: Account) -> dict[str, Any]:
     }
 
 
-def key_view(key: KeyRecord, month: str, spent_uc: int, reserved_uc: int) -> dict[str, Any]:
+def key_view(key: KeyRecord, month: str, activity: KeyActivity, now: float) -> dict[str, Any]:
+    """A key with its spend, holds and free cap in ``month``; the previous secret after a rotation
+    counts as active until ``previous_secret_valid_until``."""
+    spent_uc, reserved_uc = activity.spent_uc, activity.reserved_uc
+    cap = key.monthly_cap_uc
+    previous_until = key.previous_expires_at
     return {
         "id": key.id,
         "account_id": key.account_id,
@@ -125,10 +163,71 @@ def key_view(key: KeyRecord, month: str, spent_uc: int, reserved_uc: int) -> dic
         "month": month,
         **money("spent_this_month", spent_uc),
         **money("reserved_this_month", reserved_uc),
+        **money("cap_remaining", None if cap is None else max(0, cap - spent_uc - reserved_uc)),
+        "last_used_at": when(activity.last_used_at),
         "created_at": when(key.created_at),
         "rotated_at": when(key.rotated_at),
         "revoked_at": when(key.revoked_at),
-        "previous_secret_valid_until": when(key.previous_expires_at),
+        "previous_secret_valid_until": when(previous_until),
+        "previous_secret_active": previous_until is not None and now < previous_until,
+    }
+
+
+def token_state(token: AdminToken, now: float) -> str:
+    if token.revoked_at is not None:
+        return "revoked"
+    if token.expires_at is not None and now >= token.expires_at:
+        return "expired"
+    return "active"
+
+
+def token_view(token: AdminToken, now: float, caller_token_id: str | None = None) -> dict[str, Any]:
+    """What may be shown of an admin token: never its secret or digest."""
+    return {
+        "id": token.id,
+        "name": token.name,
+        "scope": "operator" if token.account_id is None else "account",
+        "account_id": token.account_id,
+        "display": f"{token.prefix}…{token.last4}" if token.prefix else None,
+        "state": token_state(token, now),
+        "current": token.id == caller_token_id,
+        "created_at": when(token.created_at),
+        "created_by": token.created_by,
+        "expires_at": when(token.expires_at),
+        "revoked_at": when(token.revoked_at),
+        "last_used_at": when(token.last_used_at),
+    }
+
+
+def daily_view(day: DailyUsage) -> dict[str, Any]:
+    return {
+        "day": day.day,
+        "model": day.model,
+        "requests": day.requests,
+        "input_tokens": day.input_tokens,
+        "output_tokens": day.output_tokens,
+        "cache_tokens": day.cache_tokens,
+        **money("charged", day.charged_uc),
+    }
+
+
+def top_key_view(spend: KeySpend) -> dict[str, Any]:
+    return {
+        "key_id": spend.key_id,
+        "account_id": spend.account_id,
+        "name": spend.name,
+        "requests": spend.requests,
+        "tokens": spend.tokens,
+        **money("charged", spend.charged_uc),
+    }
+
+
+def model_view(model: Model) -> dict[str, Any]:
+    return {
+        "id": model.id,
+        "display_name": model.display_name,
+        "family": model.family,
+        "groups": groups_of_family(model.family),
     }
 
 

@@ -7,8 +7,9 @@ import asyncio
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import orjson
 import typer
@@ -26,6 +27,18 @@ from modelgate.storage import StorageError, open_store
 T = TypeVar("T")
 console = Console()
 err_console = Console(stderr=True)
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Config file (TOML); or MODELGATE_CONFIG.")
+]
+DataDirOpt = Annotated[
+    Path | None, typer.Option("--data-dir", help="Data directory (SQLite database, secret).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
+
+
+def when(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 @dataclass
@@ -77,15 +90,31 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-def emit(options: Options, rows: list[dict[str, Any]], columns: list[str], title: str | None = None) -> None:
+#: Terminal width from which ``emit`` adds its ``wide`` columns.
+WIDE_TERMINAL = 120
+
+
+def emit(
+    options: Options,
+    rows: list[dict[str, Any]],
+    columns: list[str],
+    title: str | None = None,
+    *,
+    whole: tuple[str, ...] = ("id",),
+    wide: tuple[str, ...] = (),
+) -> None:
+    """A table (``--json``: the rows as JSON). Columns in ``whole`` are never wrapped or cut: ids
+    are what the next command needs, so they stay copyable in an 80-column terminal; the others
+    fold. ``wide`` columns are shown only from ``WIDE_TERMINAL`` columns on (``--json`` has all)."""
     if options.json:
         sys.stdout.write(orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
-    table = Table(title=title)
-    for column in columns:
-        table.add_column(column)
+    shown = columns + [c for c in wide if console.width >= WIDE_TERMINAL]
+    table = Table(title=title, box=None, pad_edge=False, padding=(0, 1), header_style="bold underline")
+    for column in shown:
+        table.add_column(column, no_wrap=column in whole, overflow="fold")
     for row in rows:
-        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in columns))
+        table.add_row(*("" if row.get(c) is None else str(row.get(c)) for c in shown))
     console.print(table)
 
 

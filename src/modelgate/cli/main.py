@@ -7,13 +7,23 @@ server runs; a running server sees key changes within its refresh interval (0.25
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from modelgate.cli.context import Options, emit, emit_one, fail, with_management
+from modelgate.cli.context import (
+    ConfigOpt,
+    DataDirOpt,
+    JsonOpt,
+    Options,
+    emit,
+    emit_one,
+    fail,
+    when,
+    with_management,
+)
 from modelgate.cli.serve import serve_command
+from modelgate.cli.tokens import tokens_app
 from modelgate.clock import month_of
 from modelgate.management import Management, format_credits, parse_credits
 from modelgate.storage.base import Account, KeyRecord
@@ -24,24 +34,11 @@ app = typer.Typer(
 accounts_app = typer.Typer(help="Accounts and their shared credit balance.", no_args_is_help=True)
 credits_app = typer.Typer(help="Top up an account's balance.", no_args_is_help=True)
 keys_app = typer.Typer(help="API keys: create, list, update, rotate, revoke.", no_args_is_help=True)
-tokens_app = typer.Typer(help="Admin tokens for the admin API and the dashboard.", no_args_is_help=True)
 app.add_typer(accounts_app, name="accounts")
 app.add_typer(credits_app, name="credits")
 app.add_typer(keys_app, name="keys")
 app.add_typer(tokens_app, name="tokens")
 app.command("serve")(serve_command)
-
-ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", "-c", help="Config file (TOML); or MODELGATE_CONFIG.")
-]
-DataDirOpt = Annotated[
-    Path | None, typer.Option("--data-dir", help="Data directory (SQLite database, secret).")
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable JSON output.")]
-
-
-def _when(ts: float | None) -> str | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def account_row(account: Account) -> dict[str, Any]:
@@ -51,7 +48,7 @@ def account_row(account: Account) -> dict[str, Any]:
         "balance": format_credits(account.balance_uc),
         "balance_uc": account.balance_uc,
         "reserved_uc": account.reserved_uc,
-        "created": _when(account.created_at),
+        "created": when(account.created_at),
     }
 
 
@@ -67,14 +64,15 @@ def key_row(key: KeyRecord) -> dict[str, Any]:
         "models": ",".join(key.allowed_models) if key.allowed_models else "(all of group)",
         "monthly_cap": format_credits(key.monthly_cap_uc) if key.monthly_cap_uc is not None else "none",
         "monthly_cap_uc": key.monthly_cap_uc,
-        "created": _when(key.created_at),
-        "rotated": _when(key.rotated_at),
-        "revoked": _when(key.revoked_at),
-        "previous_secret_valid_until": _when(key.previous_expires_at),
+        "created": when(key.created_at),
+        "rotated": when(key.rotated_at),
+        "revoked": when(key.revoked_at),
+        "previous_secret_valid_until": when(key.previous_expires_at),
     }
 
 
-KEY_COLUMNS = ["id", "name", "group", "key", "state", "rpm", "models", "monthly_cap", "created", "revoked"]
+KEY_COLUMNS = ["id", "name", "group", "key", "state", "rpm", "monthly_cap"]
+KEY_WIDE_COLUMNS = ("models", "created", "revoked")
 
 
 @accounts_app.command("create")
@@ -196,7 +194,8 @@ def keys_list(
         account_id = (await m.account(account)).id if account else None
         return await m.store.list_keys(account_id)
 
-    emit(options, [key_row(k) for k in with_management(options, work)], KEY_COLUMNS, "keys")
+    rows = [key_row(k) for k in with_management(options, work)]
+    emit(options, rows, KEY_COLUMNS, "keys", whole=("id", "key"), wide=KEY_WIDE_COLUMNS)
 
 
 @keys_app.command("revoke")
@@ -311,35 +310,3 @@ def usage(
         emit_one(options, row, "")
     else:
         emit(options, [row], ["month", "requests", "input_tokens", "output_tokens", "charged"], "usage")
-
-
-@tokens_app.command("create")
-def tokens_create(
-    account: Annotated[
-        str | None, typer.Option("--account", help="An account-scoped token for this account (name or id).")
-    ] = None,
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-    json: JsonOpt = False,
-) -> None:
-    """Issue an admin token: an operator token, or with --account one that sees only that account.
-
-    The token is printed once. Use it as ``Authorization: Bearer`` on /admin/api or in the dashboard.
-    """
-    options = Options(config, data_dir, json)
-
-    async def work(m: Management) -> tuple[str, Account | None]:
-        owner = await m.account(account) if account else None
-        return await m.create_admin_token(owner), owner
-
-    token, owner = with_management(options, work)
-    scope = f"account {owner.name}" if owner else "operator"
-    emit_one(
-        options,
-        {
-            "token": token,
-            "scope": "account" if owner else "operator",
-            "account_id": owner.id if owner else None,
-        },
-        f"created {scope} admin token (shown once, store it now): {token}",
-    )

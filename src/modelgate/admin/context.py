@@ -1,0 +1,90 @@
+"""What every admin endpoint needs: the services, visibility-checked lookups and key views.
+
+Visibility rule (see ``admin.auth``): an id outside the caller's account is answered exactly like
+a missing one, so every lookup of an account, key or token by id goes through here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+
+from modelgate.admin import query, schemas
+from modelgate.admin.auth import Principal
+from modelgate.admin.http import not_found, query_int
+from modelgate.clock import month_of
+from modelgate.management import Management, NotFoundError
+from modelgate.services import Services
+from modelgate.storage.base import Account, AdminToken, KeyRecord
+from modelgate.storage.reports import KeyActivity
+
+_IDLE = KeyActivity(0, 0, None)
+
+
+class AdminContext:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.store = services.store
+        self.clock = services.clock
+        self.settings = services.settings
+        self.management = Management(
+            services.store,
+            services.catalogue,
+            services.digester,
+            services.clock,
+            services.settings.keys.default_rpm,
+        )
+
+    def now(self) -> float:
+        return self.clock.time()
+
+    def month(self, request: Request) -> str:
+        return query.month(request, month_of(self.now()))
+
+    async def account(self, principal: Principal, account_id: int) -> Account:
+        principal.check_account(account_id)
+        account = await self.store.get_account(account_id)
+        if account is None:
+            raise not_found("account", account_id)
+        return account
+
+    async def key(self, principal: Principal, key_id: str) -> KeyRecord:
+        try:
+            return await self.management.key(key_id, account_id=principal.account_id)
+        except NotFoundError:
+            raise not_found("key", key_id) from None
+
+    async def token(self, principal: Principal, token_id: str) -> AdminToken:
+        try:
+            return await self.management.admin_token(token_id, account_id=principal.account_id)
+        except NotFoundError:
+            raise not_found("token", token_id) from None
+
+    async def scope(self, principal: Principal, request: Request) -> tuple[int | None, str | None]:
+        """``account_id`` and ``key_id`` from the query, checked against what the caller may see;
+        an account token is always scoped to its own account. With both, the key must belong to
+        the account (otherwise it is not found there)."""
+        account_id = query_int(request, "account_id")
+        key_id = query.text(request, "key_id")
+        if account_id is None:
+            account_id = principal.account_id
+        if account_id is not None:
+            account_id = (await self.account(principal, account_id)).id
+        if key_id is not None:
+            key = await self.key(principal, key_id)
+            if account_id is not None and key.account_id != account_id:
+                raise not_found("key", key_id)
+            key_id = key.id
+        return account_id, key_id
+
+    async def key_views(
+        self, records: list[KeyRecord], month: str, account_id: int | None
+    ) -> list[dict[str, Any]]:
+        activity = await self.store.key_activity(month, account_id)
+        now = self.now()
+        return [schemas.key_view(k, month, activity.get(k.id, _IDLE), now) for k in records]
+
+    async def key_view(self, record: KeyRecord, month: str, secret: str | None = None) -> dict[str, Any]:
+        (view,) = await self.key_views([record], month, record.account_id)
+        return view if secret is None else {**view, "secret": secret}

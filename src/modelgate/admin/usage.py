@@ -1,0 +1,202 @@
+"""Usage endpoints: the monthly summary, the filtered and paged usage log with its CSV export,
+per-day totals by model, and the keys that spent most.
+
+Scope: an account token sees its own account; an operator sees one account (``account_id``),
+one key (``key_id``) or everything. Filters narrow within the scope.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from modelgate.admin import query, schemas
+from modelgate.admin.auth import Principal
+from modelgate.admin.context import AdminContext
+from modelgate.admin.http import NO_STORE, bad_request, json_response, query_int
+from modelgate.management import format_credits
+from modelgate.storage.base import UsageRecord
+from modelgate.storage.reports import UsageCursor, UsageFilter
+
+DEFAULT_RECORDS = 50
+MAX_RECORDS = 500
+#: Records fetched per query while streaming a CSV export.
+CSV_BATCH = 1000
+CSV_COLUMNS = (
+    "request_id",
+    "created_at",
+    "finished_at",
+    "account_id",
+    "key_id",
+    "endpoint",
+    "model",
+    "status",
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_tokens",
+    "cache_read_tokens",
+    "charged_uc",
+    "charged",
+)
+#: A spreadsheet reads a cell starting with one of these as a formula (CSV injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def _csv_row(record: UsageRecord) -> list[Any]:
+    return [
+        _cell(v)
+        for v in (
+            record.request_id,
+            schemas.when(record.created_at),
+            schemas.when(record.finished_at),
+            record.account_id,
+            record.key_id,
+            record.endpoint,
+            record.model,
+            record.status,
+            record.input_tokens,
+            record.output_tokens,
+            record.cache_creation_tokens,
+            record.cache_read_tokens,
+            record.charged_uc,
+            format_credits(record.charged_uc),
+        )
+    ]
+
+
+class UsageEndpoints:
+    def __init__(self, context: AdminContext) -> None:
+        self.context = context
+        self.store = context.store
+
+    async def summary(self, request: Request, principal: Principal) -> Response:
+        """``GET /usage``: the month's totals and the latest records of a key, an account or all."""
+        month = self.context.month(request)
+        key_id = request.query_params.get("key_id") or None
+        account_id = query_int(request, "account_id")
+        limit = query_int(request, "limit")
+        limit = DEFAULT_RECORDS if limit is None else min(limit, MAX_RECORDS)
+        if key_id is not None and account_id is not None:
+            raise bad_request("give at most one of key_id and account_id")
+        scope: dict[str, Any]
+        if key_id is not None:
+            key_id = (await self.context.key(principal, key_id)).id
+            scope = {"type": "key", "id": key_id}
+        elif account_id is not None or principal.account_id is not None:
+            target = account_id if account_id is not None else principal.account_id
+            assert target is not None
+            account_id = (await self.context.account(principal, target)).id
+            scope = {"type": "account", "id": account_id}
+        else:
+            scope = {"type": "all", "id": None}
+        summary = await self.store.usage_summary(month, account_id=account_id, key_id=key_id)
+        records = await self.store.usage_records(month, account_id=account_id, key_id=key_id, limit=limit)
+        return json_response(
+            {
+                "month": month,
+                "scope": scope,
+                "summary": schemas.usage_summary_view(summary),
+                "records": [schemas.usage_record_view(r) for r in records],
+            }
+        )
+
+    async def _filter(self, request: Request, principal: Principal) -> UsageFilter:
+        account_id, key_id = await self.context.scope(principal, request)
+        since, until = query.date_range(request)
+        return UsageFilter(
+            account_id=account_id,
+            key_id=key_id,
+            model=query.label(request, "model"),
+            endpoint=query.label(request, "endpoint"),
+            status=query.label(request, "status"),
+            since=since,
+            until=until,
+        )
+
+    async def records(self, request: Request, principal: Principal) -> Response:
+        """``GET /usage/records``: one page of the filtered log, newest first. The first page
+        (no ``cursor``) also carries the number of matching records and the facets."""
+        where = await self._filter(request, principal)
+        limit = query.bounded_int(request, "limit", DEFAULT_RECORDS, 1, MAX_RECORDS)
+        after = query.cursor(request)
+        page = await self.store.usage_page(where, limit=limit, after=after)
+        body: dict[str, Any] = {
+            "data": [schemas.usage_record_view(r) for r in page.records],
+            "next_cursor": query.cursor_text(page.next),
+        }
+        if after is None:
+            facets = await self.store.usage_facets(where)
+            body["total"] = await self.store.usage_count(where)
+            body["facets"] = {
+                "models": list(facets.models),
+                "endpoints": list(facets.endpoints),
+                "statuses": list(facets.statuses),
+            }
+        return json_response(body)
+
+    async def records_csv(self, request: Request, principal: Principal) -> Response:
+        """``GET /usage/records.csv``: every record of the filter, streamed in batches (bounded
+        memory); more than ``admin.csv_max_rows`` is refused before anything is sent."""
+        where = await self._filter(request, principal)
+        limit = self.context.settings.admin.csv_max_rows
+        total = await self.store.usage_count(where)
+        if total > limit:
+            raise bad_request(
+                f"{total} records match; a CSV export holds at most {limit} (admin.csv_max_rows): narrow the filter"
+            )
+        return StreamingResponse(
+            self._csv(where),
+            media_type="text/csv; charset=utf-8",
+            headers={**NO_STORE, "content-disposition": f'attachment; filename="{_filename(request)}"'},
+        )
+
+    async def _csv(self, where: UsageFilter) -> AsyncIterator[str]:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\r\n")
+        writer.writerow(CSV_COLUMNS)
+        after: UsageCursor | None = None
+        while True:
+            page = await self.store.usage_page(where, limit=CSV_BATCH, after=after)
+            writer.writerows(_csv_row(r) for r in page.records)
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+            if page.next is None:
+                return
+            after = page.next
+
+    async def daily(self, request: Request, principal: Principal) -> Response:
+        """``GET /usage/daily``: per UTC day and model in a month, for the overview's charts."""
+        month = self.context.month(request)
+        account_id, key_id = await self.context.scope(principal, request)
+        days = await self.store.usage_daily(month, account_id=account_id, key_id=key_id)
+        return json_response({"month": month, "data": [schemas.daily_view(d) for d in days]})
+
+    async def top_keys(self, request: Request, principal: Principal) -> Response:
+        """``GET /usage/top-keys``: the keys that spent most in a month."""
+        month = self.context.month(request)
+        account_id, _ = await self.context.scope(principal, request)
+        limit = query.bounded_int(request, "limit", 5, 1, 50)
+        spenders = await self.store.top_keys(month, account_id=account_id, limit=limit)
+        return json_response({"month": month, "data": [schemas.top_key_view(s) for s in spenders]})
+
+
+def _filename(request: Request) -> str:
+    """``modelgate-usage[-from][-to].csv`` from parameters already validated as dates."""
+    parts = ["modelgate-usage"]
+    for name in ("from", "to"):
+        value = request.query_params.get(name)
+        if value:
+            parts.append(value)
+    return "-".join(parts) + ".csv"
