@@ -1,33 +1,50 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-8)
+HASH := $(shell md5sum pyproject.toml | cut -c1-8)
+# Two install stamps: `make serve` installs only what serving needs; `make test`/`lint` add the
+# test extras (SDK clients, linters, ...) on top. Each is redone when pyproject.toml changes.
+SERVE_STAMP := $(VENV)/.serve-$(HASH)
+TEST_STAMP := $(VENV)/.test-$(HASH)
+# `make serve PORT=9000 HOST=0.0.0.0`; unset, the configuration decides (127.0.0.1:8080 by default).
+PORT ?=
+HOST ?=
+SERVE_ARGS := $(if $(PORT),--port $(PORT)) $(if $(HOST),--host $(HOST))
 
-.PHONY: serve test lint bench bench-profile clean
+.PHONY: install serve test lint bench bench-profile screenshots clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+$(SERVE_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
-	touch $(STAMP)
+	touch $@ $(SERVE_STAMP)
 
-install: $(STAMP)
+install: $(TEST_STAMP)
 
-serve: $(STAMP)
-	$(BIN)/modelgate serve
+serve: $(SERVE_STAMP)
+	$(BIN)/modelgate serve $(SERVE_ARGS)
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	bash scripts/lint.sh
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	bash scripts/test.sh
 
 # Gateway cost vs a fast fake upstream (docs/bench.md); ARGS="--peer litellm" adds LiteLLM.
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	bash bench/run.sh $(ARGS)
 
-bench-profile: $(STAMP)
+bench-profile: $(TEST_STAMP)
 	$(BIN)/python -m bench.profile $(ARGS)
+
+# The dashboard screenshots in docs/screenshots/, taken by headless Chromium (docs/admin-api.md).
+screenshots: $(TEST_STAMP)
+	bash scripts/screenshots.sh
 
 clean:
 	rm -rf $(VENV) data .pytest_cache

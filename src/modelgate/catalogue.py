@@ -100,8 +100,10 @@ def _load_default() -> dict[str, Any]:
 def build_catalogue(overrides: dict[str, Any] | None = None) -> Catalogue:
     """The packaged catalogue with ``overrides`` (the config's ``[catalogue]`` table) applied.
 
-    ``overrides`` may hold ``default_max_output_tokens``, ``aliases`` (merged) and ``models``
-    (each entry merged field by field into the default entry, or added when new).
+    ``overrides`` may hold ``default_max_output_tokens``, ``aliases`` (merged), ``alias_presets``
+    (names of the packaged optional alias sets to add, e.g. ``["claude-code"]``; the operator's own
+    ``aliases`` win over them) and ``models`` (each entry merged field by field into the default
+    entry, or added when new).
     """
     data = _load_default()
     overrides = overrides or {}
@@ -114,9 +116,29 @@ def build_catalogue(overrides: dict[str, Any] | None = None) -> Catalogue:
                 merged["price"] = {**merged.get("price", {}), **value}
             else:
                 merged[field] = value
-    aliases = {**data["aliases"], **(overrides.get("aliases") or {})}
+    aliases = {
+        **data["aliases"],
+        **_preset_aliases(data, overrides.get("alias_presets")),
+        **(overrides.get("aliases") or {}),
+    }
     models = {mid: _model(mid, fields, default_limit) for mid, fields in raw_models.items()}
     return Catalogue(models, aliases)
+
+
+def _preset_aliases(data: dict[str, Any], names: Any) -> dict[str, str]:
+    presets: dict[str, dict[str, str]] = data.get("alias_presets", {})
+    if names is None:
+        return {}
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError('catalogue.alias_presets: a list of preset names, e.g. ["claude-code"]')
+    merged: dict[str, str] = {}
+    for name in names:
+        if name not in presets:
+            raise ValueError(
+                f"catalogue.alias_presets: unknown preset {name!r} (known: {', '.join(sorted(presets))})"
+            )
+        merged.update(presets[name])
+    return merged
 
 
 def _model(model_id: str, fields: dict[str, Any], default_limit: int) -> Model:

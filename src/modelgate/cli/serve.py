@@ -4,48 +4,39 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from modelgate.cli.bootstrap import (
+    BootstrapFileError,
+    FirstStart,
+    banner,
+    base_url,
+    first_start,
+    first_start_to_file,
+)
 from modelgate.cli.context import Options, console, fail, with_management
 from modelgate.config import ConfigError, Settings
 from modelgate.management import Management
 from modelgate.server.app import create_app
 from modelgate.server.runner import serve
 
-DEMO_ACCOUNT = "demo"
-DEMO_CREDITS_UC = 100 * 1_000_000
 
+def _first_start(
+    settings: Settings, path: Path | None
+) -> Callable[[Management], Awaitable[FirstStart | None]]:
+    async def run(m: Management) -> FirstStart | None:
+        if path is None:
+            return await first_start(m)
+        try:
+            return await first_start_to_file(m, path, base_url(settings))
+        except BootstrapFileError as exc:
+            fail(str(exc))
 
-async def bootstrap(m: Management) -> dict[str, str] | None:
-    """On an empty database: an operator admin token and a demo account with one key per group."""
-    if await m.store.count_admin_tokens() or await m.store.list_accounts():
-        return None
-    issued = {"admin_token": await m.create_admin_token(None)}
-    account = await m.create_account(DEMO_ACCOUNT, DEMO_CREDITS_UC)
-    for group in ("Basic", "Pro", "Nova"):
-        issued[group] = (await m.create_key(account, group, name=f"demo-{group.lower()}")).secret
-    return issued
-
-
-def _print_bootstrap(issued: dict[str, str], settings: Settings) -> None:
-    base = f"http://{settings.server.host}:{settings.server.port}"
-    console.print(
-        "\n[bold]modelgate first start[/bold]: these secrets are shown ONCE; store them now.\n"
-        f"  operator admin token : {issued['admin_token']}\n"
-        f"  demo account         : {DEMO_ACCOUNT} ({DEMO_CREDITS_UC // 1_000_000} credits)\n"
-        f"  Basic key            : {issued['Basic']}\n"
-        f"  Pro key              : {issued['Pro']}\n"
-        f"  Nova key             : {issued['Nova']}\n\n"
-        "Try it (served by the built-in simulator, not a real model):\n"
-        f"  curl -s {base}/v1/messages -H 'x-api-key: {issued['Basic']}' \\\n"
-        "    -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' \\\n"
-        '    -d \'{"model":"aria-sonnet-4.6","max_tokens":64,"messages":[{"role":"user","content":"Hello"}]}\'\n',
-        highlight=False,
-        soft_wrap=True,
-    )
+    return run
 
 
 def tune_garbage_collector() -> None:
@@ -70,6 +61,13 @@ def serve_command(
         Path | None, typer.Option("--data-dir", help="Data directory (default ./data).")
     ] = None,
     no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="Skip first-start demo data.")] = False,
+    bootstrap_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--bootstrap-file",
+            help="Write first-start secrets to this new file (mode 0600) instead of printing them.",
+        ),
+    ] = None,
 ) -> None:
     """Run the gateway."""
     options = Options(config, data_dir)
@@ -88,10 +86,14 @@ def serve_command(
         app = create_app(settings)
     except ConfigError as exc:
         fail(str(exc))
-    if not no_bootstrap:
-        issued = with_management(options, bootstrap)
-        if issued:
-            _print_bootstrap(issued, settings)
+    first = None if no_bootstrap else with_management(options, _first_start(settings, bootstrap_file))
+    router = app.services.router
+    deployments = {m: [d.provider for d in router.deployments_for(m)] for m in app.services.catalogue.models}
+    console.print(
+        banner(settings, deployments, first=first, bootstrap_file=bootstrap_file),
+        highlight=False,
+        soft_wrap=True,
+    )
     tune_garbage_collector()
     if any(p.kind == "simulator" for p in settings.providers):
         logging.getLogger("modelgate").info(

@@ -1,0 +1,101 @@
+"""What a new user meets first: `make serve` installs only what serving needs and takes PORT; the
+README's configuration example is a valid configuration; its Claude Code block makes Claude Code's
+default model ids work; its curl examples say where `$KEY` comes from."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from modelgate.config import load_settings
+from tests.gateway_server import running_gateway
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text("utf-8")
+CLAUDE_CODE_IDS = {
+    "claude-opus-4-8": "aria-opus-4.8",
+    "claude-opus-4-8[1m]": "aria-opus-4.8",
+    "claude-sonnet-5": "aria-sonnet-5",
+    "claude-sonnet-5[1m]": "aria-sonnet-5",
+    "claude-haiku-4-5-20251001": "aria-haiku-4.5",
+    "claude-haiku-4-5-20251001[1m]": "aria-haiku-4.5",
+}
+
+
+def _blocks(language: str, text: str = README) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, re.DOTALL)
+
+
+def _section(title: str) -> str:
+    start = README.index(title)
+    end = README.find("\n## ", start + len(title))
+    return README[start : end if end > 0 else None]
+
+
+def test_make_serve_installs_only_what_serving_needs_and_takes_port() -> None:
+    dry = subprocess.run(
+        ["make", "-n", "-B", "serve", "PORT=9000"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    assert dry.strip().splitlines()[-1].split() == [".venv/bin/modelgate", "serve", "--port", "9000"]
+    assert "pip install -q -e ." in dry and "[test]" not in dry
+    default = subprocess.run(["make", "-n", "serve"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert default.stdout.strip().splitlines()[-1].split() == [".venv/bin/modelgate", "serve"]
+    tests = subprocess.run(["make", "-n", "-B", "test"], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert "pip install -q -e '.[test]'" in tests.stdout
+
+
+def test_the_readme_configuration_example_is_a_valid_configuration() -> None:
+    (example,) = [b for b in _blocks("toml", _section("## Configuration")) if "[server]" in b]
+    data: dict[str, Any] = tomllib.loads(example)
+    settings = load_settings(None, environ={}, **data)
+    assert settings.server.access_log is False and "access_log" in example
+    assert settings.admin.csv_max_rows == 100_000
+    assert settings.catalogue["alias_presets"] == ["claude-code"]
+
+
+@pytest.fixture(scope="module")
+def claude_code_gateway(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    (block,) = [b for b in _blocks("toml", _section("**Claude Code**")) if "alias_presets" in b]
+    config = tomllib.loads(block)  # the README's block, verbatim
+    with running_gateway(tmp_path_factory.mktemp("claude-code") / "data", **config) as server:
+        yield server
+
+
+@pytest.mark.parametrize(("model", "canonical"), CLAUDE_CODE_IDS.items())
+def test_the_readme_claude_code_block_serves_claude_codes_default_ids(
+    claude_code_gateway: Any, model: str, canonical: str
+) -> None:
+    account = claude_code_gateway.account(f"claude-code-{canonical}-{len(model)}")
+    key = claude_code_gateway.key(account, "Pro")
+    client = anthropic.Anthropic(base_url=claude_code_gateway.base_url, api_key=key.secret, max_retries=0)
+    # As Claude Code asks: streamed, max_tokens 32000 (clamped where the model caps lower).
+    with client.messages.stream(
+        model=model, max_tokens=32000, messages=[{"role": "user", "content": "Hello"}]
+    ) as stream:
+        message = stream.get_final_message()
+    assert message.model == canonical and message.content
+    listed = {m.id for m in client.models.list()}
+    assert model not in listed and canonical in listed  # aliases are never listed
+
+
+def test_without_the_preset_claude_codes_ids_are_unknown(tmp_path: Path) -> None:
+    with running_gateway(tmp_path / "data") as server:
+        key = server.key(server.account("no-preset"), "Pro")
+        client = anthropic.Anthropic(base_url=server.base_url, api_key=key.secret, max_retries=0)
+        with pytest.raises(anthropic.NotFoundError):
+            client.messages.create(
+                model="claude-opus-4-8", max_tokens=64, messages=[{"role": "user", "content": "Hi"}]
+            )
+
+
+def test_curl_examples_say_where_the_key_comes_from() -> None:
+    for block in _blocks("sh"):
+        if "$KEY" in block:
+            assert re.search(r"^KEY=", block, re.MULTILINE), block
+    assert "`KEY` is one of the `sk-cs4-…` keys the first start printed" in README
