@@ -12,11 +12,15 @@ TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
 def test_operator_manages_accounts_topups_and_account_tokens(admin: Admin) -> None:
     op = admin.operator
-    assert op.ok("GET", "/me") == {
-        "token_id": op.ok("GET", "/me")["token_id"],
+    me = op.ok("GET", "/me")
+    assert me == {
+        "token_id": me["token_id"],
         "scope": "operator",
         "account": None,
+        "now": me["now"],
+        "month": me["now"][:7],
     }
+    assert TIME.match(me["now"])
 
     created = op.ok("POST", "/accounts", {"name": "acme-admin", "credits": "12.5"}, status=201)
     assert created["name"] == "acme-admin"

@@ -148,8 +148,11 @@ def test_key_views_carry_cap_activity_and_rotation(world: tuple[Admin, Seeded]) 
     owner = admin.caller(seeded.acme.owner.secret)
     keys = {k["name"]: k for k in owner.ok("GET", "/keys")["data"]}
     ci = keys["ci-pipeline"]
-    assert ci["monthly_cap_uc"] == 60_000_000
-    assert ci["cap_remaining_uc"] == 60_000_000 - ci["spent_this_month_uc"] - ci["reserved_this_month_uc"]
+    assert ci["monthly_cap_uc"] is not None and ci["monthly_cap_uc"] > ci["spent_this_month_uc"]
+    assert (
+        ci["cap_remaining_uc"]
+        == ci["monthly_cap_uc"] - ci["spent_this_month_uc"] - ci["reserved_this_month_uc"]
+    )
     assert ci["spent_this_month_uc"] > 0 and ci["last_used_at"].startswith(f"{MONTH}-20")
     assert ci["previous_secret_active"] is True and ci["previous_secret_valid_until"] is not None
     assert keys["old-laptop"]["state"] == "disabled" and keys["old-laptop"]["last_used_at"] is None

@@ -32,6 +32,7 @@ from modelgate.admin.http import (
 from modelgate.admin.openapi import openapi_document
 from modelgate.admin.tokens import TokenEndpoints
 from modelgate.admin.usage import UsageEndpoints
+from modelgate.clock import month_of
 from modelgate.management import ConflictError, ManagementError, NotFoundError, parse_credits
 from modelgate.services import Services
 from modelgate.storage.base import Conflict, KeyRecord
@@ -93,11 +94,14 @@ class AdminAPI:
         account = None
         if principal.account_id is not None:
             account = schemas.account_view(await self.context.account(principal, principal.account_id))
+        now = self.context.now()
         return json_response(
             {
                 "token_id": principal.token_id,
                 "scope": "operator" if principal.is_operator else "account",
                 "account": account,
+                "now": schemas.when(now),
+                "month": month_of(now),
             }
         )
 

@@ -1,8 +1,10 @@
-"""The dashboard: three static files served with a strict Content-Security-Policy.
+"""The dashboard: static files (one page, its stylesheet and ES modules) served with a strict
+Content-Security-Policy.
 
 The page holds no data and no secrets; it asks for an admin token, keeps it in ``sessionStorage``
 and calls ``/admin/api`` with it as ``Authorization: Bearer``. No inline script or style is
-allowed by the policy, and the script builds the DOM with ``textContent`` only.
+allowed by the policy, and the scripts build the DOM with ``textContent`` only. What is served is
+exactly the package's ``dashboard/`` files with a known type, looked up by exact name.
 """
 
 from __future__ import annotations
@@ -25,20 +27,28 @@ HEADERS = {
     "x-frame-options": "DENY",
     "cache-control": "no-cache",
 }
-ASSETS = {
-    "index.html": "text/html; charset=utf-8",
-    "app.js": "text/javascript; charset=utf-8",
-    "app.css": "text/css; charset=utf-8",
+MEDIA_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
 }
 
 
 @cache
-def _asset(name: str) -> bytes:
-    return files("modelgate").joinpath("dashboard", name).read_bytes()
+def assets() -> dict[str, tuple[bytes, str]]:
+    """Every servable file of the package's dashboard folder: name -> (content, media type)."""
+    folder = files("modelgate").joinpath("dashboard")
+    found: dict[str, tuple[bytes, str]] = {}
+    for entry in folder.iterdir():
+        media = MEDIA_TYPES.get("." + entry.name.rpartition(".")[2])
+        if entry.is_file() and media is not None:
+            found[entry.name] = (entry.read_bytes(), media)
+    return found
 
 
 def _serve(name: str) -> Response:
-    return Response(_asset(name), media_type=ASSETS[name], headers=HEADERS)
+    content, media = assets()[name]
+    return Response(content, media_type=media, headers=HEADERS)
 
 
 async def page(request: Request) -> Response:
@@ -47,7 +57,7 @@ async def page(request: Request) -> Response:
 
 async def asset(request: Request) -> Response:
     name = request.path_params["name"]
-    if name not in ASSETS:
+    if name not in assets():
         return Response(b"not found", status_code=404, media_type="text/plain", headers=HEADERS)
     return _serve(name)
 

@@ -107,6 +107,8 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
             "token_id": _STR,
             "scope": {"type": "string", "enum": ["operator", "account"]},
             "account": {"oneOf": [ref("Account"), {"type": "null"}]},
+            "now": {**_TIME, "description": "the server's clock"},
+            "month": {"type": "string", "description": "the current UTC month, YYYY-MM"},
         }
     ),
     "Key": _obj(

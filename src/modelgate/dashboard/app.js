@@ -1,297 +1,156 @@
-// modelgate dashboard: plain DOM, no dependencies, no HTML strings. Every value from the server is
-// inserted with textContent/value, so names and ids can never become markup. The admin token lives
-// in sessionStorage (this tab only) and goes to /admin/api as Authorization: Bearer, never in a URL.
-"use strict";
+// modelgate dashboard: sign-in, the view router and the scope (one account, or all of them for an
+// operator). Plain DOM and ES modules, no dependencies, no HTML strings: every value from the
+// server is inserted as text (see dom.js). Routes live in the URL fragment (#/keys?account=2), so
+// back/forward and bookmarks work and nothing secret is ever in a URL.
 
-const TOKEN_KEY = "modelgate.adminToken";
-const API = "/admin/api";
-const state = { me: null, accountId: null, usage: null, editing: null };
+import { ApiError, api, token } from "./api.js";
+import { closeAll, onUnauthorized, wireDialogs } from "./dialogs.js";
+import { $ } from "./dom.js";
+import * as accounts from "./view-accounts.js";
+import * as keys from "./view-keys.js";
+import * as overview from "./view-overview.js";
+import * as tokens from "./view-tokens.js";
+import * as usage from "./view-usage.js";
 
-const $ = (id) => document.getElementById(id);
-
-function el(tag, text, props) {
-  const node = document.createElement(tag);
-  if (text !== undefined && text !== null) node.textContent = String(text);
-  Object.assign(node, props || {});
-  return node;
-}
-
-function button(label, onClick) {
-  const b = el("button", label, { type: "button" });
-  b.addEventListener("click", () => run(onClick));
-  return b;
-}
-
-function row(cells) {
-  const tr = el("tr");
-  for (const cell of cells) {
-    const td = el("td");
-    if (cell instanceof Node) td.append(cell);
-    else if (Array.isArray(cell)) td.append(...cell);
-    else td.textContent = cell === null || cell === undefined ? "" : String(cell);
-    tr.append(td);
-  }
-  return tr;
-}
-
-function details(dl, pairs) {
-  dl.replaceChildren();
-  for (const [k, v] of pairs) dl.append(el("dt", k), el("dd", v));
-}
+const VIEWS = { overview, keys, usage, accounts, tokens };
+const OPERATOR_ONLY = new Set(["accounts"]);
+const session = { me: null, render: 0 };
 
 function say(message, isError) {
-  const s = $("status");
-  s.textContent = message || "";
-  s.className = isError ? "error" : "";
+  $("status").textContent = message || "";
+  $("status").className = "status" + (isError ? " error" : "");
 }
 
-async function run(action) {
+function fail(err) {
+  if (err instanceof ApiError && err.status === 401) {
+    signOut("Signed out: " + err.message, true);
+    return;
+  }
+  say(err && err.message ? err.message : String(err), true);
+}
+
+function route() {
+  const [path, params] = (location.hash.replace(/^#\/?/, "") || "overview").split("?");
+  const search = new URLSearchParams(params || "");
+  const raw = search.get("account");
+  return { view: path in VIEWS ? path : "overview", account: raw && /^[0-9]{1,18}$/.test(raw) ? Number(raw) : null, search };
+}
+
+// Where a link goes, keeping the operator's account scope unless told otherwise.
+function href(view, accountId, extra) {
+  const params = new URLSearchParams(extra || {});
+  if (accountId !== null && accountId !== undefined) params.set("account", String(accountId));
+  const q = params.toString();
+  return "#/" + view + (q ? "?" + q : "");
+}
+
+async function accountName(id) {
+  const a = await api("GET", "/accounts/" + id);
+  return a.name;
+}
+
+async function show() {
+  if (!session.me) return;
+  const operator = session.me.scope === "operator";
+  let { view, account, search } = route();
+  if (!operator) account = session.me.account.id;
+  if (!operator && OPERATOR_ONLY.has(view)) view = "overview";
+  const ticket = ++session.render;
+  const stale = () => ticket !== session.render || !session.me;
+
+  for (const name of Object.keys(VIEWS)) $("view-" + name).hidden = name !== view;
+  for (const a of $("nav").querySelectorAll("a")) {
+    a.href = href(a.dataset.view, operator && a.dataset.view !== "accounts" ? account : null);
+    if (a.dataset.view === view) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  document.body.classList.toggle("scoped", account !== null);
+  document.body.dataset.view = view;
+  document.body.dataset.ready = "";
+
+  const scope = { id: account, name: operator ? null : session.me.account.name };
+  if (operator && account !== null) scope.name = await accountName(account);
+  if (stale()) return;
+  $("scope").hidden = false;
+  $("scope-label").textContent =
+    account === null ? "All accounts" : `Account: ${scope.name} (#${account})`;
+  $("scope-back").hidden = !operator || account === null;
+
+  const ctx = {
+    me: session.me,
+    operator,
+    scope,
+    search,
+    stale,
+    say,
+    fail,
+    href,
+    nowMs: Date.parse(session.me.now),
+    go: (target) => {
+      location.hash = target;
+    },
+    refresh: () => show().catch(fail),
+  };
+  await VIEWS[view].render(ctx);
+  if (!stale()) document.body.dataset.ready = view;
+}
+
+async function signIn(value) {
+  token.set(value);
   try {
-    await action();
+    session.me = await api("GET", "/me");
   } catch (err) {
-    if (err && err.status === 401) {
-      signOut();
-      say("Sign-in failed: " + err.message, true);
-    } else {
-      say(err && err.message ? err.message : String(err), true);
-    }
-  }
-}
-
-async function api(method, path, body) {
-  const headers = { Authorization: "Bearer " + sessionStorage.getItem(TOKEN_KEY) };
-  const init = { method, headers, cache: "no-store", credentials: "omit", redirect: "error" };
-  if (body !== undefined) {
-    headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
-  const res = await fetch(API + path, init);
-  const data = await res.json().catch(() => null);
-  if (!res.ok) {
-    const err = new Error(data && data.error ? data.error.message : "HTTP " + res.status);
-    err.status = res.status;
+    token.clear();
     throw err;
   }
-  return data;
-}
-
-function showSecret(title, secret) {
-  $("secret-title").textContent = title;
-  $("secret-value").value = secret;
-  $("secret-box").hidden = false;
-  $("secret-value").select();
-}
-
-function hideSecret() {
-  $("secret-value").value = "";
-  $("secret-box").hidden = true;
-}
-
-function modelsOf(text) {
-  return text.split(",").map((m) => m.trim()).filter((m) => m);
-}
-
-// --- session --------------------------------------------------------------------------------
-
-async function signIn(token) {
-  sessionStorage.setItem(TOKEN_KEY, token);
-  state.me = await api("GET", "/me");
-  const operator = state.me.scope === "operator";
-  $("who").textContent = operator ? "operator" : "account " + state.me.account.name;
+  const operator = session.me.scope === "operator";
+  document.body.classList.toggle("operator", operator);
+  for (const node of document.querySelectorAll("[data-operator]")) node.hidden = !operator;
+  $("who").textContent = operator ? "Operator" : "Account " + session.me.account.name;
   $("signin").hidden = true;
-  $("main").hidden = false;
+  $("nav").hidden = false;
   $("signout").hidden = false;
-  $("accounts").hidden = !operator;
-  $("account-info").hidden = operator;
-  $("key-account-label").hidden = !operator;
-  state.accountId = operator ? null : state.me.account.id;
-  state.usage = operator ? { type: "all" } : { type: "account", id: state.accountId };
   say("");
-  await refresh();
+  await show();
 }
 
-function signOut() {
-  sessionStorage.removeItem(TOKEN_KEY);
-  state.me = null;
-  hideSecret();
-  $("main").hidden = true;
+// Everything the page held for the last session goes: token, dialogs, form contents, tables.
+function signOut(message, isError, keepRoute) {
+  token.clear();
+  session.me = null;
+  session.render++;
+  closeAll();
+  for (const form of document.querySelectorAll("main form")) form.reset();
+  for (const view of Object.values(VIEWS)) view.reset();
+  for (const name of Object.keys(VIEWS)) $("view-" + name).hidden = true;
+  for (const tbody of document.querySelectorAll("main tbody")) tbody.replaceChildren();
+  for (const node of document.querySelectorAll("[data-operator]")) node.hidden = true;
+  document.body.classList.remove("operator", "scoped");
+  document.body.dataset.view = "";
+  document.body.dataset.ready = "signin";
+  $("scope").hidden = true;
+  $("nav").hidden = true;
   $("signout").hidden = true;
-  $("signin").hidden = false;
   $("who").textContent = "";
-  for (const id of ["accounts-rows", "keys-rows", "usage-rows", "usage-summary", "account-details"]) {
-    $(id).replaceChildren();
-  }
+  $("signin").hidden = false;
+  if (!keepRoute && location.hash) history.replaceState(null, "", location.pathname);
+  say(message || "", isError);
+  $("token").focus();
 }
-
-async function refresh() {
-  if (state.me.scope === "operator") await loadAccounts();
-  else await loadOwnAccount();
-  await loadKeys();
-  await loadUsage();
-}
-
-// --- accounts -------------------------------------------------------------------------------
-
-async function loadOwnAccount() {
-  const a = await api("GET", "/accounts/" + state.accountId);
-  details($("account-details"), [
-    ["name", a.name], ["id", a.id], ["balance", a.balance + " credits"],
-    ["available", a.available + " credits"], ["reserved", a.reserved + " credits"],
-  ]);
-}
-
-async function loadAccounts() {
-  const list = await api("GET", "/accounts");
-  const rows = list.data.map((a) => row([a.id, a.name, a.balance, a.available, [
-    button("Keys", async () => { state.accountId = a.id; state.usage = { type: "account", id: a.id }; await refresh(); }),
-    button("Top up", () => topUp(a)),
-    button("Owner token", () => ownerToken(a)),
-  ]]));
-  $("accounts-rows").replaceChildren(...rows);
-}
-
-async function topUp(account) {
-  const amount = window.prompt("Credits to add to " + account.name + ":", "10");
-  if (!amount) return;
-  const updated = await api("POST", "/accounts/" + account.id + "/topups", { amount: amount.trim() });
-  say(updated.name + ": balance " + updated.balance + " credits");
-  await loadAccounts();
-}
-
-async function ownerToken(account) {
-  if (!window.confirm("Issue a new admin token for account " + account.name + "?")) return;
-  const issued = await api("POST", "/accounts/" + account.id + "/tokens");
-  showSecret("Admin token for account " + account.name, issued.token);
-}
-
-async function createAccount(event) {
-  event.preventDefault();
-  const body = { name: $("account-name").value.trim() };
-  const credits = $("account-credits").value.trim();
-  if (credits) body.credits = credits;
-  const account = await api("POST", "/accounts", body);
-  $("account-form").reset();
-  say("created account " + account.name + " (id " + account.id + ")");
-  await loadAccounts();
-}
-
-// --- keys -----------------------------------------------------------------------------------
-
-async function loadKeys() {
-  const query = state.accountId === null ? "" : "?account_id=" + encodeURIComponent(state.accountId);
-  $("keys-scope").textContent = state.accountId === null ? "(all accounts)" : "(account " + state.accountId + ")";
-  if (state.me.scope === "operator" && state.accountId !== null) $("key-account").value = state.accountId;
-  const list = await api("GET", "/keys" + query);
-  const rows = list.data.map((k) => {
-    const actions = [button("Usage", async () => { state.usage = { type: "key", id: k.id }; await loadUsage(); })];
-    if (k.state === "active") {
-      actions.push(button("Edit", () => startEdit(k)), button("Rotate", () => rotate(k)), button("Revoke", () => revoke(k)));
-    }
-    const tr = row([k.id, k.name, k.group, k.display, k.state, k.rpm,
-      k.allowed_models ? k.allowed_models.join(", ") : "all", k.monthly_cap === null ? "none" : k.monthly_cap,
-      k.spent_this_month, actions]);
-    if (k.state !== "active") tr.className = "disabled";
-    return tr;
-  });
-  $("keys-rows").replaceChildren(...rows);
-}
-
-async function createKey(event) {
-  event.preventDefault();
-  const body = { group: $("key-group").value, name: $("key-name").value.trim() };
-  if (state.me.scope === "operator") body.account_id = Number($("key-account").value);
-  if ($("key-rpm").value) body.rpm = Number($("key-rpm").value);
-  const models = modelsOf($("key-models").value);
-  if (models.length) body.allowed_models = models;
-  if ($("key-cap").value.trim()) body.monthly_cap = $("key-cap").value.trim();
-  const key = await api("POST", "/keys", body);
-  $("key-form").reset();
-  showSecret("Secret of key " + key.id, key.secret);
-  say("created key " + key.id);
-  await loadKeys();
-}
-
-function startEdit(key) {
-  state.editing = key.id;
-  $("edit-id").textContent = key.id;
-  $("edit-name").value = key.name;
-  $("edit-rpm").value = key.rpm;
-  $("edit-models").value = key.allowed_models ? key.allowed_models.join(",") : "";
-  $("edit-cap").value = key.monthly_cap === null ? "" : key.monthly_cap;
-  $("edit-form").hidden = false;
-}
-
-async function saveEdit(event) {
-  event.preventDefault();
-  const models = modelsOf($("edit-models").value);
-  const cap = $("edit-cap").value.trim();
-  const body = {
-    name: $("edit-name").value.trim(),
-    rpm: Number($("edit-rpm").value),
-    allowed_models: models.length ? models : null,
-    monthly_cap: cap ? cap : null,
-  };
-  const key = await api("PATCH", "/keys/" + encodeURIComponent(state.editing), body);
-  $("edit-form").hidden = true;
-  state.editing = null;
-  say("updated key " + key.id);
-  await loadKeys();
-}
-
-async function rotate(key) {
-  const grace = window.prompt("Rotate " + key.id + ". Seconds the old secret keeps working:", "86400");
-  if (grace === null) return;
-  const rotated = await api("POST", "/keys/" + encodeURIComponent(key.id) + "/rotate", { grace_seconds: Number(grace) });
-  showSecret("New secret of key " + rotated.id, rotated.secret);
-  say("rotated key " + rotated.id);
-  await loadKeys();
-}
-
-async function revoke(key) {
-  if (!window.confirm("Revoke key " + key.id + " (" + key.name + ")? It stops working at once.")) return;
-  await api("POST", "/keys/" + encodeURIComponent(key.id) + "/revoke");
-  say("revoked key " + key.id);
-  await loadKeys();
-}
-
-// --- usage ----------------------------------------------------------------------------------
-
-async function loadUsage() {
-  const month = $("usage-month").value || new Date().toISOString().slice(0, 7);
-  $("usage-month").value = month;
-  const params = new URLSearchParams({ month, limit: "50" });
-  if (state.usage.type === "key") params.set("key_id", state.usage.id);
-  if (state.usage.type === "account") params.set("account_id", String(state.usage.id));
-  const u = await api("GET", "/usage?" + params.toString());
-  $("usage-scope").textContent = u.scope.type === "all" ? "(everything)" : "(" + u.scope.type + " " + u.scope.id + ")";
-  const s = u.summary;
-  details($("usage-summary"), [
-    ["month", u.month], ["requests", s.requests], ["input tokens", s.input_tokens],
-    ["output tokens", s.output_tokens], ["charged", s.charged + " credits"],
-    ...s.by_model.map((m) => ["  " + m.model, m.charged + " credits"]),
-  ]);
-  $("usage-rows").replaceChildren(...u.records.map((r) => row([
-    r.created_at, r.key_id, r.endpoint, r.model, r.status, r.input_tokens, r.output_tokens, r.charged,
-  ])));
-}
-
-// --- wiring ---------------------------------------------------------------------------------
 
 document.addEventListener("DOMContentLoaded", () => {
+  wireDialogs();
+  onUnauthorized((err) => signOut("Signed out: " + err.message, true));
+  for (const view of Object.values(VIEWS)) view.wire({ fail, say, refresh: () => show().catch(fail) });
   $("signin-form").addEventListener("submit", (event) => {
     event.preventDefault();
-    const token = $("token").value.trim();
+    const value = $("token").value.trim();
     $("token").value = "";
-    run(() => signIn(token));
+    signIn(value).catch((err) => say("Sign-in failed: " + (err && err.message ? err.message : err), true));
   });
-  $("signout").addEventListener("click", () => { signOut(); say("signed out"); });
-  $("account-form").addEventListener("submit", (e) => run(() => createAccount(e)));
-  $("key-form").addEventListener("submit", (e) => run(() => createKey(e)));
-  $("edit-form").addEventListener("submit", (e) => run(() => saveEdit(e)));
-  $("edit-cancel").addEventListener("click", () => { $("edit-form").hidden = true; state.editing = null; });
-  $("usage-form").addEventListener("submit", (e) => { e.preventDefault(); run(loadUsage); });
-  $("secret-copy").addEventListener("click", () => run(() => navigator.clipboard.writeText($("secret-value").value)));
-  $("secret-done").addEventListener("click", hideSecret);
-  const saved = sessionStorage.getItem(TOKEN_KEY);
-  if (saved) run(() => signIn(saved));
+  $("signout").addEventListener("click", () => signOut("Signed out."));
+  window.addEventListener("hashchange", () => show().catch(fail));
+  const saved = token.get();
+  if (saved) signIn(saved).catch((err) => signOut("Sign-in failed: " + err.message, true));
+  else signOut("", false, true);
 });

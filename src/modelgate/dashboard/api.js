@@ -1,0 +1,62 @@
+// The admin API client. The token lives in sessionStorage (this tab only) and goes to /admin/api
+// as Authorization: Bearer, never in a URL; responses are never cached.
+
+const TOKEN_KEY = "modelgate.adminToken";
+const API = "/admin/api";
+
+export class ApiError extends Error {
+  constructor(status, message) {
+    super(message);
+    this.status = status;
+  }
+}
+
+export const token = {
+  get: () => sessionStorage.getItem(TOKEN_KEY),
+  set: (value) => sessionStorage.setItem(TOKEN_KEY, value),
+  clear: () => sessionStorage.removeItem(TOKEN_KEY),
+};
+
+async function call(method, path, body) {
+  const headers = { Authorization: "Bearer " + token.get() };
+  const init = { method, headers, cache: "no-store", credentials: "omit", redirect: "error" };
+  if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch(API + path, init);
+  if (!res.ok) {
+    const data = await res.json().catch(() => null);
+    throw new ApiError(res.status, data && data.error ? data.error.message : "HTTP " + res.status);
+  }
+  return res;
+}
+
+export async function api(method, path, body) {
+  return (await call(method, path, body)).json();
+}
+
+export function query(params) {
+  const q = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) {
+    if (value !== null && value !== undefined && value !== "") q.set(name, String(value));
+  }
+  const text = q.toString();
+  return text ? "?" + text : "";
+}
+
+// A file the server sends (CSV): fetched with the token, handed to the browser as a download.
+export async function download(path, fallbackName) {
+  const res = await call("GET", path);
+  const disposition = res.headers.get("content-disposition") || "";
+  const match = /filename="([^"]+)"/.exec(disposition);
+  const url = URL.createObjectURL(await res.blob());
+  const link = document.createElement("a");
+  link.href = url;
+  link.download = match ? match[1] : fallbackName;
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+  return link.download;
+}
