@@ -4,6 +4,7 @@ default model ids work; its curl examples say where `$KEY` comes from."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import tomllib
@@ -38,16 +39,26 @@ def _section(title: str) -> str:
     return README[start : end if end > 0 else None]
 
 
+def _dry_run(*args: str) -> list[str]:
+    """The commands `make -n ARGS` would run, as a make started from a shell would print them."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-n", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    return done.stdout.strip().splitlines()
+
+
 def test_make_serve_installs_only_what_serving_needs_and_takes_port() -> None:
-    dry = subprocess.run(
-        ["make", "-n", "-B", "serve", "PORT=9000"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
-    assert dry.strip().splitlines()[-1].split() == [".venv/bin/modelgate", "serve", "--port", "9000"]
-    assert "pip install -q -e ." in dry and "[test]" not in dry
-    default = subprocess.run(["make", "-n", "serve"], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert default.stdout.strip().splitlines()[-1].split() == [".venv/bin/modelgate", "serve"]
-    tests = subprocess.run(["make", "-n", "-B", "test"], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert "pip install -q -e '.[test]'" in tests.stdout
+    dry = _dry_run("-B", "serve", "PORT=9000")
+    assert dry[-1].split() == [".venv/bin/modelgate", "serve", "--port", "9000"]
+    assert "pip install -q -e ." in "\n".join(dry) and "[test]" not in "\n".join(dry)
+    assert _dry_run("serve")[-1].split() == [".venv/bin/modelgate", "serve"]
+    assert "pip install -q -e '.[test]'" in "\n".join(_dry_run("-B", "test"))
 
 
 def test_the_readme_configuration_example_is_a_valid_configuration() -> None:
