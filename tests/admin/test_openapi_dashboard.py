@@ -23,10 +23,10 @@ def test_openapi_document_is_valid_and_public(admin: Admin) -> None:
 
 def test_openapi_paths_are_exactly_the_served_routes(admin: Admin) -> None:
     document = admin.client.get("/admin/api/openapi.json").json()
-    served = {
-        route.path  # type: ignore[attr-defined]
-        for route in AdminAPI(admin.gateway.services).routes()
-    } - {"/admin/api/openapi.json", "/admin/api/{rest:path}"}
+    served = {route.path for route in AdminAPI(admin.gateway.services).routes()} - {
+        "/admin/api/openapi.json",
+        "/admin/api/{rest:path}",
+    }
     assert set(document["paths"]) == served
     for path, item in document["paths"].items():
         concrete = (
