@@ -75,8 +75,9 @@ INSERT INTO usage_records_strict (request_id, key_id, account_id, endpoint, mode
     FROM usage_records;
 DROP TABLE usage_records;
 ALTER TABLE usage_records_strict RENAME TO usage_records;
-CREATE INDEX usage_key_month ON usage_records(key_id, month);
-CREATE INDEX usage_account_month ON usage_records(account_id, month);
+-- The indexes as 0003 left them (the usage log pages by start time within a key's or account's month).
+CREATE INDEX usage_key_month ON usage_records(key_id, month, created_at);
+CREATE INDEX usage_account_month ON usage_records(account_id, month, created_at);
 
 UPDATE accounts SET balance_uc = CAST(balance_uc AS INTEGER), reserved_uc = CAST(reserved_uc AS INTEGER)
     WHERE typeof(balance_uc) <> 'integer' OR typeof(reserved_uc) <> 'integer';
