@@ -62,3 +62,26 @@ def test_translated_in_band_error_is_scrubbed(wired: Wired) -> None:
         body = response.read()
     assert b"event: error" in body and b"crashed" in body
     assert host.encode() not in body
+
+
+def test_an_escaped_credential_in_an_error_event_is_scrubbed_after_decoding(wired: Wired) -> None:
+    """JSON escapes (``\\u0073k-…``) cannot smuggle the key past the scrubber: the client's parser
+    would decode them, so the gateway decodes before it scrubs (issue #11)."""
+    escaped = "".join(f"\\u{ord(c):04x}" for c in UPSTREAM_KEY)
+    event = (
+        b'event: error\ndata: {"type":"error","error":{"type":"api_error","message":"bad key '
+        + escaped.encode()
+        + b'"}}\n\n'
+    )
+    wired.replay.answers.append(Recorded(_sse("message_start", START) + event))
+    key, _ = issue_key(wired.gateway, "Basic")
+    with httpx.stream("POST", f"{wired.gateway.base_url}/v1/messages", json=ASK,
+                      headers={"x-api-key": key, "anthropic-version": "2023-06-01"}) as response:  # fmt: skip
+        body = response.read()
+    errors = [
+        orjson.loads(block.split(b"data: ", 1)[1])
+        for block in body.split(b"\n\n")
+        if b"event: error" in block
+    ]
+    assert errors and all(UPSTREAM_KEY not in orjson.dumps(e).decode() for e in errors)
+    assert "[redacted]" in errors[0]["error"]["message"]

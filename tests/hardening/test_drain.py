@@ -1,0 +1,45 @@
+"""While an instance drains it reports so and refuses new work in each endpoint's format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from tests.gateway_server import running_gateway
+
+
+def test_draining_is_reported_and_new_requests_get_a_503_in_their_format(tmp_path: Path) -> None:
+    with running_gateway(tmp_path / "data") as gateway:
+        account = gateway.account("acme")
+        basic = gateway.key(account, "Basic").secret
+        nova = gateway.key(account, "Nova").secret
+
+        async def begin() -> None:
+            gateway.services.drain.begin(60)
+
+        gateway.call(begin())
+        health = httpx.get(f"{gateway.base_url}/health")
+        assert health.status_code == 503 and health.json()["status"] == "draining"
+        ready = httpx.get(f"{gateway.base_url}/readyz")
+        assert ready.status_code == 503 and ready.json() == {"status": "draining"}
+        assert httpx.get(f"{gateway.base_url}/healthz").status_code == 200  # still alive
+
+        messages = httpx.post(
+            f"{gateway.base_url}/v1/messages",
+            json={
+                "model": "aria-haiku-4.5",
+                "max_tokens": 5,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+            headers={"x-api-key": basic, "anthropic-version": "2023-06-01"},
+        )
+        assert messages.status_code == 503 and messages.headers["retry-after"] == "1"
+        assert messages.json()["type"] == "error" and "shutting down" in messages.json()["error"]["message"]
+        chat = httpx.post(
+            f"{gateway.base_url}/v1/chat/completions",
+            json={"model": "nova-5.5", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"authorization": f"Bearer {nova}"},
+        )
+        assert chat.status_code == 503 and chat.json()["error"]["code"] == "service_unavailable"
+        assert gateway.call(gateway.services.store.pending_reservations()) == 0

@@ -1,0 +1,145 @@
+"""Large bodies are parsed, checked, built and counted in worker processes (issue #11) with the
+same answers as inline processing; their number in memory is capped."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.gateway_server import GatewayServer, running_gateway
+
+SMALL = 4096  # bodies above this go to a worker in the "offloaded" gateway
+TEXT = "the quick brown fox jumps over the lazy dog. " * 4_000  # ~180 KB of prompt
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayServer, GatewayServer]]:
+    root = tmp_path_factory.mktemp("large")
+    offloaded = {"server": {"offload_body_bytes": SMALL}, "simulator": {"offload_body_bytes": SMALL}}
+    with (
+        running_gateway(root / "inline") as inline,
+        running_gateway(root / "offloaded", **offloaded) as worker,
+    ):
+        yield inline, worker
+
+
+_accounts = itertools.count()
+
+
+def call(gateway: GatewayServer, path: str, body: dict[str, Any], group: str) -> httpx.Response:
+    key = gateway.key(gateway.account(f"acct-{next(_accounts)}", 1000), group).secret
+    headers = (
+        {"x-api-key": key, "anthropic-version": "2023-06-01"}
+        if path.startswith("/v1/messages")
+        else {"authorization": f"Bearer {key}"}
+    )
+    return httpx.post(gateway.base_url + path, json=body, headers=headers, timeout=60)
+
+
+def without_ids(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: without_ids(v) for k, v in value.items() if k not in ("id", "created", "created_at", "call_id")
+        }
+    if isinstance(value, list):
+        return [without_ids(v) for v in value]
+    return value
+
+
+CASES = [
+    ("/v1/messages", "Basic", {"model": "aria-haiku-4.5", "max_tokens": 30, "messages": [{"role": "user", "content": TEXT}]}),
+    ("/v1/messages/count_tokens", "Basic", {"model": "aria-haiku-4.5", "messages": [{"role": "user", "content": TEXT}]}),
+    ("/v1/chat/completions", "Nova", {"model": "nova-5.5", "max_tokens": 30, "messages": [{"role": "user", "content": TEXT}]}),
+    ("/v1/responses", "Nova", {"model": "nova-5.5", "max_output_tokens": 30, "input": TEXT}),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "group", "body"), CASES)
+def test_offloaded_answers_equal_inline_ones(
+    pair: tuple[GatewayServer, GatewayServer], path: str, group: str, body: dict[str, Any]
+) -> None:
+    inline, worker = pair
+    before = worker.services.offload.jobs
+    expected = call(inline, path, body, group)
+    got = call(worker, path, body, group)
+    assert expected.status_code == got.status_code == 200, got.text
+    assert without_ids(got.json()) == without_ids(expected.json())
+    assert worker.services.offload.jobs > before  # the work really happened in a worker
+    assert got.headers.get("x-modelgate-credits-charged") == expected.headers.get(
+        "x-modelgate-credits-charged"
+    )
+
+
+def test_offloaded_streams_carry_the_same_text(pair: tuple[GatewayServer, GatewayServer]) -> None:
+    inline, worker = pair
+    body = {
+        "model": "nova-5.5",
+        "max_tokens": 30,
+        "stream": True,
+        "messages": [{"role": "user", "content": TEXT}],
+    }
+
+    def text(gateway: GatewayServer) -> str:
+        response = call(gateway, "/v1/chat/completions", body, "Nova")
+        assert response.status_code == 200
+        return "".join(line for line in response.text.split("\n\n") if '"content"' in line).replace(
+            "chatcmpl", ""
+        )
+
+    assert len(text(worker)) > 0 and text(worker).count('"content"') == text(inline).count('"content"')
+
+
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        (b'{"model":"aria-haiku-4.5","model":"aria-opus-4.8","max_tokens":5,"messages":[{"role":"user","content":"' + b"x" * 8000 + b'"}]}', b"more than once"),
+        (b'{"model":"aria-haiku-4.5","max_tokens":5,"messages":[],"metadata":' + b"[" * 200 + b"]" * 200 + b',"pad":"' + b"x" * 8000 + b'"}', b"nested too deeply"),
+        (b'{"model":"aria-haiku-4.5","max_tokens":5,"messages":"' + b"x" * 8000 + b'"}', b"messages"),
+    ],
+)  # fmt: skip
+def test_refusals_made_in_a_worker_come_back_in_the_endpoints_format(
+    pair: tuple[GatewayServer, GatewayServer], raw: bytes, needle: bytes
+) -> None:
+    _, worker = pair
+    key = worker.key(worker.account(f"acct-{next(_accounts)}", 10), "Basic").secret
+    response = httpx.post(
+        f"{worker.base_url}/v1/messages",
+        content=raw,
+        headers={"x-api-key": key, "anthropic-version": "2023-06-01", "content-type": "application/json"},
+    )
+    assert response.status_code == 400 and response.json()["type"] == "error"
+    assert needle in response.content
+
+
+def test_large_bodies_beyond_the_cap_get_a_fast_429(tmp_path: Path) -> None:
+    slow = {"latency_ms": 1500.0, "offload_body_bytes": SMALL}
+    with running_gateway(
+        tmp_path / "d", server={"offload_body_bytes": SMALL, "max_large_bodies": 1}, simulator=slow
+    ) as gw:
+        key = gw.key(gw.account("acme"), "Basic").secret
+        headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+        body = {"model": "aria-haiku-4.5", "max_tokens": 5, "messages": [{"role": "user", "content": TEXT}]}
+        results: list[int] = []
+        first = threading.Thread(
+            target=lambda: results.append(
+                httpx.post(f"{gw.base_url}/v1/messages", json=body, headers=headers, timeout=60).status_code
+            )
+        )
+        first.start()
+        while gw.services.large_bodies.in_flight == 0:  # the first one holds the slot
+            threading.Event().wait(0.01)
+        second = httpx.post(f"{gw.base_url}/v1/messages", json=body, headers=headers, timeout=60)
+        assert second.status_code == 429 and second.headers["retry-after"] == "1"
+        small = {**body, "messages": [{"role": "user", "content": "hi"}]}
+        assert (
+            httpx.post(f"{gw.base_url}/v1/messages", json=small, headers=headers, timeout=60).status_code
+            == 200
+        )
+        first.join()
+        assert results == [200] and gw.services.large_bodies.in_flight == 0
