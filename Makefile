@@ -11,7 +11,7 @@ PORT ?=
 HOST ?=
 SERVE_ARGS := $(if $(PORT),--port $(PORT)) $(if $(HOST),--host $(HOST))
 
-.PHONY: install serve test lint bench bench-profile screenshots clean
+.PHONY: install serve test lint fuzz bench bench-profile screenshots clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,13 @@ lint: $(TEST_STAMP)
 
 test: $(TEST_STAMP)
 	bash scripts/test.sh
+
+# 20,000 hostile requests against a real gateway (tests/fuzz; make test sends 2,000); SEED=N repeats
+# a run, COUNT=N changes its size.
+COUNT ?= 20000
+SEED ?=
+fuzz: $(TEST_STAMP)
+	MODELGATE_TEST_FUZZ_COUNT=$(COUNT) MODELGATE_TEST_FUZZ_SEED=$(SEED) $(BIN)/pytest -q -s -p no:cacheprovider tests/fuzz
 
 # Gateway cost vs a fast fake upstream (docs/bench.md); ARGS="--peer litellm" adds LiteLLM.
 bench: $(TEST_STAMP)

@@ -30,7 +30,9 @@ class Seeded:
     keys: dict[str, str] = field(default_factory=dict)
 
 
-def write_config(path: Path, port: int, **sections: dict[str, Any]) -> None:
+def write_config(path: Path, port: int, extra: str = "", **sections: dict[str, Any]) -> None:
+    """A config file: the port, a fixed secret, flat ``sections``, then ``extra`` TOML (arrays of
+    tables such as providers and deployments)."""
     lines = [f'secret = "{SECRET}"', 'log_level = "warning"', ""]
     merged: dict[str, dict[str, Any]] = {"server": {"host": "127.0.0.1", "port": port}}
     for name, values in sections.items():
@@ -47,17 +49,17 @@ def write_config(path: Path, port: int, **sections: dict[str, Any]) -> None:
             )
             lines.append(f"{key} = {rendered}")
         lines.append("")
-    path.write_text("\n".join(lines))
+    path.write_text("\n".join(lines) + "\n" + extra)
 
 
 class GatewayProcess:
-    def __init__(self, root: Path, **sections: dict[str, Any]) -> None:
+    def __init__(self, root: Path, extra: str = "", **sections: dict[str, Any]) -> None:
         self.root = root
         self.data_dir = root / "data"
         self.config = root / "modelgate.toml"
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        write_config(self.config, self.port, **sections)
+        write_config(self.config, self.port, extra, **sections)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = root / "gateway.log"
 

@@ -1,0 +1,312 @@
+"""A seeded generator of hostile requests for every endpoint (issue #11).
+
+Each request starts from a valid one for its endpoint and breaks it one or more ways: wrong types
+in every field the formats read, junk inside content blocks, tools and tool choices, duplicated
+and escaped keys, deep nesting, huge and odd numbers, invalid UTF-8 and JSON, odd headers and
+methods, and hostile admin paths, query strings and bodies. The same seed gives the same requests.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+ODD_VALUES: list[Any] = [
+    None, True, False, 0, -1, 1.5, -0.0, 2**63, -(2**63) - 1, 10**30, "", "x", "²", "١٢٣", "\u0000", "\ud83d\ude00",
+    "NaN", "Infinity", "1e400", [], [None], [[]], {}, {"": ""}, {"type": 5}, "a" * 5000,
+]  # fmt: skip
+ODD_NUMBERS = [
+    "1e400",
+    "-1e400",
+    "99999999999999999999999999999",
+    "-0",
+    "0.0000001",
+    "1E5",
+    "3.",
+    "0x10",
+    "NaN",
+]
+FIELDS = {
+    "messages": ["model", "max_tokens", "messages", "system", "stream", "tools", "tool_choice", "stop_sequences",
+                 "temperature", "top_p", "top_k", "metadata", "thinking", "output_config", "cache_control"],
+    "chat": ["model", "messages", "max_tokens", "max_completion_tokens", "stream", "stream_options", "tools",
+             "tool_choice", "n", "stop", "response_format", "user", "parallel_tool_calls", "reasoning_effort"],
+    "responses": ["model", "input", "instructions", "max_output_tokens", "stream", "tools", "tool_choice",
+                  "text", "reasoning", "previous_response_id", "store", "parallel_tool_calls"],
+}  # fmt: skip
+BLOCKS: list[Any] = [
+    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "!!!!"}},
+    {"type": "image", "source": 5},
+    {"type": "image", "source": {"type": "url", "url": 7}},
+    {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}},
+    {"type": "document", "source": {"type": "content", "content": 5}},
+    {"type": "tool_use", "id": 1, "name": None, "input": "x"},
+    {"type": "tool_result", "tool_use_id": "t", "content": [5, {"type": "image"}, None]},
+    {"type": "tool_result", "tool_use_id": None, "content": {"x": 1}},
+    {"type": "thinking"},
+    {"type": "text"},
+    {"type": "text", "text": 5},
+    {"type": "image_url", "image_url": "data:image/png;base64,@@"},
+    {"type": "image_url", "image_url": {"url": None}},
+    {"type": "file", "file": {"file_data": "data:application/pdf;base64,%%%"}},
+    {"type": "input_image", "image_url": 5},
+    {"type": "input_file", "file_data": 5},
+    {"type": "function_call", "call_id": 5, "name": [], "arguments": {}},
+    {"type": "function_call_output", "call_id": None, "output": [5]},
+    {"type": "item_reference", "id": "msg_1"},
+    {"type": "reasoning", "summary": 5},
+    {"type": "message", "role": "user", "content": 5},
+    5, "x", None, [], {},
+]  # fmt: skip
+TOOLS: list[Any] = [
+    5, "x", [5], [None], [{}], [{"name": 5}], [{"name": "t", "input_schema": 5}],
+    [{"type": "function", "function": 5}], [{"type": "function", "function": {"name": None}}],
+    [{"type": "namespace", "name": "ns", "tools": 5}], [{"type": "namespace", "tools": [5, {"type": "function"}]}],
+    [{"type": "web_search"}], [{"type": "custom", "name": "x"}], [{"type": "function", "name": "f", "parameters": 5}],
+]  # fmt: skip
+TOOL_CHOICES: list[Any] = [
+    5,
+    "x",
+    "required",
+    {},
+    {"type": "tool"},
+    {"type": "tool", "name": 5},
+    {"type": "function"},
+]
+
+
+@dataclass
+class Hostile:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes = b""
+    #: The wire format errors must come in: messages, openai, admin, or none (no body check).
+    shape: str = "openai"
+    tags: list[str] = field(default_factory=list)
+
+
+#: Models per format: the simulator's passthrough, and a route translated to another dialect.
+MODELS = {"messages": ["aria-haiku-4.5", "aria-sonnet-4.6"], "chat": ["nova-5.5", "nova-5.6-sol"],
+          "responses": ["nova-5.5", "nova-5.6-sol"]}  # fmt: skip
+
+
+def valid(fmt: str, rng: random.Random) -> dict[str, Any]:
+    stream = rng.random() < 0.3
+    model = rng.choice(MODELS[fmt])
+    if fmt == "messages":
+        return {"model": model, "max_tokens": 16, "stream": stream,
+                "messages": [{"role": "user", "content": "hello there"}]}  # fmt: skip
+    if fmt == "chat":
+        return {"model": model, "max_tokens": 16, "stream": stream,
+                "messages": [{"role": "user", "content": "hello there"}]}  # fmt: skip
+    return {"model": model, "max_output_tokens": 16, "stream": stream, "input": "hello there"}
+
+
+def mutate(fmt: str, body: dict[str, Any], rng: random.Random, tags: list[str]) -> dict[str, Any]:
+    choice = rng.randrange(9)
+    if choice == 0:
+        name = rng.choice(FIELDS[fmt])
+        body[name] = rng.choice(ODD_VALUES)
+        tags.append(f"field:{name}")
+    elif choice == 1:
+        blocks = [rng.choice(BLOCKS) for _ in range(rng.randint(1, 4))]
+        if fmt == "responses":
+            body["input"] = rng.choice([blocks, [{"role": "user", "content": blocks}]])
+        else:
+            body["messages"] = [
+                {"role": rng.choice(["user", "assistant", "system", "tool", 5]), "content": blocks}
+            ]
+        tags.append("blocks")
+    elif choice == 2:
+        body["tools"] = rng.choice(TOOLS)
+        tags.append("tools")
+    elif choice == 3:
+        body["tool_choice"] = rng.choice(TOOL_CHOICES)
+        body["tools"] = rng.choice(TOOLS)
+        tags.append("tool_choice")
+    elif choice == 4:
+        depth = rng.choice([100, 130, 260, 600])
+        body["metadata"] = json.loads("[" * depth + "]" * depth)
+        tags.append(f"depth:{depth}")
+    elif choice == 5:
+        messages = body.get("messages")
+        if isinstance(messages, list):
+            body["messages"] = [
+                rng.choice([5, None, {}, {"role": 5}, {"role": "user"}, {"role": "user", "content": 5}])
+            ]
+        else:
+            body["input"] = rng.choice([5, None, {}, [5], [{"role": 5}]])
+        tags.append("conversation")
+    elif choice == 6:
+        body["model"] = rng.choice(
+            ["opus", "nova-6-astra", "aria-opus-4.8", "m" * 3000, "aria-haiku-4.5\u0000"]
+        )
+        tags.append("model")
+    elif choice == 7:
+        for key in list(body):
+            if rng.random() < 0.5:
+                body[key] = rng.choice(ODD_VALUES)
+        tags.append("many")
+    else:
+        body["stream_options"] = rng.choice([5, {"include_usage": "yes"}, {"include_usage": True}, []])
+        tags.append("stream_options")
+    return body
+
+
+def encode(body: dict[str, Any], rng: random.Random, tags: list[str]) -> bytes:
+    raw = json.dumps(body).encode()
+    trick = rng.randrange(10)
+    if trick == 0 and raw.startswith(b"{"):
+        raw = b'{"model":"aria-opus-4.8",' + raw[1:]  # a duplicated control field
+        tags.append("duplicate")
+    elif trick == 1:
+        raw = raw.replace(b'"model"', b'"\\u006dodel"', 1)
+        tags.append("escaped-key")
+    elif trick == 2:
+        cut = rng.randrange(max(1, len(raw)))
+        raw = raw[:cut]
+        tags.append("truncated")
+    elif trick == 3:
+        raw = raw.replace(b"16", rng.choice(ODD_NUMBERS).encode(), 1)
+        tags.append("number")
+    elif trick == 4:
+        raw = raw + rng.choice([b"\xff\xfe", b"garbage", b"}", b"\x00"])
+        tags.append("trailing")
+    elif trick == 5:
+        raw = rng.choice([b"", b"null", b"[]", b"5", b'"x"', b"\xff", b"{", b"{}"])
+        tags.append("not-an-object")
+    return raw
+
+
+def headers_for(fmt: str, keys: dict[str, str], rng: random.Random, tags: list[str]) -> dict[str, str]:
+    key = keys["Basic"] if fmt == "messages" else keys["Nova"]
+    roll = rng.random()
+    if roll < 0.05:
+        key = rng.choice(
+            [
+                "none",
+                "sk-cs4-short",
+                "sk-cs4-" + "A" * 38,
+                keys["Nova"] if fmt == "messages" else keys["Basic"],
+            ]
+        )
+        tags.append("key")
+    headers = {"content-type": "application/json"}
+    if fmt == "messages":
+        headers["x-api-key"] = key
+        headers["anthropic-version"] = (
+            "2023-06-01" if rng.random() > 0.05 else rng.choice(["", "1.0", "2023-06-01 x"])
+        )
+    else:
+        headers["authorization"] = f"Bearer {key}"
+    return headers
+
+
+PATHS = {"messages": "/v1/messages", "chat": "/v1/chat/completions", "responses": "/v1/responses"}
+
+
+def model_requests(keys: dict[str, str], rng: random.Random) -> Iterator[Hostile]:
+    while True:
+        fmt = rng.choice(["messages", "chat", "responses"])
+        tags: list[str] = [fmt]
+        body = valid(fmt, rng)
+        for _ in range(rng.randint(1, 3)):
+            body = mutate(fmt, body, rng, tags)
+        path = PATHS[fmt]
+        if fmt == "messages" and rng.random() < 0.15:
+            path = "/v1/messages/count_tokens"
+        yield Hostile("POST", path, headers_for(fmt, keys, rng, tags), encode(body, rng, tags),
+                      "messages" if fmt == "messages" else "openai", tags)  # fmt: skip
+
+
+ADMIN_PATHS = [
+    "/admin/api/accounts/%C2%B2", "/admin/api/accounts/9223372036854775808", "/admin/api/accounts/-1",
+    "/admin/api/accounts?limit=%C2%B2", "/admin/api/accounts?limit=99999999999999999999", "/admin/api/keys?account_id=x",
+    "/admin/api/keys/key_%00", "/admin/api/usage?month=2026-13", "/admin/api/usage/records?cursor=%FF",
+    "/admin/api/usage/records?from=not-a-date", "/admin/api/usage/daily?month=%C2%B2", "/admin/api/tokens/..%2f..",
+    "/admin/api/usage/records.csv?limit=-5", "/admin/api/usage/top-keys?limit=1e9", "/admin/api/me?x=" + "y" * 5000,
+]  # fmt: skip
+ADMIN_BODIES: list[tuple[str, str, Any]] = [
+    ("POST", "/admin/api/accounts", {"name": "x", "credits": "10000000000000"}),
+    ("POST", "/admin/api/accounts", {"name": 5}),
+    ("POST", "/admin/api/accounts", {"name": "z", "credits_uc": 2**64}),
+    ("POST", "/admin/api/accounts/1/topups", {"amount": "5000000000000"}),
+    ("POST", "/admin/api/accounts/1/topups", {"amount": "１２"}),
+    ("POST", "/admin/api/accounts/1/topups", {"amount_uc": -5}),
+    ("POST", "/admin/api/accounts/1/topups", {"amount": "1e5"}),
+    ("POST", "/admin/api/keys", {"account_id": 2**70, "group": "Pro"}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "monthly_cap": "10000000000000"}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "monthly_cap_uc": 10**30}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Gold"}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "rpm": 10**12}),
+    ("POST", "/admin/api/tokens", {"expires_in": "forever"}),
+    ("PATCH", "/admin/api/keys/key_nope", {"rpm": "x"}),
+    ("POST", "/admin/api/keys/key_nope/rotate", {"grace_seconds": 1e300}),
+]  # fmt: skip
+
+
+def other_requests(keys: dict[str, str], admin: str, rng: random.Random) -> Iterator[Hostile]:
+    while True:
+        roll = rng.randrange(6)
+        auth = {"authorization": f"Bearer {admin}"}
+        if roll == 0:
+            yield Hostile("GET", rng.choice(ADMIN_PATHS), auth, shape="admin", tags=["admin-path"])
+        elif roll == 1:
+            method, path, body = rng.choice(ADMIN_BODIES)
+            raw = json.dumps(body).encode() if rng.random() > 0.2 else b"{" + b"[" * 300
+            yield Hostile(
+                method, path, {**auth, "content-type": "application/json"}, raw, "admin", ["admin-body"]
+            )
+        elif roll == 2:
+            method = rng.choice(["GET", "PUT", "DELETE", "OPTIONS", "PATCH", "HEAD"])
+            path = rng.choice(
+                [
+                    "/v1/messages",
+                    "/v1/chat/completions",
+                    "/v1/responses",
+                    "/v1/nope",
+                    "/nope",
+                    "/v1/models/%FF",
+                ]
+            )
+            shape = "messages" if path.startswith("/v1/messages") else "openai"
+            yield Hostile(
+                method,
+                path,
+                {"authorization": f"Bearer {keys['Nova']}"},
+                shape="none" if method == "HEAD" else shape,
+                tags=["method"],
+            )
+        elif roll == 3:
+            model = rng.choice(["aria-haiku-4.5", "haiku", "nova-5.5", "x" * 300, "%00", "..%2F"])
+            yield Hostile(
+                "GET", f"/v1/models/{model}", {"x-api-key": keys["Basic"]}, shape="messages", tags=["models"]
+            )
+        elif roll == 4:
+            headers = {
+                "x-api-key": keys["Basic"],
+                "authorization": "Bearer nonsense",
+                "anthropic-version": "2023-06-01",
+            }
+            yield Hostile(
+                "GET",
+                "/v1/models?limit=%FF&after_id=" + "x" * 2000,
+                headers,
+                shape="messages",
+                tags=["models-list"],
+            )
+        else:
+            yield Hostile("POST", "/admin/api/accounts/1/topups", {"authorization": "Bearer mg-op-forged"}, b"{}", "admin", ["admin-auth"])  # fmt: skip
+
+
+def hostile_requests(keys: dict[str, str], admin: str, seed: int) -> Iterator[Hostile]:
+    """An endless mix: about four in five aim at the model endpoints."""
+    rng = random.Random(seed)
+    models = model_requests(keys, rng)
+    others = other_requests(keys, admin, rng)
+    while True:
+        yield next(models) if rng.random() < 0.8 else next(others)
