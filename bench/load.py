@@ -326,3 +326,20 @@ async def hold_streams(load: Load, n: int, rss: Callable[[], int], wait: float) 
     for c in conns:
         c.close()
     return Held(n, firsts, errors, rss_before, rss_held)
+
+
+async def together(loads: list[tuple[Load, int]], seconds: float) -> list[Stats]:
+    """Run every load at once for ``seconds`` (each at its own concurrency); one Stats per load."""
+    pools = [Pool(load) for load, _ in loads]
+    stats = [Stats() for _ in loads]
+    until = time.perf_counter() + seconds
+    try:
+        await asyncio.gather(
+            *(_run_slice(pool, st, c, until) for pool, st, (_, c) in zip(pools, stats, loads, strict=True))
+        )
+    finally:
+        for pool in pools:
+            pool.close()
+    for st in stats:
+        st.busy = seconds
+    return stats

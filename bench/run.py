@@ -33,6 +33,7 @@ from typing import Any
 
 from bench import load as lg
 from bench.floors import KINDS as FLOOR_KINDS
+from bench.large import bench_large_bodies, print_large
 from bench.procs import Proc, cpu_ns, free_port, pinned, rss_kib, tree
 from bench.targets import GATEWAY_CORE, ROOT, Target, direct_endpoints, start_litellm, start_modelgate
 
@@ -351,6 +352,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 target = start(upstream.port, workdir)
                 try:
                     results[name] = await bench_target(target, upstream, args)
+                    if name == "modelgate" and args.large_seconds > 0:
+                        results[name]["large"] = await bench_large_bodies(target, args.large_seconds)
                 finally:
                     target.stop()
             for kind in FLOOR_KINDS if args.floors else ():
@@ -360,6 +363,8 @@ async def main_async(args: argparse.Namespace) -> None:
             upstream.stop()
     for r in results.values():
         print_target(r)
+        if "large" in r:
+            print_large(r["large"])
     print_budget(results["modelgate"], results.get("litellm"))
     if floors:
         print_floors(results["modelgate"], floors)
@@ -394,6 +399,12 @@ def main() -> None:
     parser.add_argument("--concurrency", nargs="+", type=int, default=list(CONCURRENCY))
     parser.add_argument(
         "--floors", action="store_true", help="also measure bare relays (bench/floors.py) on the same load"
+    )
+    parser.add_argument(
+        "--large-seconds",
+        type=float,
+        default=30.0,
+        help="seconds of the large-bodies phase (bench/large.py); 0 skips it",
     )
     args = parser.parse_args()
     if (os.cpu_count() or 1) < 2:

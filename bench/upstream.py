@@ -24,6 +24,9 @@ from typing import Any
 import orjson
 
 PATHS = {"/v1/messages": "messages", "/v1/chat/completions": "chat", "/v1/responses": "responses"}
+#: Bodies larger than this are answered without parsing them (the large-bodies phase of the
+#: bench): the fake upstream's own parse would only slow the load generator on its core.
+UNPARSED_BODY = 1024 * 1024
 WHOLE_TEXT = " ".join(f"w{i:04d}" for i in range(24))
 
 
@@ -269,7 +272,7 @@ def _reply(status: str, body: bytes) -> bytes:
 class Connection(asyncio.Protocol):
     def __init__(self, upstream: Upstream) -> None:
         self.upstream = upstream
-        self.buf = b""
+        self.buf = bytearray()  # appended in place: a 31 MiB body arrives in hundreds of pieces
         self.transport: asyncio.Transport | None = None
         self.busy = False  # a paced stream is being written; later requests wait in ``buf``
         self.closed = False
@@ -305,8 +308,8 @@ class Connection(asyncio.Protocol):
                     return
             if len(self.buf) < end + 4 + length:
                 return
-            body = self.buf[end + 4 : end + 4 + length]
-            self.buf = self.buf[end + 4 + length :]
+            body = bytes(self.buf[end + 4 : end + 4 + length])
+            del self.buf[: end + 4 + length]
             parts = head[0].split(" ")
             self._handle(parts[1].split("?", 1)[0] if len(parts) > 1 else "/", body)
 
@@ -316,9 +319,15 @@ class Connection(asyncio.Protocol):
             self.upstream.behaviour.update(orjson.loads(body) if body else {})
             self.transport.write(_reply("200 OK", b"{}"))
             return
+        if path == "/v1/messages/count_tokens":
+            self.transport.write(_reply("200 OK", b'{"input_tokens":%d}' % (len(body) // 4)))
+            return
         dialect = PATHS.get(path)
         if dialect is None:
             self.transport.write(_reply("404 Not Found", b'{"error":"no such path"}'))
+            return
+        if len(body) > UNPARSED_BODY:
+            self.transport.write(self.upstream.whole(dialect, "fake-model"))
             return
         try:
             req = orjson.loads(body)

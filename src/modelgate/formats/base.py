@@ -79,6 +79,9 @@ class Codec(Protocol):
     #: Top-level fields the gateway itself reads (authorization, limits, billing, usage options):
     #: each must appear once, and they are all a large offloaded body's caller gets back.
     control_fields: frozenset[str]
+    #: The format's response objects repeat the request (tools, instructions, limits): encoding
+    #: a translated answer needs the decoded request, not only the control fields.
+    echoes_request: bool
 
     # requests -------------------------------------------------------------------------------
     def check_headers(self, headers: Mapping[str, str], versions: Sequence[str]) -> None:

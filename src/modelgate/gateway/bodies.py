@@ -75,7 +75,7 @@ def analyse_in_worker(raw: bytes, fmt: WireFormat, counting: bool, rules: BodyRu
     codec = CODECS[fmt]
     body = facts.body
     request = None
-    if facts.invalid is None:
+    if facts.invalid is None and codec.echoes_request:
         try:
             request = decode_untrusted(codec, body)
         except errors.GatewayError:
@@ -94,6 +94,7 @@ def analyse_in_worker(raw: bytes, fmt: WireFormat, counting: bool, rules: BodyRu
 
 def upstream_body_in_worker(
     raw: bytes,
+    control_fields: Json,
     fmt: WireFormat,
     dialect: Dialect,
     upstream_model: str,
@@ -103,7 +104,9 @@ def upstream_body_in_worker(
 ) -> bytes:
     """``translate.build_body`` for a large body (runs in a worker process)."""
     codec = CODECS[fmt]
-    client = ClientRequest(codec, orjson.loads(raw), upstream_model)
+    # Passthrough only splices control fields, found by byte search: no need to parse the body.
+    body = control_fields if dialect == codec.name else orjson.loads(raw)
+    client = ClientRequest(codec, body, upstream_model)
     return build_body(
         client,
         raw,

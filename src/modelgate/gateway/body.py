@@ -144,14 +144,21 @@ def duplicate_key(raw: bytes, parsed: Mapping[str, Any], keys: Iterable[str]) ->
 
 
 def too_deep(value: Any, limit: int) -> bool:
-    """Whether a parsed JSON value nests containers more than ``limit`` levels deep."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
+    """Whether a parsed JSON value nests containers more than ``limit`` levels deep (one pass
+    per level over the containers only)."""
+    level: list[Any] = [value]
+    depth = 1
+    while level:
         if depth > limit:
             return True
-        children = item.values() if isinstance(item, dict) else item
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+        below: list[Any] = []
+        for item in level:
+            for child in item.values() if type(item) is dict else item:
+                kind = type(child)
+                if kind is dict or kind is list:
+                    below.append(child)
+        level = below
+        depth += 1
     return False
 
 

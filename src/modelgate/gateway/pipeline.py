@@ -346,6 +346,7 @@ async def upstream_body(
     body = await services.offload.run(
         upstream_body_in_worker,
         admitted.raw,
+        facts.body,
         codec.name,
         dialect,
         deployment.upstream_model,

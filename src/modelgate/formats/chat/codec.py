@@ -31,6 +31,7 @@ class ChatCodec:
     control_fields = frozenset(
         {"model", "stream", "max_tokens", "max_completion_tokens", "stream_options", "n"}
     )
+    echoes_request = False
 
     def check_headers(self, headers: Mapping[str, str], versions: Sequence[str]) -> None:
         return None

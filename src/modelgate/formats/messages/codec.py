@@ -22,6 +22,7 @@ VERSION_HEADERS = ("anthropic-version", "alpha-version")
 class MessagesCodec:
     name: WireFormat = "messages"
     control_fields = frozenset({"model", "stream", "max_tokens"})
+    echoes_request = False
 
     def check_headers(self, headers: Mapping[str, str], versions: Sequence[str]) -> None:
         """A version header (either spelling) with an accepted value is required."""

@@ -20,6 +20,7 @@ from modelgate.formats.responses.wire import usage_from_wire
 class ResponsesCodec:
     name: WireFormat = "responses"
     control_fields = frozenset({"model", "stream", "max_output_tokens"})
+    echoes_request = True
 
     def check_headers(self, headers: Mapping[str, str], versions: Sequence[str]) -> None:
         return None

@@ -1,0 +1,83 @@
+"""Large bodies must not stall anyone else (issue #11): small requests' latency while four
+clients loop ~31 MiB requests on count_tokens, messages, chat and responses.
+
+The large bodies hold hundreds of thousands of short messages, the costliest shape to parse
+(``orjson`` needs a quarter of a second or more for one). The gateway must parse, check and
+forward them in its worker processes, so the small requests (whole chat requests, concurrency 2)
+keep their usual latency; the figures are their p50, p99 and maximum over the run.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from bench import load as lg
+from bench.targets import GATEWAY_CORE, Target
+
+LARGE_BYTES = 32 * 1024 * 1024 - 256 * 1024  # the turns come to ~31 MiB, under the 32 MiB limit
+BUDGET = {"small_p99_ms": 100.0, "small_max_ms": 300.0}
+
+
+def conversation(limit: int) -> list[dict[str, str]]:
+    """Short alternating turns adding up to about ``limit`` bytes of JSON."""
+    turn = {"role": "assistant", "content": "a short turn of a very long conversation"}
+    size = len(json.dumps(turn, separators=(",", ":"))) + 1  # the longer of the two turns, and a comma
+    count = limit // size
+    return [{"role": ("user", "assistant")[i % 2], "content": turn["content"]} for i in range(count)]
+
+
+def large_bodies() -> dict[str, tuple[str, bytes]]:
+    """Endpoint name -> (path, body) of ~31 MiB each."""
+    turns = conversation(LARGE_BYTES - 4096)
+    bodies = {
+        "count_tokens": ("/v1/messages/count_tokens", {"model": "aria-haiku-4.5", "messages": turns}),
+        "messages": ("/v1/messages", {"model": "aria-haiku-4.5", "max_tokens": 16, "messages": turns}),
+        "chat": ("/v1/chat/completions", {"model": "nova-5.5", "max_tokens": 16, "messages": turns}),
+        "responses": ("/v1/responses", {"model": "nova-5.5", "max_output_tokens": 16, "input": turns}),
+    }
+    return {
+        name: (path, json.dumps(body, separators=(",", ":")).encode())
+        for name, (path, body) in bodies.items()
+    }
+
+
+async def bench_large_bodies(target: Target, seconds: float) -> dict[str, Any]:
+    by_name = {ep.name: ep for ep in target.endpoints}
+    loads: list[tuple[lg.Load, int]] = []
+    for name, (path, body) in large_bodies().items():
+        headers = by_name["messages" if path.startswith("/v1/messages") else name].headers
+        request = lg.build_request("127.0.0.1", target.port, path, headers, body)
+        loads.append((lg.Load(f"large {name}", "127.0.0.1", target.port, request), 1))
+    chat = by_name["chat"]
+    small = lg.build_request("127.0.0.1", target.port, chat.path, chat.headers, chat.body(False))
+    loads.append((lg.Load("small chat", "127.0.0.1", target.port, small, core=GATEWAY_CORE), 2))
+    print(
+        f"[{target.name}] large bodies: 4 clients looping ~31 MiB requests, small chat at c=2, {seconds:g} s"
+    )
+    stats = await lg.together(loads, seconds)
+    *large, small_stats = stats
+    return {
+        "seconds": seconds,
+        "small_requests": small_stats.completed,
+        "small_errors": small_stats.errors,
+        "small_p50_ms": lg.pct(small_stats.latencies, 0.5) * 1000,
+        "small_p99_ms": lg.pct(small_stats.latencies, 0.99) * 1000,
+        "small_max_ms": max(small_stats.latencies, default=float("nan")) * 1000,
+        "large_requests": {load.label: st.completed for (load, _), st in zip(loads, large, strict=False)},
+        "large_errors": sum(st.errors for st in large),
+        "large_first_error": next((st.first_error for st in large if st.first_error), ""),
+    }
+
+
+def print_large(r: dict[str, Any]) -> None:
+    print(
+        f"\n== large bodies ({r['seconds']:g} s): small chat requests while 4 clients loop ~31 MiB bodies =="
+    )
+    print(
+        f"small: {r['small_requests']} requests, p50 {r['small_p50_ms']:.2f} ms, p99 {r['small_p99_ms']:.2f} ms, "
+        f"max {r['small_max_ms']:.2f} ms (budget p99 <= {BUDGET['small_p99_ms']:g}, max <= "
+        f"{BUDGET['small_max_ms']:g}); errors {r['small_errors']}"
+    )
+    done = ", ".join(f"{k.removeprefix('large ')} {v}" for k, v in r["large_requests"].items())
+    print(f"large requests completed: {done}; errors {r['large_errors']} {r['large_first_error']}")
