@@ -11,7 +11,7 @@ PORT ?=
 HOST ?=
 SERVE_ARGS := $(if $(PORT),--port $(PORT)) $(if $(HOST),--host $(HOST))
 
-.PHONY: install serve test lint fuzz bench bench-profile screenshots clean
+.PHONY: install serve test lint fuzz bench bench-edge bench-profile screenshots clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -45,6 +45,10 @@ fuzz: $(TEST_STAMP)
 # Gateway cost vs a fast fake upstream (docs/bench.md); ARGS="--peer litellm" adds LiteLLM.
 bench: $(TEST_STAMP)
 	bash bench/run.sh $(ARGS)
+
+# Normal requests while 2,000 connections trickle and 2,000 idle for 60 s (bench/edge.py).
+bench-edge: $(TEST_STAMP)
+	$(BIN)/python -m bench.edge $(ARGS)
 
 bench-profile: $(TEST_STAMP)
 	$(BIN)/python -m bench.profile $(ARGS)

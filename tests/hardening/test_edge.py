@@ -5,7 +5,9 @@ upgrades) is JSON in the wire format of the path."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -200,3 +202,38 @@ def read_reply_keep_alive(sock: socket.socket) -> int:
     while len(rest) < length:
         rest += sock.recv(65536)
     return int(head.split(b" ")[1])
+
+
+def test_trickling_and_idle_connections_do_not_starve_normal_requests(tmp_path: Path) -> None:
+    """A scaled-down slow-client attack (``make bench-edge`` runs 2,000 + 2,000 for 60 s): every
+    normal request is served while hundreds of connections trickle or idle and are cut."""
+    server = {"header_timeout_seconds": 0.5, "keep_alive_seconds": 1}
+    with running_gateway(tmp_path / "data", server=server) as gw:
+        key = gw.key(gw.account("acme"), "Nova", rpm=100_000).secret
+        trickling = [connect(gw.port) for _ in range(150)]
+        idle = [connect(gw.port) for _ in range(150)]
+        for sock in trickling:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-slow: ")
+        served = sent = 0
+        with httpx.Client(base_url=gw.base_url, timeout=10) as client:
+            # Normal requests keep coming until the gateway has cut every slow connection.
+            deadline = time.monotonic() + 60
+            while gw.services.edge.head_timeouts < 300 and time.monotonic() < deadline:
+                for sock in trickling[sent % 10 :: 10]:
+                    with contextlib.suppress(OSError):
+                        sock.sendall(b"x")
+                response = client.post(
+                    "/v1/chat/completions",
+                    json={
+                        "model": "nova-5.5",
+                        "max_tokens": 5,
+                        "messages": [{"role": "user", "content": "hi"}],
+                    },
+                    headers={"authorization": f"Bearer {key}"},
+                )
+                sent += 1
+                served += response.status_code == 200
+        assert gw.services.edge.head_timeouts >= 300  # the slow connections were cut, not left open
+        assert sent > 0 and served == sent
+        for sock in trickling + idle:
+            sock.close()
