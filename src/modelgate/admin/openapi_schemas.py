@@ -163,6 +163,7 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
             "cache_creation_tokens": _INT,
             "cache_read_tokens": _INT,
             **_money("charged"),
+            "shortfall_uc": _INT,
         }
     ),
     "UsageSummary": _obj(

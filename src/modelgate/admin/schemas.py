@@ -246,6 +246,8 @@ def usage_record_view(record: UsageRecord) -> dict[str, Any]:
         "cache_creation_tokens": record.cache_creation_tokens,
         "cache_read_tokens": record.cache_read_tokens,
         **money("charged", record.charged_uc),
+        # What the upstream's usage cost beyond the hold and could not be charged (docs/billing.md).
+        "shortfall_uc": record.shortfall_uc,
     }
 
 
