@@ -1,4 +1,4 @@
-"""A real gateway on loopback for tests: uvicorn in a background thread with its own event loop.
+"""A real gateway on loopback for tests: uvicorn on its own event loop in a background thread.
 
 Tests talk to it over HTTP with the official SDKs (sync or async) and reach its services (store,
 management, clock) through ``call`` for setup and inspection. Nothing in the gateway is mocked.
@@ -7,6 +7,7 @@ management, clock) through ``call`` for setup and inspection. Nothing in the gat
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import socket
 import threading
 import time
@@ -22,6 +23,7 @@ from modelgate.server.app import create_app
 from modelgate.server.runner import DrainingServer, uvicorn_config
 from modelgate.services import Services
 from modelgate.storage.base import Account
+from tests.loop_thread import LoopThread
 
 T = TypeVar("T")
 
@@ -59,31 +61,42 @@ class GatewayServer:
         self.app = create_app(settings, services=self.services)
         self.port = settings.server.port
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.loop = asyncio.new_event_loop()
         config = uvicorn_config(settings, self.app, loop="asyncio", log_level="warning")
         self._server = DrainingServer(config, self.app, settings.server.shutdown_grace_seconds)
-        self._thread = threading.Thread(target=self._run, name=f"gateway-{self.port}", daemon=True)
+        self._loop_thread: LoopThread | None = None
+        self._serving: concurrent.futures.Future[None] | None = None
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_until_complete(self._server.serve())
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The server's event loop (where its store, views and limiters live)."""
+        assert self._loop_thread is not None, "the gateway is not started"
+        return self._loop_thread.loop
 
     def start(self) -> GatewayServer:
-        self._thread.start()
+        self._loop_thread = LoopThread(f"gateway-{self.port}")
+        self._serving = self._loop_thread.submit(self._server.serve())
         deadline = time.monotonic() + 20
         while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
+            if self._serving.done() or time.monotonic() > deadline:
+                self.stop()
                 raise RuntimeError("gateway did not start")
             time.sleep(0.01)
         return self
 
     def stop(self) -> None:
+        """Shut the server down (lifespan shutdown: services stopped) and close its loop."""
         self._server.should_exit = True
-        self._thread.join(timeout=15)
+        try:
+            if self._serving is not None:
+                self._serving.result(timeout=15)
+        finally:
+            if self._loop_thread is not None:
+                self._loop_thread.close()
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
         """Run a coroutine on the server's loop (where its store and views live)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        assert self._loop_thread is not None, "the gateway is not started"
+        return self._loop_thread.call(coro, timeout)
 
     # setup helpers ----------------------------------------------------------------------------
 

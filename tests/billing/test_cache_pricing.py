@@ -13,9 +13,9 @@ from modelgate.billing.pricing import cost_uc
 from modelgate.catalogue import build_catalogue
 from modelgate.ir import Usage
 from tests.billing.helpers import Seen, send, wait_for_record
-from tests.conformance.upstreams import LoopThread
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer, running_gateway
+from tests.loop_thread import LoopThread
 
 REPLY = Reply(text="Cached answer here.", input_tokens=120, output_tokens=9, cache_read_tokens=5000)
 SONNET = build_catalogue().models["aria-sonnet-4.6"].price
@@ -23,9 +23,8 @@ SONNET = build_catalogue().models["aria-sonnet-4.6"].price
 
 @pytest.fixture(scope="module")
 def wired(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
-    loop = LoopThread()
-    fake = FakeUpstream(default=REPLY)
-    loop.run(fake.start())
+    loop = LoopThread("fake-upstreams")
+    fake = loop.start(FakeUpstream(default=REPLY))
     providers = [
         {"name": "simulator", "kind": "simulator"},
         {"name": "fake-anthropic", "kind": "anthropic", "base_url": fake.base_url, "api_key_env": "FAKE_KEY"},
@@ -44,7 +43,6 @@ def wired(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
         ) as server:
             yield server
     finally:
-        loop.run(fake.stop())
         loop.close()
 
 

@@ -5,7 +5,7 @@ before its first token."""
 from __future__ import annotations
 
 import asyncio
-import threading
+import concurrent.futures
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,52 +14,55 @@ import httpx
 import pytest
 from aiohttp import web
 
-from modelgate.clock import month_of
+from tests.billing.helpers import records_of
 from tests.gateway_server import running_gateway
+from tests.loop_thread import LoopThread
+
+#: How long the upstream holds the body back: far longer than the client waits (0.5 s), so the
+#: handler ends before that only when the gateway hangs up on it.
+BODY_HELD_FOR = 30.0
 
 
 class SlowBodyUpstream:
-    """Answers /v1/messages with 200 headers at once and holds the body back; notes the hang-up."""
+    """Answers /v1/messages with 200 headers at once and never sends the body; notes whether the
+    gateway hung up on it (its handler is cancelled) or the body wait ended some other way."""
 
     def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
         self.port = 0
-        self.hung_up_at: float | None = None
-        self._ready = threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
-        self._ready.wait(10)
+        #: Resolved when the handler ends: True if the gateway hung up, False if the hold ran out.
+        self.hung_up: concurrent.futures.Future[bool] = concurrent.futures.Future()
+        self._runner: web.AppRunner | None = None
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/messages", self._handle)
+        # handler_cancellation: a client disconnect cancels the handler, which is how we see it.
+        self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
+        self.port = self._runner.addresses[0][1]
 
-        async def handle(request: web.Request) -> web.StreamResponse:
-            await request.read()
-            response = web.StreamResponse(status=200, headers={"content-type": "application/json"})
-            await response.prepare(request)
-            try:
-                await asyncio.sleep(30)
-            except asyncio.CancelledError:
-                self.hung_up_at = time.monotonic()
-                raise
-            return response
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
 
-        async def start() -> None:
-            app = web.Application(handler_args={"handler_cancellation": True})
-            app.router.add_post("/v1/messages", handle)
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            site = web.TCPSite(runner, "127.0.0.1", 0)
-            await site.start()
-            self.port = runner.addresses[0][1]
-            self._ready.set()
-
-        self.loop.run_until_complete(start())
-        self.loop.run_forever()
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(status=200, headers={"content-type": "application/json"})
+        await response.prepare(request)
+        try:
+            await asyncio.sleep(BODY_HELD_FOR)
+        except asyncio.CancelledError:
+            self.hung_up.set_result(True)
+            raise
+        self.hung_up.set_result(False)
+        return response
 
 
 @pytest.fixture
 def slow_upstream() -> Iterator[SlowBodyUpstream]:
-    yield SlowBodyUpstream()
+    with LoopThread("slow-upstream") as loop:
+        yield loop.start(SlowBodyUpstream())
 
 
 def test_whole_request_abandoned_after_the_headers_bills_the_input(
@@ -95,17 +98,15 @@ def test_whole_request_abandoned_after_the_headers_bills_the_input(
                 timeout=0.5,
                 headers={"x-api-key": issued.secret, "anthropic-version": "2023-06-01"},
             )
-        gave_up = time.monotonic()
-        deadline = gave_up + 3
-        while slow_upstream.hung_up_at is None and time.monotonic() < deadline:
+        # The gateway hung up on the upstream: its handler was cancelled while the body was held
+        # back, long before the hold ran out (the client's read timeout ended the request).
+        assert slow_upstream.hung_up.result(timeout=BODY_HELD_FOR) is True
+        records = records_of(gateway, issued.record.id)
+        for _ in range(150):  # the settlement follows the hang-up; poll for it
+            if records:
+                break
             time.sleep(0.02)
-        assert slow_upstream.hung_up_at is not None and slow_upstream.hung_up_at - gave_up < 1.0
-        records: list = []
-        while not records and time.monotonic() < deadline:
-            records = gateway.call(
-                gateway.services.store.usage_records(month_of(time.time()), key_id=issued.record.id)
-            )
-            time.sleep(0.02)
+            records = records_of(gateway, issued.record.id)
         (record,) = records
         assert record.status == "client_disconnected"
         assert record.input_tokens == 3 and record.output_tokens == 0  # "count to ten", estimated

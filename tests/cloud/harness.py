@@ -16,7 +16,7 @@ from tests.fakes.bedrock import FakeBedrock
 from tests.fakes.sigv4 import AwsKey
 from tests.fakes.upstream import Reply
 from tests.fakes.vertex import FakeVertex, ServiceAccount
-from tests.resilience.harness import FakeLoop
+from tests.loop_thread import LoopThread
 
 AWS_KEYS = [
     AwsKey(f"AKIAFAKECLOUD{i}TESTX", f"wJalrXUtnFEMI/K7MDENG/bPxRfiCYCLOUD{i}SECRETKEY", None)
@@ -56,7 +56,7 @@ class Clouds:
             fake.requests.clear()
 
 
-def start_clouds(fakes: FakeLoop, directory: Path, accounts: int = 1) -> Clouds:
+def start_clouds(fakes: LoopThread, directory: Path, accounts: int = 1) -> Clouds:
     scripts = {name: Scripted(default=Reply()) for name in ("bedrock", "vertex", "azure")}
     bedrock = FakeBedrock(AWS_KEYS, scripts["bedrock"], region=REGION_AWS)
     vertex = FakeVertex(

@@ -24,7 +24,7 @@ from tests.fakes.azure import IDENTITY_HEADER
 from tests.fakes.bedrock import CloudRequest
 from tests.fakes.sigv4 import AwsKey
 from tests.gateway_server import GatewayServer, running_gateway
-from tests.resilience.harness import FakeLoop
+from tests.loop_thread import LoopThread
 
 SESSION = AwsKey(
     "ASIAFAKESESSION00001", "session/secret/key/for/the/chain", "FwoGZXIvYXdzEfakeSessionToken0123456789"
@@ -42,7 +42,7 @@ def _bearers(requests: list[CloudRequest]) -> list[str]:
 
 
 def test_google_tokens_are_reused_and_refreshed_before_they_expire(tmp_path: Path) -> None:
-    with FakeLoop() as fakes:
+    with LoopThread("fake-upstreams") as fakes:
         clouds = start_clouds(fakes, tmp_path)
         vertex = clouds.vertex
         provider = vertex_provider("vertex", vertex, clouds.credential_files, token_refresh_margin=300)
@@ -65,7 +65,7 @@ def test_google_tokens_are_reused_and_refreshed_before_they_expire(tmp_path: Pat
 
 
 def test_application_default_credentials(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with FakeLoop() as fakes:
+    with LoopThread("fake-upstreams") as fakes:
         clouds = start_clouds(fakes, tmp_path)
         monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(clouds.credential_files[0]))
         provider = vertex_provider("vertex", clouds.vertex, clouds.credential_files)
@@ -81,7 +81,7 @@ def test_application_default_credentials(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_entra_id_tokens_from_a_managed_identity(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    with FakeLoop() as fakes:
+    with LoopThread("fake-upstreams") as fakes:
         clouds = start_clouds(fakes, tmp_path)
         azure = clouds.azure
         # App Service's managed identity endpoint, as azure-identity finds it.
@@ -125,7 +125,7 @@ def test_aws_identities_from_the_standard_chain_and_a_profile(
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", SESSION.access_key_id)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SESSION.secret_access_key)
     monkeypatch.setenv("AWS_SESSION_TOKEN", SESSION.session_token or "")
-    with FakeLoop() as fakes:
+    with LoopThread("fake-upstreams") as fakes:
         clouds = start_clouds(fakes, tmp_path)
         bedrock = clouds.bedrock
         bedrock.keys = {k.access_key_id: k for k in (SESSION, PROFILE)}

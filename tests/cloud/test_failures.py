@@ -34,12 +34,12 @@ from tests.fakes.bedrock import StreamException
 from tests.fakes.upstream import FakeUpstream, Fault, RecordedRequest, Reply
 from tests.gateway.clients import anthropic_client, openai_client
 from tests.gateway_server import GatewayServer, running_gateway
+from tests.loop_thread import LoopThread
 from tests.resilience.clients import Format, call
 from tests.resilience.harness import (
     ENV as ANTHROPIC_ENV,
 )
 from tests.resilience.harness import (
-    FakeLoop,
     anthropic_provider,
     capture_logs,
 )
@@ -73,7 +73,7 @@ class Setup:
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     directory = tmp_path_factory.mktemp("failures")
-    with FakeLoop() as fakes, capture_logs() as logs:
+    with LoopThread("fake-upstreams") as fakes, capture_logs() as logs:
         clouds = start_clouds(fakes, directory)
         script = Scripted(default=Reply())
         ant = fakes.start(FakeUpstream(script))

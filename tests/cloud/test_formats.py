@@ -34,7 +34,7 @@ from tests.fakes.bedrock import CloudRequest
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.gateway.clients import anthropic_client
 from tests.gateway_server import GatewayServer, running_gateway
-from tests.resilience.harness import FakeLoop
+from tests.loop_thread import LoopThread
 
 #: kind -> (aria model for Messages clients, nova model for Chat and Responses clients).
 MODELS = {
@@ -58,7 +58,7 @@ class Cloudy:
 @pytest.fixture(scope="module")
 def cloudy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cloudy]:
     directory = tmp_path_factory.mktemp("clouds")
-    with FakeLoop() as fakes:
+    with LoopThread("fake-upstreams") as fakes:
         clouds = start_clouds(fakes, directory)
         providers = [
             {"name": "simulator", "kind": "simulator"},

@@ -33,7 +33,8 @@ from tests.conformance.conftest import issue_key
 from tests.fakes.bedrock import CloudRequest
 from tests.fakes.upstream import FakeUpstream, Fault, RecordedRequest, Reply
 from tests.gateway_server import running_gateway
-from tests.resilience.harness import FakeLoop, capture_logs
+from tests.loop_thread import LoopThread
+from tests.resilience.harness import capture_logs
 
 ANTHROPIC_KEYS = [f"sk-ant-api03-POOL{i}anthropicSECRET0123456789abcdefXYZ" for i in range(3)]
 
@@ -67,7 +68,7 @@ def _health(base_url: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("kind", ["anthropic", "bedrock", "vertex", "azure-openai"])
 def test_a_refused_and_a_throttled_credential_never_fail_a_request(tmp_path: Path, kind: str) -> None:
-    with FakeLoop() as fakes, capture_logs() as logs:
+    with LoopThread("fake-upstreams") as fakes, capture_logs() as logs:
         clouds = start_clouds(fakes, tmp_path, accounts=3)
         fmt: Format = "chat" if kind == "azure-openai" else "messages"
         env = dict(ENV)

@@ -22,9 +22,10 @@ import pytest
 
 from modelgate.clock import month_of
 from modelgate.storage.base import UsageRecord
-from tests.conformance.upstreams import LoopThread, ReplayUpstream, Scripted, start_fake
+from tests.conformance.upstreams import ReplayUpstream, Scripted, start_fake
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer, running_gateway
+from tests.loop_thread import LoopThread
 
 UPSTREAM_KEY = "sk-upstream-test-0123456789"
 
@@ -56,9 +57,8 @@ class Wired:
 
 @pytest.fixture(scope="session")
 def loop_thread() -> Iterator[LoopThread]:
-    loop = LoopThread()
-    yield loop
-    loop.close()
+    with LoopThread("fake-upstreams") as loop:
+        yield loop
 
 
 @pytest.fixture(scope="session")
@@ -71,8 +71,7 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
 def _wired_session(tmp_path_factory: pytest.TempPathFactory, loop_thread: LoopThread) -> Iterator[Wired]:
     script = Scripted(default=Reply())
     fake = start_fake(loop_thread, script)
-    replay = ReplayUpstream()
-    loop_thread.run(replay.start())
+    replay = loop_thread.start(ReplayUpstream())
     providers = [
         {"name": "simulator", "kind": "simulator"},
         {"name": "fake-anthropic", "kind": "anthropic", "base_url": fake.base_url, "api_key_env": "FAKE_KEY"},
@@ -99,8 +98,6 @@ def _wired_session(tmp_path_factory: pytest.TempPathFactory, loop_thread: LoopTh
         routing={"max_attempts": 1},
     ) as server:
         yield Wired(server, fake, script, replay)
-    loop_thread.run(fake.stop())
-    loop_thread.run(replay.stop())
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 
 ``FakeUpstream`` (tests/fakes) is an aiohttp server bound to the loop that starts it; the gateway
 under test runs on its own thread and loop, and the tests drive it synchronously through the
-SDKs. ``LoopThread`` owns one loop in a daemon thread so a module can start its fakes once.
+SDKs. A ``tests.loop_thread.LoopThread`` hosts the fakes so a module can start them once.
 
 ``ReplayUpstream`` answers every request with the next recorded body verbatim (a golden upstream
 SSE transcript or JSON), so gateway-level checks can start from a recorded upstream stream.
@@ -10,34 +10,16 @@ SSE transcript or JSON), so gateway-level checks can start from a recorded upstr
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections import deque
-from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from aiohttp import web
 
 from tests.fakes.upstream import FakeUpstream, RecordedRequest, Step
+from tests.loop_thread import LoopThread
 
 T = TypeVar("T")
-
-
-class LoopThread:
-    """An event loop running in a daemon thread; ``run`` executes a coroutine on it."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="fake-upstreams", daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 10) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=5)
 
 
 class Scripted:
@@ -78,7 +60,7 @@ class ReplayUpstream:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, shutdown_timeout=0.1)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         self.base_url = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
 
@@ -97,6 +79,4 @@ class ReplayUpstream:
 
 
 def start_fake(loop: LoopThread, script: Scripted) -> FakeUpstream:
-    fake = FakeUpstream(script=script)
-    loop.run(fake.start())
-    return fake
+    return loop.start(FakeUpstream(script=script))

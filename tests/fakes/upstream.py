@@ -207,7 +207,7 @@ class FakeUpstream:
         # handler_cancellation: a client disconnect cancels the handler, which is how we see it.
         self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.1, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, shutdown_timeout=0.1)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         port = self._runner.addresses[0][1]
         self.base_url = f"http://127.0.0.1:{port}"

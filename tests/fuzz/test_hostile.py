@@ -19,10 +19,10 @@ import httpx
 import orjson
 import pytest
 
-from tests.conformance.upstreams import LoopThread
 from tests.fakes.upstream import FakeUpstream
 from tests.fuzz.hostile import Hostile, hostile_requests
 from tests.hardening.process import GatewayProcess, assert_ledger_invariant, run
+from tests.loop_thread import LoopThread
 
 COUNT = int(os.environ.get("MODELGATE_TEST_FUZZ_COUNT", "2000"))
 SEED = int(os.environ.get("MODELGATE_TEST_FUZZ_SEED", "0") or random.randrange(1 << 30))
@@ -130,14 +130,13 @@ def test_hostile_requests_are_answered_in_format_and_never_charged(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     print(f"fuzz: {COUNT} requests, seed {SEED} (MODELGATE_TEST_FUZZ_SEED={SEED} reproduces them)")
-    loop = LoopThread()
-    chat, messages = FakeUpstream(dialect="chat"), FakeUpstream(dialect="messages")
-    loop.run(chat.start())
-    loop.run(messages.start())
+    loop = LoopThread("fake-upstreams")
+    chat = loop.start(FakeUpstream(dialect="chat"))
+    messages = loop.start(FakeUpstream(dialect="messages"))
     server = {"offload_body_bytes": 65536, "max_in_flight": 10_000}
     gateway = GatewayProcess(tmp_path, upstreams_toml(chat.base_url, messages.base_url), server=server)
     monkeypatch.setenv("FUZZ_ANTHROPIC_KEY", "sk-ant-fuzz-0123456789abcdefghij")
-    with gateway:
+    with loop, gateway:
         seeded = gateway.seed(credits=10_000, groups=("Basic", "Nova"))
 
         async def issue_admin(m: Any) -> str:
@@ -157,9 +156,7 @@ def test_hostile_requests_are_answered_in_format_and_never_charged(
         statuses = Counter(status for _, status, _ in results)
         print(f"fuzz: statuses {dict(sorted(statuses.items()))}; RSS {start_rss} -> {end_rss} KiB")
         gateway.kill()
-        loop.run(chat.stop())
-        loop.run(messages.stop())
-        loop.close()
+        loop.close()  # stops both fakes; their request logs stay readable
         translated = len(chat.requests) + len(messages.requests)
         print(f"fuzz: {translated} requests reached the translated routes' upstreams")
 

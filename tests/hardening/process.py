@@ -74,10 +74,10 @@ class GatewayProcess:
         return with_management(Options(self.config, self.data_dir), work)
 
     def start(self) -> GatewayProcess:
-        log = self.log.open("ab")
         command = [sys.executable, "-m", "modelgate", "serve", "--config", str(self.config)]
         command += ["--data-dir", str(self.data_dir), "--no-bootstrap"]
-        self.proc = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
+        with self.log.open("ab") as log:  # the child writes through its own copy of the descriptor
+            self.proc = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

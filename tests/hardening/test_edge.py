@@ -9,6 +9,7 @@ import contextlib
 import socket
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
@@ -37,13 +38,12 @@ def messages_headers(key: str, length: int) -> dict[str, str]:
 
 def test_a_refused_key_is_answered_before_the_body_is_read(edge: GatewayServer) -> None:
     declared = 31 * 1024 * 1024
-    sock = connect(edge.port)
-    sock.sendall(request_head("POST", "/v1/messages", messages_headers("sk-cs4-wrong", declared)))
-    sock.sendall(b"x" * 65536)  # 64 KiB of 31 MiB: the answer must not wait for the rest
-    reply = read_reply(sock)
-    assert reply.status == 401 and reply.json()["error"]["type"] == "authentication_error"
-    assert reply.headers["connection"] == "close" and reply.closed
-    sock.close()
+    with connect(edge.port) as sock:
+        sock.sendall(request_head("POST", "/v1/messages", messages_headers("sk-cs4-wrong", declared)))
+        sock.sendall(b"x" * 65536)  # 64 KiB of 31 MiB: the answer must not wait for the rest
+        reply = read_reply(sock)
+        assert reply.status == 401 and reply.json()["error"]["type"] == "authentication_error"
+        assert reply.headers["connection"] == "close" and reply.closed
 
 
 def test_group_and_version_are_checked_on_the_head(edge: GatewayServer) -> None:
@@ -59,40 +59,39 @@ def test_group_and_version_are_checked_on_the_head(edge: GatewayServer) -> None:
         ),
     ]
     for headers, status, kind in cases:
-        sock = connect(edge.port)
-        sock.sendall(request_head("POST", "/v1/messages", headers) + b"{")
-        reply = read_reply(sock)
-        assert (reply.status, reply.json()["error"]["type"]) == (status, kind)
-        assert reply.closed
-        sock.close()
+        with connect(edge.port) as sock:
+            sock.sendall(request_head("POST", "/v1/messages", headers) + b"{")
+            reply = read_reply(sock)
+            assert (reply.status, reply.json()["error"]["type"]) == (status, kind)
+            assert reply.closed
     assert edge.call(edge.services.store.pending_reservations()) == 0
 
 
 def test_a_trickled_head_ends_with_a_json_408(edge: GatewayServer) -> None:
-    sock = connect(edge.port)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n")  # never finished
-    reply = read_reply(sock)
-    assert reply.status == 408 and reply.closed
-    assert reply.json()["error"]["code"] == "request_timeout"
-    assert edge.services.edge.head_timeouts >= 1
+    with connect(edge.port) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\n")  # never finished
+        reply = read_reply(sock)
+        assert reply.status == 408 and reply.closed
+        assert reply.json()["error"]["code"] == "request_timeout"
+        assert edge.services.edge.head_timeouts >= 1
 
 
 def test_a_connection_that_says_nothing_is_closed(edge: GatewayServer) -> None:
-    sock = connect(edge.port)
-    reply = read_reply(sock)
-    assert reply.status == 408 and reply.closed
+    with connect(edge.port) as sock:
+        reply = read_reply(sock)
+        assert reply.status == 408 and reply.closed
 
 
 def test_a_trickled_body_ends_with_a_json_408_in_the_paths_format(edge: GatewayServer) -> None:
     key = edge.key(edge.account("acme"), "Basic").secret
-    sock = connect(edge.port)
-    sock.sendall(request_head("POST", "/v1/messages", messages_headers(key, 1000)) + b'{"model":')
-    reply = read_reply(sock)
-    assert reply.status == 408 and reply.closed
-    body = reply.json()
-    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
-    assert edge.services.edge.body_timeouts == 1
-    assert edge.call(edge.services.store.pending_reservations()) == 0
+    with connect(edge.port) as sock:
+        sock.sendall(request_head("POST", "/v1/messages", messages_headers(key, 1000)) + b'{"model":')
+        reply = read_reply(sock)
+        assert reply.status == 408 and reply.closed
+        body = reply.json()
+        assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+        assert edge.services.edge.body_timeouts == 1
+        assert edge.call(edge.services.store.pending_reservations()) == 0
 
 
 def test_the_connection_cap_refuses_in_json_and_recovers(tmp_path: Path) -> None:
@@ -100,18 +99,16 @@ def test_the_connection_cap_refuses_in_json_and_recovers(tmp_path: Path) -> None
         tmp_path / "data",
         server={"max_connections": 4, "header_timeout_seconds": 30, "keep_alive_seconds": 30},
     ) as gw:
-        held = [connect(gw.port) for _ in range(4)]
-        for sock in held:  # the server has accepted each of them before the next one is tried
-            sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
-            assert read_reply_keep_alive(sock) == 200
-        extra = connect(gw.port)
-        reply = read_reply(extra)
-        assert reply.status == 503 and reply.closed and reply.headers["retry-after"] == "1"
-        assert reply.json()["error"]["code"] == "service_unavailable"
-        assert gw.services.edge.connections_refused == 1
-        for sock in held:
-            sock.close()
-        extra.close()
+        with ExitStack() as connections:
+            held = [connections.enter_context(connect(gw.port)) for _ in range(4)]
+            for sock in held:  # the server has accepted each of them before the next one is tried
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+                assert read_reply_keep_alive(sock) == 200
+            extra = connections.enter_context(connect(gw.port))
+            reply = read_reply(extra)
+            assert reply.status == 503 and reply.closed and reply.headers["retry-after"] == "1"
+            assert reply.json()["error"]["code"] == "service_unavailable"
+            assert gw.services.edge.connections_refused == 1
         assert httpx.get(f"{gw.base_url}/healthz").status_code == 200
 
 
@@ -127,12 +124,12 @@ def test_the_connection_cap_refuses_in_json_and_recovers(tmp_path: Path) -> None
     ],
 )
 def test_broken_framing_is_a_json_400(edge: GatewayServer, raw: bytes, fmt: str) -> None:
-    sock = connect(edge.port)
-    sock.sendall(raw)
-    reply = read_reply(sock)
-    assert reply.status == 400 and reply.closed
-    assert reply.headers["content-type"] == "application/json"
-    assert reply.json()["error"]["type"] == "invalid_request_error"
+    with connect(edge.port) as sock:
+        sock.sendall(raw)
+        reply = read_reply(sock)
+        assert reply.status == 400 and reply.closed
+        assert reply.headers["content-type"] == "application/json"
+        assert reply.json()["error"]["type"] == "invalid_request_error"
 
 
 @pytest.mark.parametrize(
@@ -164,17 +161,16 @@ def test_unknown_paths_and_methods_answer_json(
 
 
 def test_a_websocket_upgrade_is_a_json_404(edge: GatewayServer) -> None:
-    sock = connect(edge.port)
-    headers = {
-        "connection": "Upgrade",
-        "upgrade": "websocket",
-        "sec-websocket-version": "13",
-        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
-    }
-    sock.sendall(request_head("GET", "/v1/responses", headers))
-    reply = read_reply(sock)
-    assert reply.status == 404 and "WebSocket" in reply.json()["error"]["message"]
-    sock.close()
+    with connect(edge.port) as sock:
+        headers = {
+            "connection": "Upgrade",
+            "upgrade": "websocket",
+            "sec-websocket-version": "13",
+            "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+        }
+        sock.sendall(request_head("GET", "/v1/responses", headers))
+        reply = read_reply(sock)
+        assert reply.status == 404 and "WebSocket" in reply.json()["error"]["message"]
 
 
 def test_readyz_is_ready_while_serving(edge: GatewayServer) -> None:
@@ -183,12 +179,11 @@ def test_readyz_is_ready_while_serving(edge: GatewayServer) -> None:
 
 
 def test_keep_alive_connections_serve_several_requests(edge: GatewayServer) -> None:
-    sock = connect(edge.port)
-    for _ in range(3):
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
-        reply = read_reply_keep_alive(sock)
-        assert reply == 200
-    sock.close()
+    with connect(edge.port) as sock:
+        for _ in range(3):
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            reply = read_reply_keep_alive(sock)
+            assert reply == 200
 
 
 def read_reply_keep_alive(sock: socket.socket) -> int:

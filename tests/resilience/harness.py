@@ -1,24 +1,21 @@
-"""Shared pieces of the resilience tests: fake upstreams on their own event loop, provider
-configurations pointing at them, and a log capture that sees every logger the gateway uses.
+"""Shared pieces of the resilience tests: provider configurations pointing at fake upstreams,
+and a log capture that sees every logger the gateway uses.
 
 The gateway runs in its thread (tests/gateway_server.py); the fakes run in another thread with
-their own loop, so a test (the third thread) drives real SDK clients against both, and nothing
-but the network sits between them.
+their own loop (``tests.loop_thread.LoopThread``), so a test (the third thread) drives real SDK
+clients against both, and nothing but the network sits between them.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 from tests.fakes import FakeUpstream, Reply
 from tests.fakes.upstream import Step
-
-T = TypeVar("T")
 
 #: Upstream credentials: long, distinctive, and shaped like the real ones.
 ANTHROPIC_KEY = "sk-ant-api03-RESILIENCEanthropicSECRET0123456789abcdefXYZ"
@@ -36,34 +33,6 @@ QUICK_ROUTING = {
     "cooldown": 0.0,
     "retry_budget_min_per_second": 1000.0,
 }
-
-
-class FakeLoop:
-    """An event loop in a daemon thread that hosts fake upstreams for the length of a test."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="fake-upstreams", daemon=True)
-        self._fakes: list[FakeUpstream] = []
-
-    def __enter__(self) -> FakeLoop:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for fake in self._fakes:
-            self.call(fake.stop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(timeout=5)
-        self.loop.close()
-
-    def call(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def start(self, fake: FakeUpstream) -> FakeUpstream:
-        self.call(fake.start())
-        self._fakes.append(fake)
-        return fake
 
 
 def rescript(fake: FakeUpstream, *steps: Step, default: Step | None = None) -> None:

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from tests.fakes import FakeUpstream, refused_base_url
 from tests.gateway_server import GatewayServer, running_gateway
+from tests.loop_thread import LoopThread
 from tests.resilience.clients import Format, Outcome, call
-from tests.resilience.harness import ENV, QUICK_ROUTING, FakeLoop, anthropic_provider, openai_provider
+from tests.resilience.harness import ENV, QUICK_ROUTING, anthropic_provider, openai_provider
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Env:
 
 @contextmanager
 def routed_gateway(data: Path) -> Iterator[Env]:
-    with FakeLoop() as fakes:
+    with LoopThread("fake-upstreams") as fakes:
         fake = fakes.start(FakeUpstream())
         dead = refused_base_url()
         providers = [

@@ -23,7 +23,8 @@ import openai
 from tests.fakes import FakeUpstream, Fault, Reply
 from tests.fakes.upstream import Step
 from tests.gateway_server import GatewayServer, running_gateway
-from tests.resilience.harness import ENV, FakeLoop, anthropic_provider, openai_provider
+from tests.loop_thread import LoopThread
+from tests.resilience.harness import ENV, anthropic_provider, openai_provider
 
 MARKER = re.compile(rb"req-(\d{5})")
 ROUTING = {
@@ -46,7 +47,7 @@ class Pair:
 
 @contextmanager
 def pair(data: Path, bad_step: Step, good_step: Step) -> Iterator[Pair]:
-    with FakeLoop() as fakes:
+    with LoopThread("fake-upstreams") as fakes:
         good = fakes.start(FakeUpstream(default=good_step))
         bad = fakes.start(FakeUpstream(default=bad_step))
         # Generous timeouts: under load (50 in flight, one process) a tight first-byte timeout

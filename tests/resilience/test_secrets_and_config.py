@@ -15,6 +15,7 @@ from modelgate.services import Services
 from tests.fakes import FakeUpstream, Fault, Reply
 from tests.fakes.upstream import Step
 from tests.gateway_server import make_settings, running_gateway
+from tests.loop_thread import LoopThread
 from tests.resilience.clients import call
 from tests.resilience.harness import (
     ANTHROPIC_KEY,
@@ -22,7 +23,6 @@ from tests.resilience.harness import (
     OPENAI_KEY,
     QUICK_ROUTING,
     SECRETS,
-    FakeLoop,
     anthropic_provider,
     capture_logs,
     openai_provider,
@@ -42,7 +42,7 @@ SCENARIOS: list[Step] = [
 
 
 def test_upstream_keys_appear_in_no_response_header_body_or_log(tmp_path: Path) -> None:
-    with FakeLoop() as fakes, capture_logs() as logs:
+    with LoopThread("fake-upstreams") as fakes, capture_logs() as logs:
         fake = fakes.start(FakeUpstream())
         providers = [anthropic_provider("ant", fake.base_url), openai_provider("oai", fake.base_url)]
         deployments = {
@@ -129,7 +129,7 @@ def test_configuration_errors_name_the_key(tmp_path: Path) -> None:
 
 
 def test_hidden_models_are_listed_nowhere_and_answer_404(tmp_path: Path) -> None:
-    with FakeLoop() as fakes:
+    with LoopThread("fake-upstreams") as fakes:
         fake = fakes.start(FakeUpstream())
         with running_gateway(
             tmp_path / "data",
