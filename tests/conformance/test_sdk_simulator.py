@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from tests.conformance.conftest import issue_key, usage_records
-from tests.gateway.clients import anthropic_client, openai_client
+from tests.gateway.clients import SdkClients
 from tests.gateway_server import GatewayServer, running_gateway
 
 WEATHER_SCHEMA = {
@@ -48,9 +48,9 @@ ASK: Any = [{"role": "user", "content": "What is the weather in Paris today?"}]
 # --- Messages ---------------------------------------------------------------------------------
 
 
-def test_messages_text_whole_and_streamed_agree(sim: GatewayServer) -> None:
+def test_messages_text_whole_and_streamed_agree(sim: GatewayServer, sdk: SdkClients) -> None:
     secret, key_id = issue_key(sim, "Pro")
-    client = anthropic_client(sim.base_url, secret)
+    client = sdk.anthropic(sim.base_url, secret)
     whole = client.messages.create(model="aria-haiku-4.5", max_tokens=300, messages=ASK)
     assert whole.stop_reason == "end_turn" and whole.id.startswith("msg_")
     with client.messages.stream(model="aria-haiku-4.5", max_tokens=300, messages=ASK) as stream:
@@ -69,9 +69,9 @@ def test_messages_text_whole_and_streamed_agree(sim: GatewayServer) -> None:
     assert streamed_record.status == "ok" and streamed_record.charged_uc > 0
 
 
-def test_messages_raw_stream_has_the_full_event_grammar(sim: GatewayServer) -> None:
+def test_messages_raw_stream_has_the_full_event_grammar(sim: GatewayServer, sdk: SdkClients) -> None:
     secret, _ = issue_key(sim, "Pro")
-    client = anthropic_client(sim.base_url, secret)
+    client = sdk.anthropic(sim.base_url, secret)
     events = list(
         client.messages.create(
             model="aria-haiku-4.5",
@@ -106,9 +106,9 @@ def test_messages_raw_stream_has_the_full_event_grammar(sim: GatewayServer) -> N
     assert delta.usage.output_tokens > 0
 
 
-def test_messages_tool_round_trip(sim: GatewayServer) -> None:
+def test_messages_tool_round_trip(sim: GatewayServer, sdk: SdkClients) -> None:
     secret, _ = issue_key(sim, "Pro")
-    client = anthropic_client(sim.base_url, secret)
+    client = sdk.anthropic(sim.base_url, secret)
     with client.messages.stream(
         model="aria-sonnet-4.6",
         max_tokens=300,
@@ -139,9 +139,9 @@ def test_messages_tool_round_trip(sim: GatewayServer) -> None:
 
 
 @pytest.mark.parametrize(("group", "model"), [("Nova", "nova-5.5"), ("Basic", "aria-haiku-4.5")])
-def test_chat_text_stream_with_usage(sim: GatewayServer, group: str, model: str) -> None:
+def test_chat_text_stream_with_usage(sim: GatewayServer, group: str, model: str, sdk: SdkClients) -> None:
     secret, key_id = issue_key(sim, group)
-    client = openai_client(sim.base_url, secret)
+    client = sdk.openai(sim.base_url, secret)
     whole = client.chat.completions.create(model=model, messages=ASK)
     chunks = list(
         client.chat.completions.create(
@@ -164,9 +164,11 @@ def test_chat_text_stream_with_usage(sim: GatewayServer, group: str, model: str)
     )
 
 
-def test_chat_stream_without_include_usage_gets_no_usage_chunk_but_is_billed(sim: GatewayServer) -> None:
+def test_chat_stream_without_include_usage_gets_no_usage_chunk_but_is_billed(
+    sim: GatewayServer, sdk: SdkClients
+) -> None:
     secret, key_id = issue_key(sim, "Nova")
-    client = openai_client(sim.base_url, secret)
+    client = sdk.openai(sim.base_url, secret)
     whole = client.chat.completions.create(model="nova-5.5", messages=ASK)
     chunks = list(client.chat.completions.create(model="nova-5.5", messages=ASK, stream=True))
     assert all(c.usage is None and c.choices for c in chunks)
@@ -180,9 +182,9 @@ def test_chat_stream_without_include_usage_gets_no_usage_chunk_but_is_billed(sim
     assert record.output_tokens > 0 and record.charged_uc > 0
 
 
-def test_chat_streamed_tool_call_and_round_trip(sim: GatewayServer) -> None:
+def test_chat_streamed_tool_call_and_round_trip(sim: GatewayServer, sdk: SdkClients) -> None:
     secret, _ = issue_key(sim, "Nova")
-    client = openai_client(sim.base_url, secret)
+    client = sdk.openai(sim.base_url, secret)
     chunks = list(
         client.chat.completions.create(
             model="nova-5.6-sol",
@@ -222,9 +224,9 @@ def test_chat_streamed_tool_call_and_round_trip(sim: GatewayServer) -> None:
     assert (second.choices[0].message.content or "").startswith("[simulator] Tool result received: Sunny")
 
 
-def test_chat_whole_tool_call(sim: GatewayServer) -> None:
+def test_chat_whole_tool_call(sim: GatewayServer, sdk: SdkClients) -> None:
     secret, _ = issue_key(sim, "Pro")
-    completion = openai_client(sim.base_url, secret).chat.completions.create(
+    completion = sdk.openai(sim.base_url, secret).chat.completions.create(
         model="aria-haiku-4.5",
         messages=[{"role": "user", "content": "please call get_weather for Oslo"}],
         tools=[CHAT_TOOL],
@@ -238,9 +240,9 @@ def test_chat_whole_tool_call(sim: GatewayServer) -> None:
 # --- Responses --------------------------------------------------------------------------------
 
 
-def test_responses_text_whole_and_streamed_agree(sim: GatewayServer) -> None:
+def test_responses_text_whole_and_streamed_agree(sim: GatewayServer, sdk: SdkClients) -> None:
     secret, key_id = issue_key(sim, "Nova")
-    client = openai_client(sim.base_url, secret)
+    client = sdk.openai(sim.base_url, secret)
     whole = client.responses.create(model="nova-5.5", input="What is the weather in Paris today?")
     assert whole.status == "completed" and whole.id.startswith("resp_") and whole.output_text
     with client.responses.stream(model="nova-5.5", input="What is the weather in Paris today?") as stream:
@@ -271,9 +273,9 @@ def test_responses_text_whole_and_streamed_agree(sim: GatewayServer) -> None:
     )
 
 
-def test_responses_tool_call_stream_and_round_trip(sim: GatewayServer) -> None:
+def test_responses_tool_call_stream_and_round_trip(sim: GatewayServer, sdk: SdkClients) -> None:
     secret, _ = issue_key(sim, "Nova")
-    client = openai_client(sim.base_url, secret)
+    client = sdk.openai(sim.base_url, secret)
     request: Any = {
         "model": "nova-6-sol",
         "instructions": "You are terse.",
@@ -311,7 +313,7 @@ def test_responses_tool_call_stream_and_round_trip(sim: GatewayServer) -> None:
     assert second.output_text.startswith("[simulator] Tool result received: Sunny")
 
 
-def test_codex_style_request_is_answered_with_namespaced_calls(sim: GatewayServer) -> None:
+def test_codex_style_request_is_answered_with_namespaced_calls(sim: GatewayServer, sdk: SdkClients) -> None:
     """What Codex 0.169 sends (reference §3): store:false, a developer item, include, a hosted
     web_search tool and a namespace tool. The call comes back under its own name and namespace."""
     secret, _ = issue_key(sim, "Nova")
@@ -364,7 +366,7 @@ def test_codex_style_request_is_answered_with_namespaced_calls(sim: GatewayServe
         assert response.status_code == 200
         text = response.read().decode()
     assert "event: response.completed" in text
-    client = openai_client(sim.base_url, secret)
+    client = sdk.openai(sim.base_url, secret)
     # The SDK's typed signature lacks Codex's private fields; send them as extra body.
     typed = {k: v for k, v in body.items() if k not in ("client_metadata", "stream")}
     whole = client.responses.create(**typed, extra_body={"client_metadata": body["client_metadata"]})
@@ -374,10 +376,10 @@ def test_codex_style_request_is_answered_with_namespaced_calls(sim: GatewayServe
     assert call.arguments == '{"task":"simulated"}'  # type: ignore[union-attr]
 
 
-def test_responses_previous_response_id_is_a_clear_400(sim: GatewayServer) -> None:
+def test_responses_previous_response_id_is_a_clear_400(sim: GatewayServer, sdk: SdkClients) -> None:
     secret, _ = issue_key(sim, "Nova")
     with pytest.raises(openai.BadRequestError, match="previous_response_id") as caught:
-        openai_client(sim.base_url, secret).responses.create(
+        sdk.openai(sim.base_url, secret).responses.create(
             model="nova-5.5", input="continue", previous_response_id="resp_123"
         )
     assert caught.value.param == "previous_response_id"
@@ -386,9 +388,9 @@ def test_responses_previous_response_id_is_a_clear_400(sim: GatewayServer) -> No
 # --- count_tokens and real-client request shapes -----------------------------------------------
 
 
-def test_count_tokens_matches_billing_and_spends_nothing(sim: GatewayServer) -> None:
+def test_count_tokens_matches_billing_and_spends_nothing(sim: GatewayServer, sdk: SdkClients) -> None:
     secret, key_id = issue_key(sim, "Basic")
-    client = anthropic_client(sim.base_url, secret)
+    client = sdk.anthropic(sim.base_url, secret)
     system = "You are a careful assistant."
     counted = client.messages.count_tokens(model="haiku", system=system, messages=ASK, tools=[ANTHROPIC_TOOL])
     message = client.messages.create(
@@ -407,7 +409,7 @@ def test_count_tokens_matches_billing_and_spends_nothing(sim: GatewayServer) -> 
     assert httpx.post(url, json=body, headers={"anthropic-version": "2023-06-01"}).status_code == 401
     nova, _ = issue_key(sim, "Nova")
     with pytest.raises(anthropic.PermissionDeniedError):
-        anthropic_client(sim.base_url, nova).messages.count_tokens(model="nova-5.5", messages=ASK)
+        sdk.anthropic(sim.base_url, nova).messages.count_tokens(model="nova-5.5", messages=ASK)
 
 
 CLAUDE_CODE_BETAS = (
@@ -474,7 +476,7 @@ def test_claude_code_shaped_requests_are_accepted(sim: GatewayServer, thinking: 
     assert response.headers["x-modelgate-max-tokens-clamped"] == "32000->16384; reason=model_limit"
 
 
-def test_documented_claude_code_aliases_serve_its_default_model_ids(tmp_path: Path) -> None:
+def test_documented_claude_code_aliases_serve_its_default_model_ids(tmp_path: Path, sdk: SdkClients) -> None:
     aliases = {
         "claude-opus-4-8": "aria-opus-4.8",
         "claude-sonnet-5": "aria-sonnet-5",
@@ -482,7 +484,7 @@ def test_documented_claude_code_aliases_serve_its_default_model_ids(tmp_path: Pa
     }
     with running_gateway(tmp_path / "data", catalogue={"aliases": aliases}) as gateway:
         secret, _ = issue_key(gateway, "Pro")
-        client = anthropic_client(gateway.base_url, secret, header="x-api-key", version="2023-06-01")
+        client = sdk.anthropic(gateway.base_url, secret, header="x-api-key", version="2023-06-01")
         for alias, canonical in aliases.items():
             reply = client.messages.create(model=alias, max_tokens=200, messages=ASK)
             assert reply.model == canonical

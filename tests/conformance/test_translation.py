@@ -18,7 +18,7 @@ import pytest
 
 from tests.conformance.conftest import UPSTREAM_KEY, Wired, issue_key, usage_records
 from tests.fakes.upstream import Fault, Reply
-from tests.gateway.clients import anthropic_client, openai_client
+from tests.gateway.clients import SdkClients, anthropic_client, openai_client
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 PNG = "iVBORw0KGgo="
@@ -33,10 +33,10 @@ TOOL_REPLY = Reply.tool_call(
 # --- Chat client -> Messages upstream ---------------------------------------------------------
 
 
-def test_chat_request_is_translated_to_messages(wired: Wired) -> None:
+def test_chat_request_is_translated_to_messages(wired: Wired, sdk: SdkClients) -> None:
     secret, _ = issue_key(wired.gateway, "Pro")
     wired.script.reset(Reply(text="Sunny."))
-    openai_client(wired.gateway.base_url, secret).chat.completions.create(
+    sdk.openai(wired.gateway.base_url, secret).chat.completions.create(
         model="aria-haiku-4.5",
         messages=[
             {"role": "system", "content": "Be brief."},
@@ -116,10 +116,10 @@ def test_chat_request_is_translated_to_messages(wired: Wired) -> None:
     }
 
 
-def test_chat_client_gets_a_messages_tool_call_whole(wired: Wired) -> None:
+def test_chat_client_gets_a_messages_tool_call_whole(wired: Wired, sdk: SdkClients) -> None:
     secret, key_id = issue_key(wired.gateway, "Pro")
     wired.script.reset(TOOL_REPLY)
-    completion = openai_client(wired.gateway.base_url, secret).chat.completions.create(
+    completion = sdk.openai(wired.gateway.base_url, secret).chat.completions.create(
         model="aria-haiku-4.5",
         messages=[{"role": "user", "content": "Weather in Paris?"}],
         tools=[{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}],
@@ -137,12 +137,12 @@ def test_chat_client_gets_a_messages_tool_call_whole(wired: Wired) -> None:
 
 
 @pytest.mark.parametrize("include_usage", [True, False])
-def test_chat_client_streams_a_messages_tool_call(wired: Wired, include_usage: bool) -> None:
+def test_chat_client_streams_a_messages_tool_call(wired: Wired, include_usage: bool, sdk: SdkClients) -> None:
     secret, key_id = issue_key(wired.gateway, "Pro")
     wired.script.reset(TOOL_REPLY)
     options: Any = {"stream_options": {"include_usage": True}} if include_usage else {}
     chunks = list(
-        openai_client(wired.gateway.base_url, secret).chat.completions.create(
+        sdk.openai(wired.gateway.base_url, secret).chat.completions.create(
             model="aria-haiku-4.5",
             messages=[{"role": "user", "content": "Weather in Paris?"}],
             tools=[{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}],
@@ -167,9 +167,9 @@ def test_chat_client_streams_a_messages_tool_call(wired: Wired, include_usage: b
     assert (record.input_tokens, record.output_tokens, record.status) == (30, 9, "ok")
 
 
-def test_chat_round_trip_over_a_messages_upstream(wired: Wired) -> None:
+def test_chat_round_trip_over_a_messages_upstream(wired: Wired, sdk: SdkClients) -> None:
     secret, _ = issue_key(wired.gateway, "Basic")
-    client = openai_client(wired.gateway.base_url, secret)
+    client = sdk.openai(wired.gateway.base_url, secret)
     wired.script.reset(TOOL_REPLY, Reply(text="It is sunny in Paris."))
     tools: Any = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]
     ask: Any = [{"role": "user", "content": "Weather in Paris?"}]
@@ -202,9 +202,9 @@ def test_chat_round_trip_over_a_messages_upstream(wired: Wired) -> None:
 # --- Messages client -> Chat upstream ---------------------------------------------------------
 
 
-def test_messages_request_is_translated_to_chat(wired: Wired) -> None:
+def test_messages_request_is_translated_to_chat(wired: Wired, sdk: SdkClients) -> None:
     secret, _ = issue_key(wired.gateway, "Pro")
-    anthropic_client(wired.gateway.base_url, secret).messages.create(
+    sdk.anthropic(wired.gateway.base_url, secret).messages.create(
         model="aria-sonnet-4.6",
         max_tokens=400,
         system=[{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
@@ -272,10 +272,10 @@ def test_messages_request_is_translated_to_chat(wired: Wired) -> None:
     }
 
 
-def test_messages_client_streams_a_chat_tool_call(wired: Wired) -> None:
+def test_messages_client_streams_a_chat_tool_call(wired: Wired, sdk: SdkClients) -> None:
     secret, key_id = issue_key(wired.gateway, "Pro")
     wired.script.reset(TOOL_REPLY)
-    client = anthropic_client(wired.gateway.base_url, secret)
+    client = sdk.anthropic(wired.gateway.base_url, secret)
     with client.messages.stream(
         model="aria-sonnet-4.6",
         max_tokens=400,
@@ -297,10 +297,10 @@ def test_messages_client_streams_a_chat_tool_call(wired: Wired) -> None:
     assert (record.input_tokens, record.output_tokens) == (30, 9)
 
 
-def test_messages_round_trip_over_a_chat_upstream(wired: Wired) -> None:
+def test_messages_round_trip_over_a_chat_upstream(wired: Wired, sdk: SdkClients) -> None:
     secret, _ = issue_key(wired.gateway, "Pro")
     wired.script.reset(TOOL_REPLY, Reply(text="Sunny.", output_tokens=2))
-    client = anthropic_client(wired.gateway.base_url, secret)
+    client = sdk.anthropic(wired.gateway.base_url, secret)
     tools: Any = [{"name": "get_weather", "input_schema": WEATHER}]
     ask: Any = [{"role": "user", "content": "Weather in Paris?"}]
     first = client.messages.create(model="aria-sonnet-4.6", max_tokens=300, messages=ask, tools=tools)
@@ -341,9 +341,9 @@ CODEX_TOOLS: Any = [
 ]
 
 
-def test_responses_request_is_translated_to_chat(wired: Wired) -> None:
+def test_responses_request_is_translated_to_chat(wired: Wired, sdk: SdkClients) -> None:
     secret, _ = issue_key(wired.gateway, "Nova")
-    openai_client(wired.gateway.base_url, secret).responses.create(
+    sdk.openai(wired.gateway.base_url, secret).responses.create(
         model="nova-5.6-sol",
         instructions="Be brief.",
         input=[
@@ -391,12 +391,12 @@ def test_responses_request_is_translated_to_chat(wired: Wired) -> None:
     }
 
 
-def test_responses_client_streams_a_namespaced_chat_tool_call(wired: Wired) -> None:
+def test_responses_client_streams_a_namespaced_chat_tool_call(wired: Wired, sdk: SdkClients) -> None:
     secret, key_id = issue_key(wired.gateway, "Nova")
     wired.script.reset(
         Reply.tool_call("multi_agent_v1__spawn", {"city": "Paris"}, input_tokens=30, output_tokens=9)
     )
-    client = openai_client(wired.gateway.base_url, secret)
+    client = sdk.openai(wired.gateway.base_url, secret)
     with client.responses.stream(model="nova-5.6-sol", input="spawn", tools=CODEX_TOOLS) as stream:
         events = list(stream)
         final = stream.get_final_response()
@@ -423,10 +423,10 @@ def test_responses_client_streams_a_namespaced_chat_tool_call(wired: Wired) -> N
     assert (item["name"], item["namespace"]) == ("spawn", "multi_agent_v1") and whole.id.startswith("resp_")
 
 
-def test_responses_round_trip_over_a_chat_upstream(wired: Wired) -> None:
+def test_responses_round_trip_over_a_chat_upstream(wired: Wired, sdk: SdkClients) -> None:
     secret, _ = issue_key(wired.gateway, "Nova")
     wired.script.reset(TOOL_REPLY, Reply(text="Sunny in Paris."))
-    client = openai_client(wired.gateway.base_url, secret)
+    client = sdk.openai(wired.gateway.base_url, secret)
     tools: Any = [{"type": "function", "name": "get_weather", "parameters": WEATHER}]
     first = client.responses.create(model="nova-5.6-sol", input="Weather in Paris?", tools=tools)
     assert [item.type for item in first.output] == ["message", "function_call"]
@@ -449,9 +449,11 @@ def test_responses_round_trip_over_a_chat_upstream(wired: Wired) -> None:
     assert second.status == "completed" and second.output_text == "Sunny in Paris."
 
 
-def test_hosted_tools_are_refused_when_translating_but_passed_through_natively(wired: Wired) -> None:
+def test_hosted_tools_are_refused_when_translating_but_passed_through_natively(
+    wired: Wired, sdk: SdkClients
+) -> None:
     secret, _ = issue_key(wired.gateway, "Nova")
-    client = openai_client(wired.gateway.base_url, secret)
+    client = sdk.openai(wired.gateway.base_url, secret)
     tools: Any = [
         {"type": "web_search", "external_web_access": False},
         {"type": "file_search", "vector_store_ids": ["vs_1"]},
@@ -473,22 +475,29 @@ def test_hosted_tools_are_refused_when_translating_but_passed_through_natively(w
 
 
 def _messages_stream(base_url: str, secret: str, model: str) -> None:
-    with anthropic_client(base_url, secret).messages.stream(
-        model=model, max_tokens=100, messages=[{"role": "user", "content": "hi"}]
-    ) as stream:
+    with (
+        anthropic_client(base_url, secret) as client,
+        client.messages.stream(
+            model=model, max_tokens=100, messages=[{"role": "user", "content": "hi"}]
+        ) as stream,
+    ):
         for _ in stream:
             pass
 
 
 def _chat_stream(base_url: str, secret: str, model: str) -> None:
-    for _ in openai_client(base_url, secret).chat.completions.create(
-        model=model, messages=[{"role": "user", "content": "hi"}], stream=True
-    ):
-        pass
+    with openai_client(base_url, secret) as client:
+        for _ in client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hi"}], stream=True
+        ):
+            pass
 
 
 def _responses_stream(base_url: str, secret: str, model: str) -> None:
-    with openai_client(base_url, secret).responses.stream(model=model, input="hi") as stream:
+    with (
+        openai_client(base_url, secret) as client,
+        client.responses.stream(model=model, input="hi") as stream,
+    ):
         for _ in stream:
             pass
 

@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from modelgate.catalogue import build_catalogue
-from tests.gateway.clients import anthropic_client, openai_client
+from tests.gateway.clients import SdkClients
 from tests.gateway_server import GatewayServer, running_gateway
 
 CATALOGUE = build_catalogue()
@@ -23,29 +23,30 @@ NOVA = sorted(m.id for m in CATALOGUE.in_family("nova"))
 HELLO = [{"role": "user", "content": "Hello there gateway"}]
 
 
-def test_models_list_per_group_returns_exactly_the_allowed_ids(gateway: GatewayServer) -> None:
+def test_models_list_per_group_returns_exactly_the_allowed_ids(
+    gateway: GatewayServer, sdk: SdkClients
+) -> None:
     account = gateway.account("acme")
     basic = gateway.key(account, "Basic").secret
     pro = gateway.key(account, "Pro").secret
     nova = gateway.key(account, "Nova").secret
     restricted = gateway.key(account, "Pro", models=["sonnet", "aria-haiku-4.5"]).secret
 
-    assert sorted(m.id for m in anthropic_client(gateway.base_url, basic).models.list()) == ARIA
+    assert sorted(m.id for m in sdk.anthropic(gateway.base_url, basic).models.list()) == ARIA
     assert (
-        sorted(m.id for m in anthropic_client(gateway.base_url, pro, header="x-api-key").models.list())
-        == ARIA
+        sorted(m.id for m in sdk.anthropic(gateway.base_url, pro, header="x-api-key").models.list()) == ARIA
     )
-    assert sorted(m.id for m in openai_client(gateway.base_url, nova).models.list()) == NOVA
-    assert sorted(m.id for m in openai_client(gateway.base_url, restricted).models.list()) == [
+    assert sorted(m.id for m in sdk.openai(gateway.base_url, nova).models.list()) == NOVA
+    assert sorted(m.id for m in sdk.openai(gateway.base_url, restricted).models.list()) == [
         "aria-haiku-4.5",
         "aria-sonnet-4.6",
     ]
     # Aliases are never catalogue entries.
-    listed = {m.id for m in openai_client(gateway.base_url, basic).models.list()}
+    listed = {m.id for m in sdk.openai(gateway.base_url, basic).models.list()}
     assert not listed & {"opus", "sonnet", "haiku"}
 
 
-def test_models_listing_carries_the_union_shape(gateway: GatewayServer) -> None:
+def test_models_listing_carries_the_union_shape(gateway: GatewayServer, sdk: SdkClients) -> None:
     key = gateway.key(gateway.account("acme"), "Basic").secret
     body = httpx.get(f"{gateway.base_url}/v1/models", headers={"x-api-key": key}).json()
     assert body["object"] == "list" and body["has_more"] is False
@@ -53,19 +54,19 @@ def test_models_listing_carries_the_union_shape(gateway: GatewayServer) -> None:
     haiku = next(m for m in body["data"] if m["id"] == "aria-haiku-4.5")
     assert haiku["context_length"] == 200000 and haiku["max_output_tokens"] == 8192
     assert {"object", "type", "display_name", "created", "created_at", "owned_by"} <= set(haiku)
-    one = anthropic_client(gateway.base_url, key).models.retrieve("aria-haiku-4.5")
+    one = sdk.anthropic(gateway.base_url, key).models.retrieve("aria-haiku-4.5")
     assert one.id == "aria-haiku-4.5"
     with pytest.raises(anthropic.NotFoundError):
-        anthropic_client(gateway.base_url, key).models.retrieve("nova-5.5")
+        sdk.anthropic(gateway.base_url, key).models.retrieve("nova-5.5")
 
 
 @pytest.mark.parametrize("header", ["bearer", "x-api-key"])
 @pytest.mark.parametrize("version", ["2023-06-01", "2026-10-21"])
 def test_messages_create_with_each_auth_header_and_version(
-    gateway: GatewayServer, header: str, version: str
+    gateway: GatewayServer, header: str, version: str, sdk: SdkClients
 ) -> None:
     key = gateway.key(gateway.account("acme"), "Pro").secret
-    client = anthropic_client(gateway.base_url, key, header=header, version=version)
+    client = sdk.anthropic(gateway.base_url, key, header=header, version=version)
     message = client.messages.create(model="aria-haiku-4.5", max_tokens=200, messages=HELLO)  # type: ignore[arg-type]
     assert message.id.startswith("msg_") and message.type == "message" and message.role == "assistant"
     assert message.model == "aria-haiku-4.5"
@@ -80,11 +81,11 @@ def test_messages_create_with_each_auth_header_and_version(
     assert message._request_id and message._request_id.startswith("req_")
 
 
-def test_chat_completions_create_returns_the_simulator_reply(gateway: GatewayServer) -> None:
+def test_chat_completions_create_returns_the_simulator_reply(gateway: GatewayServer, sdk: SdkClients) -> None:
     account = gateway.account("acme")
     for group, model in (("Nova", "nova-5.6-sol"), ("Basic", "aria-sonnet-5")):
         key = gateway.key(account, group).secret
-        completion = openai_client(gateway.base_url, key).chat.completions.create(
+        completion = sdk.openai(gateway.base_url, key).chat.completions.create(
             model=model,
             messages=[{"role": "system", "content": "Be brief."}, *HELLO],  # type: ignore[list-item]
         )
@@ -100,7 +101,7 @@ def test_chat_completions_create_returns_the_simulator_reply(gateway: GatewaySer
         assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
 
 
-def test_authentication_errors(gateway: GatewayServer) -> None:
+def test_authentication_errors(gateway: GatewayServer, sdk: SdkClients) -> None:
     account = gateway.account("acme")
     issued = gateway.key(account, "Basic")
     url = gateway.base_url
@@ -110,13 +111,13 @@ def test_authentication_errors(gateway: GatewayServer) -> None:
     typo = issued.secret[:-1] + ("A" if issued.secret[-1] != "A" else "B")
     for secret in (new_api_key(), typo):
         with pytest.raises(anthropic.AuthenticationError):
-            anthropic_client(url, secret).messages.create(model="haiku", max_tokens=10, messages=HELLO)  # type: ignore[arg-type]
+            sdk.anthropic(url, secret).messages.create(model="haiku", max_tokens=10, messages=HELLO)  # type: ignore[arg-type]
         with pytest.raises(openai.AuthenticationError):
-            openai_client(url, secret).chat.completions.create(model="haiku", messages=HELLO)  # type: ignore[arg-type]
+            sdk.openai(url, secret).chat.completions.create(model="haiku", messages=HELLO)  # type: ignore[arg-type]
     gateway.call(gateway.management.revoke_key(issued.record))
     gateway.refresh_keys()
     with pytest.raises(anthropic.AuthenticationError, match="revoked"):
-        anthropic_client(url, issued.secret).messages.create(model="haiku", max_tokens=10, messages=HELLO)  # type: ignore[arg-type]
+        sdk.anthropic(url, issued.secret).messages.create(model="haiku", max_tokens=10, messages=HELLO)  # type: ignore[arg-type]
     # Missing key, and a bearer token that is not a gateway key (ALPHA_AUTH_TOKEN / OAuth).
     missing = httpx.post(f"{url}/v1/messages", json={}, headers={"anthropic-version": "2023-06-01"})
     assert missing.status_code == 401 and missing.json()["error"]["type"] == "authentication_error"
@@ -127,44 +128,44 @@ def test_authentication_errors(gateway: GatewayServer) -> None:
     assert oauth.json()["error"]["code"] == "invalid_api_key"
 
 
-def test_group_and_model_rules(gateway: GatewayServer) -> None:
+def test_group_and_model_rules(gateway: GatewayServer, sdk: SdkClients) -> None:
     account = gateway.account("acme")
     nova = gateway.key(account, "Nova").secret
     only_sonnet = gateway.key(account, "Basic", models=["aria-sonnet-4.6"]).secret
     url = gateway.base_url
     with pytest.raises(anthropic.PermissionDeniedError, match="/v1/chat/completions"):
-        anthropic_client(url, nova).messages.create(model="nova-5.5", max_tokens=10, messages=HELLO)  # type: ignore[arg-type]
+        sdk.anthropic(url, nova).messages.create(model="nova-5.5", max_tokens=10, messages=HELLO)  # type: ignore[arg-type]
     with pytest.raises(openai.PermissionDeniedError, match="/v1/messages"):
-        openai_client(url, only_sonnet).responses.create(model="aria-sonnet-4.6", input="hi")
+        sdk.openai(url, only_sonnet).responses.create(model="aria-sonnet-4.6", input="hi")
     # Outside the key's list, of the other family, or unknown: 404 with the same message.
     for model in ("aria-opus-4.8", "nova-5.5", "no-such-model"):
         with pytest.raises(anthropic.NotFoundError, match=f"model {model} is not available for this key"):
-            anthropic_client(url, only_sonnet).messages.create(model=model, max_tokens=10, messages=HELLO)  # type: ignore[arg-type]
+            sdk.anthropic(url, only_sonnet).messages.create(model=model, max_tokens=10, messages=HELLO)  # type: ignore[arg-type]
     with pytest.raises(openai.NotFoundError) as caught:
-        openai_client(url, nova).chat.completions.create(model="aria-haiku-4.5", messages=HELLO)  # type: ignore[arg-type]
+        sdk.openai(url, nova).chat.completions.create(model="aria-haiku-4.5", messages=HELLO)  # type: ignore[arg-type]
     assert caught.value.code == "model_not_found"
 
 
-def test_alias_resolves_before_the_allowed_models_check(gateway: GatewayServer) -> None:
+def test_alias_resolves_before_the_allowed_models_check(gateway: GatewayServer, sdk: SdkClients) -> None:
     key = gateway.key(gateway.account("acme"), "Basic", models=["aria-sonnet-4.6"]).secret
-    message = anthropic_client(gateway.base_url, key).messages.create(
+    message = sdk.anthropic(gateway.base_url, key).messages.create(
         model="sonnet", max_tokens=50, messages=HELLO
     )  # type: ignore[arg-type]
     assert message.model == "aria-sonnet-4.6"
-    completion = openai_client(gateway.base_url, key).chat.completions.create(model="sonnet", messages=HELLO)  # type: ignore[arg-type]
+    completion = sdk.openai(gateway.base_url, key).chat.completions.create(model="sonnet", messages=HELLO)  # type: ignore[arg-type]
     assert completion.model == "aria-sonnet-4.6"
     with pytest.raises(anthropic.NotFoundError):
-        anthropic_client(gateway.base_url, key).messages.create(model="haiku", max_tokens=5, messages=HELLO)  # type: ignore[arg-type]
+        sdk.anthropic(gateway.base_url, key).messages.create(model="haiku", max_tokens=5, messages=HELLO)  # type: ignore[arg-type]
     records = gateway.call(
         gateway.services.store.usage_records(__import__("modelgate.clock").clock.month_of(time.time()))
     )
     assert {r.model for r in records} == {"aria-sonnet-4.6"}
 
 
-def test_bad_requests(gateway: GatewayServer) -> None:
+def test_bad_requests(gateway: GatewayServer, sdk: SdkClients) -> None:
     key = gateway.key(gateway.account("acme"), "Basic").secret
     url = gateway.base_url
-    client = anthropic_client(url, key)
+    client = sdk.anthropic(url, key)
     with pytest.raises(anthropic.BadRequestError, match="max_tokens"):  # the SDK's own types insist on it
         client.post("/v1/messages", cast_to=object, body={"model": "haiku", "messages": HELLO})
     no_version = httpx.post(
@@ -188,13 +189,13 @@ def test_bad_requests(gateway: GatewayServer) -> None:
     assert bad_json.json()["error"]["type"] == "invalid_request_error"
     assert bad_json.json()["request_id"] == bad_json.headers["request-id"]
     with pytest.raises(openai.BadRequestError) as caught:
-        openai_client(url, key).chat.completions.create(model="haiku", messages=[])
+        sdk.openai(url, key).chat.completions.create(model="haiku", messages=[])
     assert caught.value.param == "messages"
     # The SDK raises on a missing version header too.
     raw = anthropic.Anthropic(
         base_url=url, api_key=key, max_retries=0, default_headers={"anthropic-version": anthropic.Omit()}
     )  # type: ignore[dict-item]
-    with pytest.raises(anthropic.BadRequestError, match="anthropic-version"):
+    with raw, pytest.raises(anthropic.BadRequestError, match="anthropic-version"):
         raw.messages.create(model="haiku", max_tokens=5, messages=HELLO)  # type: ignore[arg-type]
 
 
@@ -237,7 +238,7 @@ def test_body_limit_and_request_ids(tmp_path: Path) -> None:
         assert nope.status_code == 404 and nope.headers["x-request-id"].startswith("req_")
 
 
-def test_health_endpoints(gateway: GatewayServer) -> None:
+def test_health_endpoints(gateway: GatewayServer, sdk: SdkClients) -> None:
     key = gateway.key(gateway.account("acme"), "Basic").secret
     healthz = httpx.get(f"{gateway.base_url}/healthz")
     assert healthz.status_code == 200 and healthz.json()["status"] == "ok"
@@ -257,10 +258,10 @@ def test_health_endpoints(gateway: GatewayServer) -> None:
     assert httpx.get(f"{gateway.base_url}/healthz").status_code == 200
     # Model requests get a retryable 503 in their own format, not a 500.
     with pytest.raises(anthropic.InternalServerError) as caught:
-        anthropic_client(gateway.base_url, key).messages.create(model="haiku", max_tokens=5, messages=HELLO)  # type: ignore[arg-type]
+        sdk.anthropic(gateway.base_url, key).messages.create(model="haiku", max_tokens=5, messages=HELLO)  # type: ignore[arg-type]
     assert caught.value.status_code == 503 and "database is unavailable" in caught.value.message
     with pytest.raises(openai.InternalServerError) as failed:
-        openai_client(gateway.base_url, key).chat.completions.create(model="haiku", messages=HELLO)  # type: ignore[arg-type]
+        sdk.openai(gateway.base_url, key).chat.completions.create(model="haiku", messages=HELLO)  # type: ignore[arg-type]
     assert failed.value.status_code == 503 and failed.value.code == "service_unavailable"
 
 
@@ -280,7 +281,9 @@ def test_database_holds_no_key_secret(gateway: GatewayServer) -> None:
         assert secret[7:].encode() not in raw  # not even without the prefix
 
 
-def test_cli_revocation_is_honoured_by_the_running_server_within_a_second(gateway: GatewayServer) -> None:
+def test_cli_revocation_is_honoured_by_the_running_server_within_a_second(
+    gateway: GatewayServer, sdk: SdkClients
+) -> None:
     data_dir = gateway.settings.data_dir
     env_args = ["--data-dir", str(data_dir)]
     cli = [sys.executable, "-m", "modelgate"]
@@ -302,7 +305,7 @@ def test_cli_revocation_is_honoured_by_the_running_server_within_a_second(gatewa
     import json
 
     issued = json.loads(made.stdout)
-    client = anthropic_client(gateway.base_url, issued["secret"])
+    client = sdk.anthropic(gateway.base_url, issued["secret"])
     deadline = time.monotonic() + 2
     while True:  # the new key appears within the refresh interval
         try:

@@ -38,10 +38,12 @@ class Outcome:
 def call(base_url: str, key: str, fmt: Format, model: str, *, stream: bool, prompt: str = PROMPT) -> Outcome:
     try:
         if fmt == "messages":
-            return _messages(anthropic_client(base_url, key), model, stream, prompt)
-        if fmt == "chat":
-            return _chat(openai_client(base_url, key), model, stream, prompt)
-        return _responses(openai_client(base_url, key), model, stream, prompt)
+            with anthropic_client(base_url, key) as claude:
+                return _messages(claude, model, stream, prompt)
+        with openai_client(base_url, key) as gpt:
+            if fmt == "chat":
+                return _chat(gpt, model, stream, prompt)
+            return _responses(gpt, model, stream, prompt)
     except anthropic.APIStatusError as exc:
         body: Any = exc.body
         error = body.get("error", {}) if isinstance(body, dict) else {}

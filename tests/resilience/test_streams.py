@@ -14,7 +14,7 @@ from modelgate.billing.estimate import text_tokens
 from modelgate.clock import month_of
 from modelgate.storage.base import UsageRecord
 from tests.fakes import Fault, Reply
-from tests.gateway.clients import anthropic_client, openai_client
+from tests.gateway.clients import SdkClients
 from tests.resilience.clients import call
 from tests.resilience.harness import rescript
 from tests.resilience.routes import ROUTES, Env
@@ -60,21 +60,23 @@ def test_reset_mid_stream_gives_the_in_band_error_and_bills_what_was_delivered(e
 
 
 @pytest.mark.parametrize("route", list(ROUTES))
-def test_client_disconnect_mid_stream_cancels_the_upstream_within_a_second(env: Env, route: str) -> None:
+def test_client_disconnect_mid_stream_cancels_the_upstream_within_a_second(
+    env: Env, route: str, sdk: SdkClients
+) -> None:
     r = ROUTES[route]
     rescript(env.fake, default=Reply(text=" ".join(["word"] * 40), chunks=40, event_delay=0.1))
     secret, key_id = _fresh_key(env, r.group)
     stream: Any
     if r.fmt == "messages":
-        stream = anthropic_client(env.gateway.base_url, secret).messages.create(
+        stream = sdk.anthropic(env.gateway.base_url, secret).messages.create(
             model=r.model, max_tokens=64, messages=[{"role": "user", "content": "hi"}], stream=True
         )
     elif r.fmt == "chat":
-        stream = openai_client(env.gateway.base_url, secret).chat.completions.create(
+        stream = sdk.openai(env.gateway.base_url, secret).chat.completions.create(
             model=r.model, messages=[{"role": "user", "content": "hi"}], stream=True
         )
     else:
-        stream = openai_client(env.gateway.base_url, secret).responses.create(
+        stream = sdk.openai(env.gateway.base_url, secret).responses.create(
             model=r.model, input="hi", stream=True
         )
     events = iter(stream)
@@ -93,7 +95,7 @@ def test_client_disconnect_mid_stream_cancels_the_upstream_within_a_second(env: 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 @pytest.mark.parametrize("route", ["messages", "chat"])
 def test_client_giving_up_before_the_first_byte_cancels_the_upstream(
-    env: Env, route: str, stream: bool
+    env: Env, route: str, stream: bool, sdk: SdkClients
 ) -> None:
     """Uvicorn does not cancel a handler when its client leaves; the gateway listens for the
     disconnect while it waits on the upstream and aborts the upstream request."""
@@ -105,12 +107,12 @@ def test_client_giving_up_before_the_first_byte_cancels_the_upstream(
     timeout = 0.25
     with pytest.raises((anthropic.APITimeoutError, openai.APITimeoutError)):
         if r.fmt == "messages":
-            client = anthropic_client(env.gateway.base_url, secret).with_options(timeout=timeout)
+            client = sdk.anthropic(env.gateway.base_url, secret).with_options(timeout=timeout)
             client.messages.create(
                 model=r.model, max_tokens=64, messages=[{"role": "user", "content": "hi"}], stream=stream
             )
         else:
-            oclient = openai_client(env.gateway.base_url, secret).with_options(timeout=timeout)
+            oclient = sdk.openai(env.gateway.base_url, secret).with_options(timeout=timeout)
             oclient.chat.completions.create(
                 model=r.model, messages=[{"role": "user", "content": "hi"}], stream=stream
             )
