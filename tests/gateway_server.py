@@ -24,6 +24,7 @@ from modelgate.server.runner import DrainingServer, uvicorn_config
 from modelgate.services import Services
 from modelgate.storage.base import Account
 from tests.loop_thread import LoopThread
+from tests.polling import wait_until
 
 T = TypeVar("T")
 
@@ -115,6 +116,17 @@ class GatewayServer:
 
     def refresh_keys(self) -> None:
         self.call(self.services.keys.refresh())
+
+    def wait_for_key_version(self, key_id: str, version: int) -> None:
+        """Block until this instance's key view holds ``key_id`` at ``version`` or later, loaded by
+        its own background poll or a broadcast (not by the test). Tests then assert what the first
+        request after that refresh sees, never how soon it came."""
+
+        def loaded() -> bool:
+            record = self.services.keys.get(key_id)  # a dict read, safe from the test's thread
+            return record is not None and record.version >= version
+
+        wait_until(loaded, f"the key view loading {key_id} at version {version}")
 
 
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:

@@ -6,8 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -54,14 +53,13 @@ def chat(gateway: GatewayServer, secret: str, model: str = "aria-haiku-4.5") -> 
     return response.status_code
 
 
-def eventually(check: Callable[[], bool], seconds: float = 3.0) -> bool:
-    """The server polls the database every 0.25 s; give it a few intervals."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
+def server_follows(gateway: GatewayServer, key_id: str) -> None:
+    """Wait until the running server's key view holds the key as the CLI left it (its own refresh
+    loads it, every 0.25 s); tests then assert what the first request after that sees. Waiting on
+    the view, not by polling with requests, leaves the key's rate-limit window untouched."""
+    record = gateway.call(gateway.services.store.get_key(key_id))
+    assert record is not None
+    gateway.wait_for_key_version(key_id, record.version)
 
 
 def test_keys_update_changes_controls_and_the_running_server_follows(cli_gateway: GatewayServer) -> None:
@@ -79,7 +77,8 @@ def test_keys_update_changes_controls_and_the_running_server_follows(cli_gateway
     assert row["models"] == "aria-haiku-4.5"
     assert row["monthly_cap_uc"] == 2_500_000 and row["monthly_cap"] == "2.5"
     assert "secret" not in row
-    assert eventually(lambda: chat(cli_gateway, key.secret, "aria-sonnet-4.6") == 404)
+    server_follows(cli_gateway, key.record.id)
+    assert chat(cli_gateway, key.secret, "aria-sonnet-4.6") == 404
     assert chat(cli_gateway, key.secret, "aria-haiku-4.5") == 200
 
     cleared = as_json(
@@ -88,7 +87,8 @@ def test_keys_update_changes_controls_and_the_running_server_follows(cli_gateway
         )
     )
     assert cleared["models"] == "(all of group)" and cleared["monthly_cap_uc"] is None and cleared["rpm"] == 5
-    assert eventually(lambda: chat(cli_gateway, key.secret, "aria-sonnet-4.6") == 200)
+    server_follows(cli_gateway, key.record.id)
+    assert chat(cli_gateway, key.secret, "aria-sonnet-4.6") == 200
 
     missing = modelgate(cli_gateway, "keys", "update", "key_doesnotexist0000", "--rpm", "3", ok=False)
     assert "not found" in missing.stderr
@@ -103,13 +103,15 @@ def test_keys_rotate_with_and_without_grace(cli_gateway: GatewayServer) -> None:
     new = rotated["secret"]
     assert new.startswith("sk-cs4-") and new != old and rotated["id"] == key.record.id
     assert rotated["key"].endswith(new[-4:]) and rotated["previous_secret_valid_until"] is not None
-    assert eventually(lambda: chat(cli_gateway, new) == 200)
+    server_follows(cli_gateway, key.record.id)
+    assert chat(cli_gateway, new) == 200
     assert chat(cli_gateway, old) == 200  # within the grace period
 
     final = as_json(modelgate(cli_gateway, "keys", "rotate", key.record.id, "--grace", "0", "--json"))
     assert final["previous_secret_valid_until"] is None
-    assert eventually(lambda: chat(cli_gateway, final["secret"]) == 200)
-    assert eventually(lambda: chat(cli_gateway, new) == 401)
+    server_follows(cli_gateway, key.record.id)
+    assert chat(cli_gateway, final["secret"]) == 200
+    assert chat(cli_gateway, new) == 401
     assert chat(cli_gateway, old) == 401
 
 

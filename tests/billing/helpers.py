@@ -13,6 +13,7 @@ import orjson
 from modelgate.clock import month_of
 from modelgate.storage.base import UsageRecord
 from tests.gateway_server import GatewayServer
+from tests.polling import POLL_TIMEOUT
 
 PATHS = {"messages": "/v1/messages", "chat": "/v1/chat/completions", "responses": "/v1/responses"}
 
@@ -108,7 +109,7 @@ def records_of(gateway: GatewayServer, key_id: str, limit: int = 100_000) -> lis
 
 
 def wait_for_record(
-    gateway: GatewayServer, request_id: str, key_id: str, timeout: float = 3.0
+    gateway: GatewayServer, request_id: str, key_id: str, timeout: float = POLL_TIMEOUT
 ) -> list[UsageRecord]:
     """The usage records of one request, once at least one exists (streams settle after the body)."""
     deadline = time.monotonic() + timeout

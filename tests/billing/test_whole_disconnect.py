@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from aiohttp import web
 from tests.billing.helpers import records_of
 from tests.gateway_server import running_gateway
 from tests.loop_thread import LoopThread
+from tests.polling import wait_until
 
 #: How long the upstream holds the body back: far longer than the client waits (0.5 s), so the
 #: handler ends before that only when the gateway hangs up on it.
@@ -101,13 +101,7 @@ def test_whole_request_abandoned_after_the_headers_bills_the_input(
         # The gateway hung up on the upstream: its handler was cancelled while the body was held
         # back, long before the hold ran out (the client's read timeout ended the request).
         assert slow_upstream.hung_up.result(timeout=BODY_HELD_FOR) is True
-        records = records_of(gateway, issued.record.id)
-        for _ in range(150):  # the settlement follows the hang-up; poll for it
-            if records:
-                break
-            time.sleep(0.02)
-            records = records_of(gateway, issued.record.id)
-        (record,) = records
+        (record,) = wait_until(lambda: records_of(gateway, issued.record.id), "the request's settlement")
         assert record.status == "client_disconnected"
         assert record.input_tokens == 3 and record.output_tokens == 0  # "count to ten", estimated
         assert record.charged_uc == 3  # 3 input tokens x 1 µc (aria-haiku-4.5 input price)

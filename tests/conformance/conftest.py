@@ -26,6 +26,7 @@ from tests.conformance.upstreams import ReplayUpstream, Scripted, start_fake
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer, running_gateway
 from tests.loop_thread import LoopThread
+from tests.polling import POLL_TIMEOUT
 
 UPSTREAM_KEY = "sk-upstream-test-0123456789"
 
@@ -118,7 +119,7 @@ def issue_key(gateway: GatewayServer, group: str, credits: float = 100) -> tuple
 
 
 def usage_records(
-    gateway: GatewayServer, key_id: str, count: int = 1, timeout: float = 3.0
+    gateway: GatewayServer, key_id: str, count: int = 1, timeout: float = POLL_TIMEOUT
 ) -> list[UsageRecord]:
     """The key's usage records, oldest first, once ``count`` exist (streams settle after the
     last byte, so a client can finish reading before the record is written)."""

@@ -221,15 +221,17 @@ class FakeUpstream:
     def count(self) -> int:
         return len(self.requests)
 
-    async def wait_disconnected(self, index: int = -1, timeout: float = 2.0) -> float:
-        """Wait until request ``index`` saw its client disconnect; return that time."""
+    async def wait_ended(self, index: int = -1, timeout: float = 60.0) -> RecordedRequest:
+        """Wait until request ``index`` ended, either way: its reply ran to the end (``finished``)
+        or its client went away first (``disconnected_at``). Tests assert which one happened;
+        ``timeout`` only bounds a hang, it is no speed assertion."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            at = self.requests[index].disconnected_at
-            if at is not None:
-                return at
+            rec = self.requests[index]
+            if rec.finished or rec.disconnected_at is not None:
+                return rec
             await asyncio.sleep(0.01)
-        raise AssertionError(f"request {index} saw no disconnect within {timeout}s")
+        raise AssertionError(f"request {index} neither finished nor saw a disconnect within {timeout}s")
 
     def _next_step(self, rec: RecordedRequest) -> Step:
         if self._decide is not None:

