@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 import uvloop
@@ -117,7 +117,8 @@ class _ClientSide(asyncio.Protocol):
         self.connecting: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # A stream protocol is always handed a Transport (asyncio types it as the base class).
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         assert self.transport is not None

@@ -318,9 +318,9 @@ def print_budget(ours: dict[str, Any], peer: dict[str, Any] | None) -> None:
         if name not in h:
             continue
         ok = ""
-        if op == ">=":
+        if op == ">=" and limit is not None:
             ok = "yes" if h[name] >= limit else "NO"
-        elif op == "<=":
+        elif op == "<=" and limit is not None:
             ok = "yes" if h[name] <= limit else "NO"
         line = f"{name:28} {_f(h[name]):>11}"
         if p:

@@ -123,7 +123,8 @@ def _cli(args: list[str], config: Path, data_dir: Path) -> dict[str, object]:
     done = subprocess.run([*cmd, "--json"], env=_env(), capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(f"bench: `modelgate {' '.join(args)}` failed:\n{done.stdout}{done.stderr}")
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
+    answer: dict[str, object] = json.loads(done.stdout)
+    return answer
 
 
 def start_modelgate(upstream_port: int, workdir: Path) -> Target:

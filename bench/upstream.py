@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -145,7 +145,7 @@ def stream_events(dialect: str, model: str, chunks: int, include_usage: bool) ->
     pieces = [piece(i) for i in range(chunks)]
     if dialect == "messages":
         usage = {"input_tokens": 12, "output_tokens": 1, "cache_creation_input_tokens": 0}
-        message = {
+        message: dict[str, Any] = {
             "id": "msg_bench000001",
             "type": "message",
             "role": "assistant",
@@ -279,7 +279,8 @@ class Connection(asyncio.Protocol):
         self.pacer: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        # A stream protocol is always handed a Transport (asyncio types it as the base class).
+        self.transport = cast(asyncio.Transport, transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -151,8 +151,9 @@ def test_rate_limit_headers_are_on_success_and_on_402_and_429(tmp_path: Path) ->
 
 
 def test_protective_limiter_answers_429_at_once_without_queueing(tmp_path: Path) -> None:
-    settings = {"server": {"max_in_flight": 3}, "simulator": {"latency_ms": 3000}}
-    with running_gateway(tmp_path / "data", **settings) as gateway:
+    with running_gateway(
+        tmp_path / "data", server={"max_in_flight": 3}, simulator={"latency_ms": 3000}
+    ) as gateway:
         issued = gateway.key(gateway.account("acme"), "Basic", rpm=1000)
         url, body = f"{gateway.base_url}/v1/messages", body_for("messages", "haiku", "hi", 5)
         headers = headers_for("messages", issued.secret)

@@ -15,6 +15,7 @@ import openai
 import orjson
 import pytest
 
+from modelgate.errors import WireFormat
 from tests.billing.helpers import PATHS, body_for, headers_for, records_of, send, wait_for_record
 from tests.gateway_server import GatewayServer, running_gateway
 
@@ -30,8 +31,8 @@ CASES = [
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
     # Gradual generation (one token every 4 ms) so a disconnect lands mid-stream.
-    settings = {"simulator": {"tokens_per_second": 250, "reply_words": 60}}
-    with running_gateway(tmp_path_factory.mktemp("cut") / "data", **settings) as server:
+    simulator = {"tokens_per_second": 250, "reply_words": 60}
+    with running_gateway(tmp_path_factory.mktemp("cut") / "data", simulator=simulator) as server:
         yield server
 
 
@@ -139,7 +140,7 @@ def test_sdk_streams_closed_early_are_billed_once(gateway: GatewayServer) -> Non
 
 @pytest.mark.parametrize("dialect", ["messages", "chat", "responses"])
 @pytest.mark.parametrize("tools", [False, True])
-def test_tap_estimate_is_exact_for_the_simulator(dialect: str, tools: bool) -> None:
+def test_tap_estimate_is_exact_for_the_simulator(dialect: WireFormat, tools: bool) -> None:
     """Each passthrough tap's per-delta estimate equals the simulator's own count, text and tool
     calls alike, so a cut simulator stream is billed exactly what was relayed."""
     from modelgate.billing.estimate import DELTA_ESTIMATOR
@@ -161,8 +162,8 @@ def test_tap_estimate_is_exact_for_the_simulator(dialect: str, tools: bool) -> N
 
     async def relay() -> Any:
         provider = SimulatorProvider("sim", SimulatorConfig(reply_words=40))
-        reply = await provider.send(dialect, orjson.dumps(body), stream=True, client_headers={})  # type: ignore[arg-type]
-        codec = CODECS[dialect]  # type: ignore[index]
+        reply = await provider.send(dialect, orjson.dumps(body), stream=True, client_headers={})
+        codec = CODECS[dialect]
         tap = codec.stream_tap("sim", ClientRequest(codec, body, "sim"), DELTA_ESTIMATOR, None)
         async for chunk in reply.iter_chunks():
             tap.feed(chunk)

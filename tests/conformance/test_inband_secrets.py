@@ -3,6 +3,7 @@ never sees either, on the passthrough path or the translated one."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 import httpx
@@ -24,7 +25,7 @@ ASK = {
 }
 
 
-def _sse(event: str, data: dict[str, object]) -> bytes:
+def _sse(event: str, data: Mapping[str, object]) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 

@@ -56,7 +56,9 @@ def test_messages_text_whole_and_streamed_agree(sim: GatewayServer, sdk: SdkClie
     with client.messages.stream(model="aria-haiku-4.5", max_tokens=300, messages=ASK) as stream:
         accumulated = "".join(stream.text_stream)
         final = stream.get_final_message()
-    assert accumulated == final.content[0].text == whole.content[0].text  # type: ignore[union-attr]
+    final_text, whole_text = final.content[0], whole.content[0]
+    assert final_text.type == whole_text.type == "text"
+    assert accumulated == final_text.text == whole_text.text
     assert final.id.startswith("msg_") and final.id != whole.id and final.model == "aria-haiku-4.5"
     assert final.stop_reason == "end_turn"
     assert final.usage.output_tokens == whole.usage.output_tokens > 0
@@ -100,7 +102,7 @@ def test_messages_raw_stream_has_the_full_event_grammar(sim: GatewayServer, sdk:
         e.delta for e in blocks if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
     ]
     assert len(json_deltas) >= 2
-    assert "".join(d.partial_json for d in json_deltas) == '{"city":"simulated"}'  # type: ignore[union-attr]
+    assert "".join(d.partial_json for d in json_deltas) == '{"city":"simulated"}'
     delta = events[-2]
     assert delta.type == "message_delta" and delta.delta.stop_reason == "tool_use"
     assert delta.usage.output_tokens > 0
@@ -119,20 +121,22 @@ def test_messages_tool_round_trip(sim: GatewayServer, sdk: SdkClients) -> None:
         first = stream.get_final_message()
     assert first.stop_reason == "tool_use"
     call = next(b for b in first.content if b.type == "tool_use")
-    assert call.name == "get_weather" and call.input == PLACEHOLDER_ARGS  # type: ignore[union-attr]
+    assert call.name == "get_weather" and call.input == PLACEHOLDER_ARGS
     history: Any = [
         *ASK,
         {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
         {
             "role": "user",
             "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "Sunny, 24 C"}],
-        },  # type: ignore[union-attr]
+        },
     ]
     second = client.messages.create(
         model="aria-sonnet-4.6", max_tokens=300, messages=history, tools=[ANTHROPIC_TOOL]
     )
     assert second.stop_reason == "end_turn"
-    assert second.content[0].text.startswith("[simulator] Tool result received: Sunny, 24 C")  # type: ignore[union-attr]
+    answer = second.content[0]
+    assert answer.type == "text"
+    assert answer.text.startswith("[simulator] Tool result received: Sunny, 24 C")
 
 
 # --- Chat Completions -------------------------------------------------------------------------
@@ -234,7 +238,8 @@ def test_chat_whole_tool_call(sim: GatewayServer, sdk: SdkClients) -> None:
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
     call = choice.message.tool_calls[0]
-    assert call.function.name == "get_weather" and call.function.arguments == '{"city":"simulated"}'  # type: ignore[union-attr]
+    assert call.type == "function"
+    assert call.function.name == "get_weather" and call.function.arguments == '{"city":"simulated"}'
 
 
 # --- Responses --------------------------------------------------------------------------------
@@ -264,7 +269,8 @@ def test_responses_text_whole_and_streamed_agree(sim: GatewayServer, sdk: SdkCli
     assert [e.sequence_number for e in events] == list(range(len(events)))
     deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
     assert deltas == final.output_text == whole.output_text
-    assert final.output[0].id.startswith("msg_") and final.model == "nova-5.5"  # type: ignore[union-attr]
+    message = final.output[0]
+    assert message.type == "message" and message.id.startswith("msg_") and final.model == "nova-5.5"
     assert final.usage is not None and final.usage == whole.usage
     record = usage_records(sim, key_id, 2)[1]
     assert (record.input_tokens, record.output_tokens) == (
@@ -294,7 +300,9 @@ def test_responses_tool_call_stream_and_round_trip(sim: GatewayServer, sdk: SdkC
     done = next(e for e in events if e.type == "response.function_call_arguments.done")
     assert done.arguments == '{"city":"simulated"}'
     call = next(item for item in first.output if item.type == "function_call")
-    assert call.name == "get_weather" and call.call_id.startswith("call_") and call.id.startswith("fc_")  # type: ignore[union-attr]
+    assert call.type == "function_call"  # narrows the union for the type checker
+    assert call.name == "get_weather" and call.call_id.startswith("call_")
+    assert call.id is not None and call.id.startswith("fc_")
     second = client.responses.create(
         model="nova-6-sol",
         input=[
@@ -304,8 +312,8 @@ def test_responses_tool_call_stream_and_round_trip(sim: GatewayServer, sdk: SdkC
                 "call_id": call.call_id,
                 "name": "get_weather",
                 "arguments": call.arguments,
-            },  # type: ignore[union-attr]
-            {"type": "function_call_output", "call_id": call.call_id, "output": "Sunny, 24 C"},  # type: ignore[union-attr]
+            },
+            {"type": "function_call_output", "call_id": call.call_id, "output": "Sunny, 24 C"},
         ],
         tools=[RESPONSES_TOOL],
     )
@@ -373,7 +381,7 @@ def test_codex_style_request_is_answered_with_namespaced_calls(sim: GatewayServe
     call = next(item for item in whole.output if item.type == "function_call")
     wire = call.model_dump()
     assert (wire["name"], wire.get("namespace")) == ("spawn", "multi_agent_v1")
-    assert call.arguments == '{"task":"simulated"}'  # type: ignore[union-attr]
+    assert call.arguments == '{"task":"simulated"}'
 
 
 def test_responses_previous_response_id_is_a_clear_400(sim: GatewayServer, sdk: SdkClients) -> None:

@@ -20,7 +20,11 @@ from tests.conformance.conftest import UPSTREAM_KEY, Wired, issue_key, usage_rec
 from tests.fakes.upstream import Fault, Reply
 from tests.gateway.clients import SdkClients, anthropic_client, openai_client
 
-WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+WEATHER: dict[str, object] = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}},
+    "required": ["city"],
+}
 PNG = "iVBORw0KGgo="
 # A stream the fake cuts after four events; the pause between events lets them leave the
 # fake's socket before it aborts the connection (an abort discards unsent bytes).
@@ -127,9 +131,11 @@ def test_chat_client_gets_a_messages_tool_call_whole(wired: Wired, sdk: SdkClien
     assert completion.id.startswith("chatcmpl-") and completion.model == "aria-haiku-4.5"
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content == "Let me check."
-    call = choice.message.tool_calls[0]  # type: ignore[index]
+    assert choice.message.tool_calls is not None
+    call = choice.message.tool_calls[0]
+    assert call.type == "function"
     assert call.id == "toolu_01FakeToolCall0001"  # the tool-call id stays stable across formats
-    assert orjson.loads(call.function.arguments) == {"city": "Paris"}  # type: ignore[union-attr]
+    assert orjson.loads(call.function.arguments) == {"city": "Paris"}
     assert completion.usage is not None
     assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (30, 9)
     record = usage_records(wired.gateway, key_id)[0]
@@ -153,9 +159,9 @@ def test_chat_client_streams_a_messages_tool_call(wired: Wired, include_usage: b
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "Let me check."
     calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or ()]
-    assert calls[0].id == "toolu_01FakeToolCall0001" and calls[0].function.name == "get_weather"  # type: ignore[union-attr]
+    assert calls[0].id == "toolu_01FakeToolCall0001" and calls[0].function.name == "get_weather"
     assert len(calls) >= 3  # the opening fragment, then the argument deltas as they came
-    assert orjson.loads("".join(c.function.arguments or "" for c in calls)) == {"city": "Paris"}  # type: ignore[union-attr]
+    assert orjson.loads("".join(c.function.arguments or "" for c in calls)) == {"city": "Paris"}
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishes == ["tool_calls"]
     if include_usage:
@@ -175,14 +181,12 @@ def test_chat_round_trip_over_a_messages_upstream(wired: Wired, sdk: SdkClients)
     ask: Any = [{"role": "user", "content": "Weather in Paris?"}]
     first = client.chat.completions.create(model="aria-haiku-4.5", messages=ask, tools=tools)
     assert first.choices[0].finish_reason == "tool_calls"
-    call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
+    assert first.choices[0].message.tool_calls is not None
+    call = first.choices[0].message.tool_calls[0]
+    echoed: Any = first.choices[0].message.model_dump(exclude_none=True)  # as a client echoes it
     second = client.chat.completions.create(
         model="aria-haiku-4.5",
-        messages=[
-            *ask,
-            first.choices[0].message.model_dump(exclude_none=True),  # type: ignore[list-item]
-            {"role": "tool", "tool_call_id": call.id, "content": "Sunny"},
-        ],
+        messages=[*ask, echoed, {"role": "tool", "tool_call_id": call.id, "content": "Sunny"}],
         tools=tools,
     )
     assert (
@@ -306,25 +310,28 @@ def test_messages_round_trip_over_a_chat_upstream(wired: Wired, sdk: SdkClients)
     first = client.messages.create(model="aria-sonnet-4.6", max_tokens=300, messages=ask, tools=tools)
     assert first.stop_reason == "tool_use"
     call = first.content[1]
+    assert call.type == "tool_use"
+    echoed: Any = [b.model_dump(exclude_none=True) for b in first.content]  # as a client echoes it
     second = client.messages.create(
         model="aria-sonnet-4.6",
         max_tokens=300,
         tools=tools,
         messages=[
             *ask,
-            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+            {"role": "assistant", "content": echoed},
             {
                 "role": "user",
                 "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "Sunny"}],
-            },  # type: ignore[union-attr]
+            },
         ],
     )
-    assert second.stop_reason == "end_turn" and second.content[0].text == "Sunny."  # type: ignore[union-attr]
+    answer = second.content[0]
+    assert second.stop_reason == "end_turn" and answer.type == "text" and answer.text == "Sunny."
     assert wired.fake.requests[-1].json()["messages"][-1] == {
         "role": "tool",
         "tool_call_id": call.id,
         "content": "Sunny",
-    }  # type: ignore[union-attr]
+    }
 
 
 # --- Responses client -> Chat upstream --------------------------------------------------------
@@ -431,7 +438,8 @@ def test_responses_round_trip_over_a_chat_upstream(wired: Wired, sdk: SdkClients
     first = client.responses.create(model="nova-5.6-sol", input="Weather in Paris?", tools=tools)
     assert [item.type for item in first.output] == ["message", "function_call"]
     call = first.output[1]
-    assert first.output_text == "Let me check." and call.call_id == "call_01FakeToolCall0001"  # type: ignore[union-attr]
+    assert call.type == "function_call"
+    assert first.output_text == "Let me check." and call.call_id == "call_01FakeToolCall0001"
     second = client.responses.create(
         model="nova-5.6-sol",
         tools=tools,
@@ -442,8 +450,8 @@ def test_responses_round_trip_over_a_chat_upstream(wired: Wired, sdk: SdkClients
                 "call_id": call.call_id,
                 "name": "get_weather",
                 "arguments": call.arguments,
-            },  # type: ignore[union-attr]
-            {"type": "function_call_output", "call_id": call.call_id, "output": "Sunny"},  # type: ignore[union-attr]
+            },
+            {"type": "function_call_output", "call_id": call.call_id, "output": "Sunny"},
         ],
     )
     assert second.status == "completed" and second.output_text == "Sunny in Paris."

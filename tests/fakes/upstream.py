@@ -579,7 +579,7 @@ def _events(dialect: str, r: Reply, model: str, n: int, include_usage: bool) -> 
 
 def _events_messages(r: Reply, model: str, n: int) -> list[bytes]:
     start_usage = {**_usage_anthropic(r), "output_tokens": 1}
-    message = {
+    message: dict[str, Any] = {
         "id": f"msg_fake{n:06d}",
         "type": "message",
         "role": "assistant",
@@ -589,7 +589,7 @@ def _events_messages(r: Reply, model: str, n: int) -> list[bytes]:
         "stop_sequence": None,
         "usage": start_usage,
     }
-    ev = [("message_start", {"type": "message_start", "message": message})]
+    ev: list[tuple[str, dict[str, Any]]] = [("message_start", {"type": "message_start", "message": message})]
     index = 0
     if r.text:
         ev.append(

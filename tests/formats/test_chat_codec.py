@@ -409,7 +409,7 @@ def test_encode_response_shape() -> None:
 
 
 def test_decode_response() -> None:
-    raw = {
+    raw: dict[str, Any] = {
         "id": "chatcmpl-up",
         "object": "chat.completion",
         "created": 1,
@@ -651,7 +651,8 @@ def test_decoder_done_without_usage_and_eof_cases() -> None:
 def test_decoder_errors_are_events() -> None:
     dec = chat_stream.StreamDecoder()
     events = dec.feed(chunk({"content": "Hi"}) + data(b"{broken"))
-    assert events[-1].kind == "upstream_error"  # type: ignore[union-attr]
+    last = events[-1]
+    assert isinstance(last, ir.StreamError) and last.kind == "upstream_error"
     assert dec.feed(chunk({"content": "more"})) == [] and dec.finish() == []
     for error, kind in [
         ({"message": "m", "type": "server_error", "code": "overloaded"}, "overloaded"),

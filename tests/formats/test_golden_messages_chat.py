@@ -22,6 +22,7 @@ import orjson
 import pytest
 
 from modelgate import ir
+from modelgate.errors import WireFormat
 from modelgate.formats import CODECS, ClientRequest
 
 GOLDEN = Path(__file__).parent / "golden" / "messages_chat"
@@ -29,7 +30,7 @@ CLIENT_MODEL = "aria-sonnet-4.6"
 CLIENT_IDS = {"chat": "chatcmpl-GOLDEN0000000000000000000000", "messages": "msg_01GOLDEN000000000000000000"}
 
 # (case, upstream dialect, client format, client asked for usage)
-CASES = [
+CASES: list[tuple[str, WireFormat, WireFormat, bool]] = [
     ("msg_text", "messages", "chat", True),
     ("msg_tool", "messages", "chat", False),
     ("msg_error", "messages", "chat", True),
@@ -41,10 +42,10 @@ CASES = [
 
 
 def translate(
-    upstream: str, client: str, include_usage: bool, chunks: list[bytes]
+    upstream: WireFormat, client: WireFormat, include_usage: bool, chunks: list[bytes]
 ) -> tuple[bytes, list[ir.Event]]:
-    decoder = CODECS[upstream].stream_decoder()  # type: ignore[index]
-    codec = CODECS[client]  # type: ignore[index]
+    decoder = CODECS[upstream].stream_decoder()
+    codec = CODECS[client]
     body = {"stream_options": {"include_usage": include_usage}}
     encoder = codec.stream_encoder(ClientRequest(codec, body, CLIENT_MODEL))
     events: list[ir.Event] = []
@@ -65,7 +66,7 @@ def random_split(data: bytes, rng: random.Random) -> list[bytes]:
 
 
 @pytest.mark.parametrize(("case", "upstream", "client", "include_usage"), CASES)
-def test_golden(case: str, upstream: str, client: str, include_usage: bool) -> None:
+def test_golden(case: str, upstream: WireFormat, client: WireFormat, include_usage: bool) -> None:
     source = (GOLDEN / f"{case}.upstream.sse").read_bytes()
     expected_path = GOLDEN / f"{case}.{client}.sse"
     out, events = translate(upstream, client, include_usage, [source])
@@ -90,7 +91,9 @@ def test_golden(case: str, upstream: str, client: str, include_usage: bool) -> N
 
 
 @pytest.mark.parametrize(("case", "upstream", "client", "include_usage"), CASES)
-def test_golden_random_chunk_splits(case: str, upstream: str, client: str, include_usage: bool) -> None:
+def test_golden_random_chunk_splits(
+    case: str, upstream: WireFormat, client: WireFormat, include_usage: bool
+) -> None:
     source = (GOLDEN / f"{case}.upstream.sse").read_bytes()
     expected = (GOLDEN / f"{case}.{client}.sse").read_bytes()
     rng = random.Random(case)
@@ -150,7 +153,7 @@ def test_sdk_accumulates_chat_tool_calls() -> None:
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content == "Let me run that."
     calls = choice.message.tool_calls or []
-    assert [(c.id, c.function.name, orjson.loads(c.function.arguments)) for c in calls] == [  # type: ignore[union-attr]
+    assert [(c.id, c.function.name, orjson.loads(c.function.arguments)) for c in calls] == [
         ("toolu_01A09q90qw90lq917835lq9", "Bash", {"command": "echo hi"}),
         ("toolu_01B", "Read", {"path": "/tmp/x"}),
     ]
@@ -168,7 +171,8 @@ def test_sdk_reads_messages_text() -> None:
     message = _anthropic_final((GOLDEN / "chat_text.messages.sse").read_bytes())
     assert message.id == CLIENT_IDS["messages"] and message.model == CLIENT_MODEL
     assert [b.type for b in message.content] == ["text"]
-    assert message.content[0].text == 'Hello, "world" — ünïcødé!\n'  # type: ignore[union-attr]
+    text = message.content[0]
+    assert text.type == "text" and text.text == 'Hello, "world" — ünïcødé!\n'
     assert message.stop_reason == "end_turn"
     usage = message.usage
     assert (usage.input_tokens, usage.cache_read_input_tokens, usage.output_tokens) == (25, 100, 9)

@@ -328,16 +328,13 @@ def test_tap_same_model_and_crlf() -> None:
 
 def test_tap_text_mentioning_terminal_names() -> None:
     """A delta whose text names a terminal event takes the slow path without false positives."""
-    delta = {
-        "type": "response.output_text.delta",
-        "sequence_number": 3,
-        "delta": 'see "response.completed" and event: error',
-    }
+    text = 'see "response.completed" and event: error'
+    delta = {"type": "response.output_text.delta", "sequence_number": 3, "delta": text}
     chunk = b"event: response.output_text.delta\ndata: " + orjson.dumps(delta) + b"\n\n"
     tap = responses_tap.StreamTap("a", "b", DELTA_ESTIMATOR)
     assert tap.feed(chunk) == chunk
     assert not tap.finished and tap.error is None
-    assert tap.output_tokens == text_tokens(delta["delta"]) and tap.next_sequence_number == 4
+    assert tap.output_tokens == text_tokens(text) and tap.next_sequence_number == 4
 
 
 # ---------------------------------------------------------------------------------------------

@@ -585,7 +585,8 @@ def test_decoder_merges_cumulative_usage_and_skips_server_blocks() -> None:
 
 def test_decoder_end_of_stream_cases() -> None:
     dec = messages_stream.StreamDecoder()
-    assert dec.feed(START)[0].id == "msg_u"  # type: ignore[union-attr]
+    start = dec.feed(START)[0]
+    assert isinstance(start, ir.Start) and start.id == "msg_u"
     assert dec.finish() == [ir.StreamError("upstream_error", "upstream stream ended early")]
     # message_delta seen but no message_stop: the answer is complete.
     dec = messages_stream.StreamDecoder()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-import httpx
+import httpx2
 import openai
 import orjson
 import pytest
@@ -411,19 +411,19 @@ def test_stream_error_frame_validates() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The real SDK over our bytes (network faked with httpx.MockTransport)
+# The real SDK over our bytes (network faked with httpx2.MockTransport)
 # ---------------------------------------------------------------------------------------------
 
 
 def _client(payload: bytes, content_type: str = "text/event-stream") -> openai.OpenAI:
-    def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, headers={"content-type": content_type}, content=payload)
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": content_type}, content=payload)
 
-    transport = httpx.MockTransport(handler)
+    transport = httpx2.MockTransport(handler)
     return openai.OpenAI(
         api_key="sk-cs4-test",
         base_url="http://gateway.test/v1",
-        http_client=httpx.Client(transport=transport),
+        http_client=httpx2.Client(transport=transport),
         max_retries=0,
     )
 

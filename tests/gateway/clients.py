@@ -23,11 +23,11 @@ def anthropic_client(
         headers["anthropic-version"] = version
     if header == "x-api-key":
         headers["X-Api-Key"] = key
+        # The SDK removes a default header given as Omit() (anthropic._base_client.build_headers)
+        # but types default_headers as Mapping[str, str].
+        without_bearer: dict[str, str] = {**headers, "Authorization": anthropic.Omit()}  # type: ignore[dict-item]
         return anthropic.Anthropic(
-            base_url=base_url,
-            api_key="unused",
-            default_headers={**headers, "Authorization": anthropic.Omit()},
-            max_retries=0,
+            base_url=base_url, api_key="unused", default_headers=without_bearer, max_retries=0
         )
     return anthropic.Anthropic(base_url=base_url, api_key=key, default_headers=headers, max_retries=0)
 

@@ -2,26 +2,33 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anthropic
 import httpx
 import openai
 import pytest
+from anthropic.types import MessageParam
+from openai.types.chat import ChatCompletionMessageParam
 
 from modelgate.catalogue import build_catalogue
 from modelgate.clock import month_of
+from modelgate.storage.sqlite import SqliteStore
 from tests.gateway.clients import SdkClients
 from tests.gateway_server import GatewayServer, running_gateway
 
 CATALOGUE = build_catalogue()
 ARIA = sorted(m.id for m in CATALOGUE.in_family("aria"))
 NOVA = sorted(m.id for m in CATALOGUE.in_family("nova"))
-HELLO = [{"role": "user", "content": "Hello there gateway"}]
+CLAUDE_HELLO: list[MessageParam] = [{"role": "user", "content": "Hello there gateway"}]
+GPT_HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hello there gateway"}]
 
 
 def test_models_list_per_group_returns_exactly_the_allowed_ids(
@@ -68,17 +75,19 @@ def test_messages_create_with_each_auth_header_and_version(
 ) -> None:
     key = gateway.key(gateway.account("acme"), "Pro").secret
     client = sdk.anthropic(gateway.base_url, key, header=header, version=version)
-    message = client.messages.create(model="aria-haiku-4.5", max_tokens=200, messages=HELLO)  # type: ignore[arg-type]
+    message = client.messages.create(model="aria-haiku-4.5", max_tokens=200, messages=CLAUDE_HELLO)
     assert message.id.startswith("msg_") and message.type == "message" and message.role == "assistant"
     assert message.model == "aria-haiku-4.5"
     assert message.stop_reason == "end_turn"
-    text = message.content[0].text  # type: ignore[union-attr]
+    block = message.content[0]
+    assert block.type == "text"
+    text = block.text
     assert text.startswith("[simulator] You said: Hello there gateway.")
     assert message.usage.input_tokens == 3  # "Hello", "there", "gateway"
-    assert message.usage.output_tokens == len(__import__("re").findall(r"\w+|[^\w\s]", text))
+    assert message.usage.output_tokens == len(re.findall(r"\w+|[^\w\s]", text))
     # Deterministic: the same prompt gets the same reply.
-    again = client.messages.create(model="aria-haiku-4.5", max_tokens=200, messages=HELLO)  # type: ignore[arg-type]
-    assert again.content[0].text == text  # type: ignore[union-attr]
+    again = client.messages.create(model="aria-haiku-4.5", max_tokens=200, messages=CLAUDE_HELLO)
+    assert again.content == [block]
     assert message._request_id and message._request_id.startswith("req_")
 
 
@@ -88,7 +97,7 @@ def test_chat_completions_create_returns_the_simulator_reply(gateway: GatewaySer
         key = gateway.key(account, group).secret
         completion = sdk.openai(gateway.base_url, key).chat.completions.create(
             model=model,
-            messages=[{"role": "system", "content": "Be brief."}, *HELLO],  # type: ignore[list-item]
+            messages=[{"role": "system", "content": "Be brief."}, *GPT_HELLO],
         )
         assert completion.id.startswith("chatcmpl-") and completion.object == "chat.completion"
         assert completion.model == model
@@ -112,13 +121,13 @@ def test_authentication_errors(gateway: GatewayServer, sdk: SdkClients) -> None:
     typo = issued.secret[:-1] + ("A" if issued.secret[-1] != "A" else "B")
     for secret in (new_api_key(), typo):
         with pytest.raises(anthropic.AuthenticationError):
-            sdk.anthropic(url, secret).messages.create(model="haiku", max_tokens=10, messages=HELLO)  # type: ignore[arg-type]
+            sdk.anthropic(url, secret).messages.create(model="haiku", max_tokens=10, messages=CLAUDE_HELLO)
         with pytest.raises(openai.AuthenticationError):
-            sdk.openai(url, secret).chat.completions.create(model="haiku", messages=HELLO)  # type: ignore[arg-type]
+            sdk.openai(url, secret).chat.completions.create(model="haiku", messages=GPT_HELLO)
     gateway.call(gateway.management.revoke_key(issued.record))
     gateway.refresh_keys()
     with pytest.raises(anthropic.AuthenticationError, match="revoked"):
-        sdk.anthropic(url, issued.secret).messages.create(model="haiku", max_tokens=10, messages=HELLO)  # type: ignore[arg-type]
+        sdk.anthropic(url, issued.secret).messages.create(model="haiku", max_tokens=10, messages=CLAUDE_HELLO)
     # Missing key, and a bearer token that is not a gateway key (ALPHA_AUTH_TOKEN / OAuth).
     missing = httpx.post(f"{url}/v1/messages", json={}, headers={"anthropic-version": "2023-06-01"})
     assert missing.status_code == 401 and missing.json()["error"]["type"] == "authentication_error"
@@ -135,28 +144,30 @@ def test_group_and_model_rules(gateway: GatewayServer, sdk: SdkClients) -> None:
     only_sonnet = gateway.key(account, "Basic", models=["aria-sonnet-4.6"]).secret
     url = gateway.base_url
     with pytest.raises(anthropic.PermissionDeniedError, match="/v1/chat/completions"):
-        sdk.anthropic(url, nova).messages.create(model="nova-5.5", max_tokens=10, messages=HELLO)  # type: ignore[arg-type]
+        sdk.anthropic(url, nova).messages.create(model="nova-5.5", max_tokens=10, messages=CLAUDE_HELLO)
     with pytest.raises(openai.PermissionDeniedError, match="/v1/messages"):
         sdk.openai(url, only_sonnet).responses.create(model="aria-sonnet-4.6", input="hi")
     # Outside the key's list, of the other family, or unknown: 404 with the same message.
     for model in ("aria-opus-4.8", "nova-5.5", "no-such-model"):
         with pytest.raises(anthropic.NotFoundError, match=f"model {model} is not available for this key"):
-            sdk.anthropic(url, only_sonnet).messages.create(model=model, max_tokens=10, messages=HELLO)  # type: ignore[arg-type]
+            sdk.anthropic(url, only_sonnet).messages.create(model=model, max_tokens=10, messages=CLAUDE_HELLO)
     with pytest.raises(openai.NotFoundError) as caught:
-        sdk.openai(url, nova).chat.completions.create(model="aria-haiku-4.5", messages=HELLO)  # type: ignore[arg-type]
+        sdk.openai(url, nova).chat.completions.create(model="aria-haiku-4.5", messages=GPT_HELLO)
     assert caught.value.code == "model_not_found"
 
 
 def test_alias_resolves_before_the_allowed_models_check(gateway: GatewayServer, sdk: SdkClients) -> None:
     key = gateway.key(gateway.account("acme"), "Basic", models=["aria-sonnet-4.6"]).secret
     message = sdk.anthropic(gateway.base_url, key).messages.create(
-        model="sonnet", max_tokens=50, messages=HELLO
-    )  # type: ignore[arg-type]
+        model="sonnet", max_tokens=50, messages=CLAUDE_HELLO
+    )
     assert message.model == "aria-sonnet-4.6"
-    completion = sdk.openai(gateway.base_url, key).chat.completions.create(model="sonnet", messages=HELLO)  # type: ignore[arg-type]
+    completion = sdk.openai(gateway.base_url, key).chat.completions.create(model="sonnet", messages=GPT_HELLO)
     assert completion.model == "aria-sonnet-4.6"
     with pytest.raises(anthropic.NotFoundError):
-        sdk.anthropic(gateway.base_url, key).messages.create(model="haiku", max_tokens=5, messages=HELLO)  # type: ignore[arg-type]
+        sdk.anthropic(gateway.base_url, key).messages.create(
+            model="haiku", max_tokens=5, messages=CLAUDE_HELLO
+        )
     records = gateway.call(gateway.services.store.usage_records(month_of(time.time())))
     assert {r.model for r in records} == {"aria-sonnet-4.6"}
 
@@ -166,17 +177,17 @@ def test_bad_requests(gateway: GatewayServer, sdk: SdkClients) -> None:
     url = gateway.base_url
     client = sdk.anthropic(url, key)
     with pytest.raises(anthropic.BadRequestError, match="max_tokens"):  # the SDK's own types insist on it
-        client.post("/v1/messages", cast_to=object, body={"model": "haiku", "messages": HELLO})
+        client.post("/v1/messages", cast_to=object, body={"model": "haiku", "messages": CLAUDE_HELLO})
     no_version = httpx.post(
         f"{url}/v1/messages",
         headers={"x-api-key": key},
-        json={"model": "haiku", "max_tokens": 5, "messages": HELLO},
+        json={"model": "haiku", "max_tokens": 5, "messages": CLAUDE_HELLO},
     )
     assert no_version.status_code == 400 and "anthropic-version" in no_version.json()["error"]["message"]
     bad_version = httpx.post(
         f"{url}/v1/messages",
         headers={"x-api-key": key, "alpha-version": "1999-01-01"},
-        json={"model": "haiku", "max_tokens": 5, "messages": HELLO},
+        json={"model": "haiku", "max_tokens": 5, "messages": CLAUDE_HELLO},
     )
     assert bad_version.status_code == 400 and "alpha-version" in bad_version.json()["error"]["message"]
     bad_json = httpx.post(
@@ -191,11 +202,11 @@ def test_bad_requests(gateway: GatewayServer, sdk: SdkClients) -> None:
         sdk.openai(url, key).chat.completions.create(model="haiku", messages=[])
     assert caught.value.param == "messages"
     # The SDK raises on a missing version header too.
-    raw = anthropic.Anthropic(
-        base_url=url, api_key=key, max_retries=0, default_headers={"anthropic-version": anthropic.Omit()}
-    )  # type: ignore[dict-item]
+    # The SDK removes a default header given as Omit() but types default_headers as str values.
+    no_version_header: dict[str, str] = {"anthropic-version": anthropic.Omit()}  # type: ignore[dict-item]
+    raw = anthropic.Anthropic(base_url=url, api_key=key, max_retries=0, default_headers=no_version_header)
     with raw, pytest.raises(anthropic.BadRequestError, match="anthropic-version"):
-        raw.messages.create(model="haiku", max_tokens=5, messages=HELLO)  # type: ignore[arg-type]
+        raw.messages.create(model="haiku", max_tokens=5, messages=CLAUDE_HELLO)
 
 
 def test_max_tokens_is_clamped_to_the_model_maximum(gateway: GatewayServer) -> None:
@@ -203,7 +214,7 @@ def test_max_tokens_is_clamped_to_the_model_maximum(gateway: GatewayServer) -> N
     response = httpx.post(
         f"{gateway.base_url}/v1/messages",
         headers={"x-api-key": key, "anthropic-version": "2023-06-01"},
-        json={"model": "aria-haiku-4.5", "max_tokens": 64000, "messages": HELLO},
+        json={"model": "aria-haiku-4.5", "max_tokens": 64000, "messages": CLAUDE_HELLO},
     )
     assert response.status_code == 200
     assert response.headers["x-modelgate-max-tokens-clamped"] == "64000->8192; reason=model_limit"
@@ -220,7 +231,7 @@ def test_body_limit_and_request_ids(tmp_path: Path) -> None:
         )
         assert response.status_code == 413 and response.json()["error"]["type"] == "request_too_large"
 
-        def chunks():  # chunked upload: no content-length to check up front
+        def chunks() -> Iterator[bytes]:  # chunked upload: no content-length to check up front
             for _ in range(10):
                 yield b"x" * 1000
 
@@ -249,18 +260,22 @@ def test_health_endpoints(gateway: GatewayServer, sdk: SdkClients) -> None:
     assert "secret" not in httpx.get(f"{gateway.base_url}/health").text
     assert httpx.head(f"{gateway.base_url}/").status_code == 200
     # Database gone: /health says so with 503; /healthz still answers without touching it.
-    gateway.call(gateway.services.store.close())
-    gateway.services.store._executor = __import__("concurrent.futures").futures.ThreadPoolExecutor(1)  # type: ignore[attr-defined]
-    gateway.services.store.path = Path("/proc/no-such-dir/db.sqlite")  # type: ignore[attr-defined]
+    store = gateway.services.store
+    assert isinstance(store, SqliteStore)
+    gateway.call(store.close())
+    store._executor = ThreadPoolExecutor(1)
+    store.path = Path("/proc/no-such-dir/db.sqlite")
     down = httpx.get(f"{gateway.base_url}/health")
     assert down.status_code == 503 and down.json()["checks"]["database"]["status"] == "unreachable"
     assert httpx.get(f"{gateway.base_url}/healthz").status_code == 200
     # Model requests get a retryable 503 in their own format, not a 500.
     with pytest.raises(anthropic.InternalServerError) as caught:
-        sdk.anthropic(gateway.base_url, key).messages.create(model="haiku", max_tokens=5, messages=HELLO)  # type: ignore[arg-type]
+        sdk.anthropic(gateway.base_url, key).messages.create(
+            model="haiku", max_tokens=5, messages=CLAUDE_HELLO
+        )
     assert caught.value.status_code == 503 and "database is unavailable" in caught.value.message
     with pytest.raises(openai.InternalServerError) as failed:
-        sdk.openai(gateway.base_url, key).chat.completions.create(model="haiku", messages=HELLO)  # type: ignore[arg-type]
+        sdk.openai(gateway.base_url, key).chat.completions.create(model="haiku", messages=GPT_HELLO)
     assert failed.value.status_code == 503 and failed.value.code == "service_unavailable"
 
 
@@ -310,7 +325,7 @@ def test_cli_revocation_is_honoured_by_the_running_server_after_its_key_refresh(
     created_record = gateway.call(gateway.services.store.get_key(issued["id"]))
     assert created_record is not None
     gateway.wait_for_key_version(issued["id"], created_record.version)
-    client.messages.create(model="haiku", max_tokens=5, messages=HELLO)  # type: ignore[arg-type]
+    client.messages.create(model="haiku", max_tokens=5, messages=CLAUDE_HELLO)
     subprocess.run(
         [*cli, "keys", "revoke", issued["id"], *env_args],
         check=True,
@@ -322,7 +337,7 @@ def test_cli_revocation_is_honoured_by_the_running_server_after_its_key_refresh(
     gateway.wait_for_key_version(issued["id"], revoked.version)
     # Refused on the first request after the refresh that loaded the revocation.
     with pytest.raises(anthropic.AuthenticationError):
-        client.messages.create(model="haiku", max_tokens=5, messages=HELLO)  # type: ignore[arg-type]
+        client.messages.create(model="haiku", max_tokens=5, messages=CLAUDE_HELLO)
     listed = subprocess.run(
         [*cli, "keys", "list", "--account", "cli-acct", *env_args],
         capture_output=True,

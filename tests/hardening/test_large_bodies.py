@@ -21,10 +21,10 @@ TEXT = "the quick brown fox jumps over the lazy dog. " * 4_000  # ~180 KB of pro
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayServer, GatewayServer]]:
     root = tmp_path_factory.mktemp("large")
-    offloaded = {"server": {"offload_body_bytes": SMALL}, "simulator": {"offload_body_bytes": SMALL}}
+    offload = {"offload_body_bytes": SMALL}
     with (
         running_gateway(root / "inline") as inline,
-        running_gateway(root / "offloaded", **offloaded) as worker,
+        running_gateway(root / "offloaded", server=offload, simulator=offload) as worker,
     ):
         yield inline, worker
 

@@ -51,7 +51,9 @@ def test_revoke_on_one_instance_reaches_the_others_by_the_broadcast(make_cluster
         # them about a change, so their refusing the key proves the broadcast carried it.
         for server in cluster.servers[1:]:
             server.call(server.services.keys.stop())
-        listener = redis.Redis.from_url(cluster.redis_url).pubsub(ignore_subscribe_messages=True)
+        client = redis.Redis.from_url(cluster.redis_url)
+        # redis-py leaves Redis.pubsub() unannotated.
+        listener = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         listener.subscribe(CHANNEL)
         try:
             admin(cluster, 0, operator, f"/keys/{key_id}/revoke", {})
@@ -68,6 +70,7 @@ def test_revoke_on_one_instance_reaches_the_others_by_the_broadcast(make_cluster
             wait_until(revocation_heard, "the revocation on the broadcast channel")
         finally:
             listener.close()
+            client.close()
         assert all(accepted(s, bystander) for s in cluster.servers)  # other keys untouched
         received = [s.services.key_broadcast.received for s in cluster.servers if s.services.key_broadcast]
         assert len(received) == 3 and all(n >= 1 for n in received)

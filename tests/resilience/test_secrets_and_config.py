@@ -16,7 +16,7 @@ from tests.fakes import FakeUpstream, Fault, Reply
 from tests.fakes.upstream import Step
 from tests.gateway_server import make_settings, running_gateway
 from tests.loop_thread import LoopThread
-from tests.resilience.clients import call
+from tests.resilience.clients import Format, call
 from tests.resilience.harness import (
     ANTHROPIC_KEY,
     ENV,
@@ -29,6 +29,12 @@ from tests.resilience.harness import (
     rescript,
 )
 
+#: (client format, key group, model) for one request in each wire format.
+EVERY_FORMAT: list[tuple[Format, str, str]] = [
+    ("messages", "Pro", "aria-sonnet-4.6"),
+    ("chat", "Nova", "nova-5.5"),
+    ("responses", "Nova", "nova-5.5"),
+]
 SCENARIOS: list[Step] = [
     Fault.echo_key(401),
     Fault.echo_key(403),
@@ -63,14 +69,10 @@ def test_upstream_keys_appear_in_no_response_header_body_or_log(tmp_path: Path) 
             seen: list[str] = []
             carried = 0
             for step in SCENARIOS:
-                for fmt, group, model in (
-                    ("messages", "Pro", "aria-sonnet-4.6"),
-                    ("chat", "Nova", "nova-5.5"),
-                    ("responses", "Nova", "nova-5.5"),
-                ):
+                for fmt, group, model in EVERY_FORMAT:
                     for stream in (False, True):
                         rescript(fake, default=step)
-                        outcome = call(gateway.base_url, keys[group], fmt, model, stream=stream)  # type: ignore[arg-type]
+                        outcome = call(gateway.base_url, keys[group], fmt, model, stream=stream)
                         seen += [outcome.raw, outcome.message, str(outcome.headers)]
                         assert fake.requests, "the upstream was called"
                         carried += sum(

@@ -8,8 +8,11 @@ instances would be).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import secrets
+from collections.abc import Sequence
+from typing import Any
 
 import asyncpg
 import pytest
@@ -36,22 +39,27 @@ MONTH = "2026-05"
 _ids = itertools.count(1)
 
 
-def new_key(account: Account, **overrides: object) -> NewKey:
+async def account_of(store: Store, account_id: int) -> Account:
+    account = await store.get_account(account_id)
+    assert account is not None
+    return account
+
+
+def new_key(account: Account, **overrides: Any) -> NewKey:
     n = next(_ids)
-    fields: dict[str, object] = {
-        "id": f"key_{n}_{secrets.token_hex(4)}",
-        "account_id": account.id,
-        "name": f"k{n}",
-        "group": "Pro",
-        "rpm": 60,
-        "allowed_models": None,
-        "monthly_cap_uc": None,
-        "digest": secrets.token_bytes(32),
-        "prefix": "sk-cs4-abc",
-        "last4": "wxyz",
-    }
-    fields.update(overrides)
-    return NewKey(**fields)  # type: ignore[arg-type]
+    key = NewKey(
+        id=f"key_{n}_{secrets.token_hex(4)}",
+        account_id=account.id,
+        name=f"k{n}",
+        group="Pro",
+        rpm=60,
+        allowed_models=None,
+        monthly_cap_uc=None,
+        digest=secrets.token_bytes(32),
+        prefix="sk-cs4-abc",
+        last4="wxyz",
+    )
+    return dataclasses.replace(key, **overrides)
 
 
 def hold(
@@ -106,7 +114,9 @@ async def setup_key(
     return account, await store.create_key(new_key(account, **key_fields), NOW)
 
 
-async def assert_ledger_invariants(store: Store, account_id: int, *, cap_keys: list[KeyRecord] = ()) -> None:  # type: ignore[assignment]
+async def assert_ledger_invariants(
+    store: Store, account_id: int, *, cap_keys: Sequence[KeyRecord] = ()
+) -> None:
     account = await store.get_account(account_id)
     assert account is not None
     assert account.balance_uc >= account.reserved_uc >= 0
@@ -304,7 +314,7 @@ async def test_reserve_grants_the_worst_case_when_it_fits(store: Store) -> None:
     request = hold(key, 300, 10)
     granted = await store.reserve(request)
     assert granted == Reservation(request.request_id, 300, 700, 500)
-    assert (await store.get_account(account.id)).reserved_uc == 300  # type: ignore[union-attr]
+    assert (await account_of(store, account.id)).reserved_uc == 300
     assert await store.month_spend(key.id, MONTH) == (0, 300)
     assert await store.pending_reservations() == 1
     with pytest.raises(Conflict):  # one reservation per request id
@@ -353,7 +363,7 @@ async def test_settle_charges_releases_the_rest_and_is_idempotent(store: Store) 
     assert second.cap_remaining_uc == 750
     released = await store.release(usage_of(request, 0))
     assert not released.applied
-    assert (await store.get_account(account.id)).reserved_uc == 0  # type: ignore[union-attr]
+    assert (await account_of(store, account.id)).reserved_uc == 0
     assert await store.month_spend(key.id, MONTH) == (150, 0)
     assert await store.pending_reservations() == 0
     records = await store.usage_records(MONTH, key_id=key.id)
@@ -419,7 +429,7 @@ async def test_release_charges_nothing_and_writes_a_zero_usage_record(store: Sto
     assert not (await store.settle(usage_of(request, 10))).applied
     [record] = await store.usage_records(MONTH, account_id=account.id)
     assert record.charged_uc == 0 and record.status == "upstream_error"
-    assert (await store.get_account(account.id)).available_uc == 1_000  # type: ignore[union-attr]
+    assert (await account_of(store, account.id)).available_uc == 1_000
 
 
 async def test_settlement_of_an_unknown_request_changes_nothing(store: Store) -> None:
@@ -597,7 +607,7 @@ async def test_random_ledger_operations_keep_every_invariant(store: Store) -> No
         await assert_ledger_invariants(store, account.id, cap_keys=[capped])
     for request in pending.values():
         await store.release(usage_of(request, 0))
-    assert (await store.get_account(account.id)).reserved_uc == 0  # type: ignore[union-attr]
+    assert (await account_of(store, account.id)).reserved_uc == 0
     await assert_ledger_invariants(store, account.id, cap_keys=[capped])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from modelgate.storage.base import Account, KeyRecord, Store
 from modelgate.storage.reports import UsageCursor, UsageFilter
@@ -84,8 +85,8 @@ async def test_usage_log_filters_by_key_model_endpoint_status_and_dates(store: S
     d = await spend(store, first, MAY_1 + 31 * DAY + 10, 4)  # 2026-06-01
     await spend(store, stranger, MAY_1 + DAY + 20, 5)
 
-    async def ids(**fields: object) -> list[str]:
-        page = await store.usage_page(UsageFilter(account_id=account.id, **fields), limit=50)  # type: ignore[arg-type]
+    async def ids(**fields: Any) -> list[str]:
+        page = await store.usage_page(UsageFilter(account_id=account.id, **fields), limit=50)
         return [r.request_id for r in page.records]
 
     assert await ids() == [d, c, b, a]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from modelgate.storage.base import Conflict, NewKey, Reservation, ReserveRequest, UsageRecord
+from modelgate.storage.base import Conflict, NewKey, Reservation, ReserveRequest, Settlement, UsageRecord
 from modelgate.storage.sqlite import SqliteStore
 
 MONTH = "2026-11"
@@ -56,7 +56,8 @@ async def test_concurrent_writes_commit_once_and_a_failing_one_fails_alone(tmp_p
     assert [s for s in statements if s in ("BEGIN IMMEDIATE", "COMMIT")] == ["BEGIN IMMEDIATE", "COMMIT"]
     assert all(isinstance(o, Reservation) and o.granted_uc == 1_000 for o in outcomes[:20])
     assert isinstance(outcomes[20], Conflict)
-    assert outcomes[21].applied and outcomes[21].charged_uc == 300  # type: ignore[union-attr]
+    settled = outcomes[21]
+    assert isinstance(settled, Settlement) and settled.applied and settled.charged_uc == 300
     # The rolled-back duplicate left nothing: 20 holds pending, one settled for 300.
     account = await store.get_account(account_id)
     assert account is not None and account.reserved_uc == 20_000 and account.balance_uc == 1_000_000 - 300

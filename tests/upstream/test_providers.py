@@ -7,7 +7,14 @@ import asyncio
 import pytest
 
 from modelgate.upstream.anthropic import AnthropicProvider
-from modelgate.upstream.base import ConnectFailed, FirstByteTimeout, IdleTimeout, StreamBroken
+from modelgate.upstream.base import (
+    ConnectFailed,
+    Dialect,
+    FirstByteTimeout,
+    IdleTimeout,
+    Provider,
+    StreamBroken,
+)
 from modelgate.upstream.config import ProviderConfig, TimeoutConfig
 from modelgate.upstream.openai import OpenAICompatibleProvider, OpenAIProvider
 from modelgate.upstream.providers import build_provider
@@ -87,7 +94,12 @@ async def test_openai_and_compatible_providers() -> None:
         assert isinstance(local, OpenAICompatibleProvider)
         assert local.dialects == frozenset({"chat"})
         try:
-            for provider, dialect in ((openai, "chat"), (openai, "responses"), (local, "chat")):
+            routes: list[tuple[Provider, Dialect]] = [
+                (openai, "chat"),
+                (openai, "responses"),
+                (local, "chat"),
+            ]
+            for provider, dialect in routes:
                 body = b'{"model":"g","input":"hi","messages":[],"stream":true}'
                 reply = await provider.send(dialect, body, stream=True, client_headers=CLIENT)
                 chunks = [c async for c in reply.iter_chunks()]
