@@ -479,6 +479,28 @@ def test_hosted_tools_are_refused_when_translating_but_passed_through_natively(
     assert sent.json()["tools"] == tools and sent.json()["previous_response_id"] == "resp_1"
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_hosted_tool_refused_for_a_chat_upstream_is_recorded_as_refused(wired: Wired, stream: bool) -> None:
+    """Regression (issue #14): the gateway's own refusal, made after the hold was reserved, was
+    recorded as upstream_invalid_request although no upstream saw the request."""
+    secret, key_id = issue_key(wired.gateway, "Nova")
+    response = httpx.post(
+        f"{wired.gateway.base_url}/v1/responses",
+        json={"model": "nova-5.6-sol", "input": "news?", "tools": [{"type": "web_search"}], "stream": stream},
+        headers={"authorization": f"Bearer {secret}"},
+    )
+    assert response.status_code == 400 and response.headers["content-type"] == "application/json"
+    error = response.json()["error"]  # the Responses error shape
+    assert set(response.json()) == {"error"} and set(error) >= {"message", "type", "param", "code"}
+    assert error["type"] == "invalid_request_error" and error["param"] == "tools"
+    assert "web_search" in error["message"]
+    assert wired.fake.count == 0
+    (record,) = usage_records(wired.gateway, key_id)
+    assert record.status == "refused" and record.charged_uc == 0
+    account = wired.gateway.call(wired.gateway.services.store.get_account(record.account_id))
+    assert account is not None and (account.balance_uc, account.reserved_uc) == (100_000_000, 0)
+
+
 # --- Error mid-stream, every endpoint, passthrough and translated ------------------------------
 
 

@@ -18,6 +18,9 @@ exhausted, ``default`` answers. A step is a ``Reply`` (a successful answer) or a
     FakeUpstream(default=Fault.status(500))
     FakeUpstream(script=lambda req: Fault.reset_after(3) if req.json()["stream"] else Reply())
 
+``json_style="spaced"`` makes the fake write its JSON bodies and events the way Python's
+``json.dumps`` does by default (``"choices": []``), as some OpenAI-compatible servers do.
+
 ``refused_base_url()`` gives a loopback URL where nothing listens (connection refused).
 """
 
@@ -25,12 +28,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import socket
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from aiohttp import web
@@ -174,8 +178,21 @@ def refused_base_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
+#: How an upstream writes its JSON: ``compact`` (no spaces, as the official APIs and orjson do) or
+#: ``spaced`` (Python's ``json.dumps`` defaults, ``", "`` and ``": "``, as some OpenAI-compatible
+#: servers do).
+JsonStyle = Literal["compact", "spaced"]
+
+
 class FakeUpstream:
-    def __init__(self, script: Script = (), *, default: Step | None = None, dialect: str | None = None):
+    def __init__(
+        self,
+        script: Script = (),
+        *,
+        default: Step | None = None,
+        dialect: str | None = None,
+        json_style: JsonStyle = "compact",
+    ):
         self._script: deque[Step] | None = None
         self._decide: Callable[[RecordedRequest], Step] | None = None
         if callable(script):
@@ -185,6 +202,7 @@ class FakeUpstream:
         self.default: Step = default if default is not None else Reply()
         #: Restrict to one dialect (requests for others get 404); None serves all.
         self.dialect = dialect
+        self.json_style = json_style
         self.requests: list[RecordedRequest] = []
         self._runner: web.AppRunner | None = None
         self._ids = itertools.count(1)
@@ -331,7 +349,7 @@ class FakeUpstream:
         if dialect == "messages/count_tokens":
             return _json(200, {"input_tokens": reply.input_tokens}, headers)
         if not (isinstance(req, dict) and req.get("stream")):
-            return _json(200, _whole(dialect, reply, model, n), headers)
+            return self._restyled(_json(200, _whole(dialect, reply, model, n), headers))
         resp = web.StreamResponse(
             status=200, headers={**headers, "content-type": "text/event-stream", "cache-control": "no-cache"}
         )
@@ -352,9 +370,24 @@ class FakeUpstream:
                     return resp
             if reply.event_delay and i:
                 await asyncio.sleep(reply.event_delay)
-            await resp.write(event)
+            await resp.write(self._restyled_event(event))
         await resp.write_eof()
         return resp
+
+    def _restyled(self, response: web.Response) -> web.Response:
+        if self.json_style == "spaced" and isinstance(response.body, bytes):
+            response.body = json.dumps(orjson.loads(response.body)).encode()
+        return response
+
+    def _restyled_event(self, event: bytes) -> bytes:
+        """The SSE event with its JSON data written in this upstream's style."""
+        if self.json_style == "compact":
+            return event
+        lines = event.split(b"\n")
+        for i, line in enumerate(lines):
+            if line.startswith(b"data: {"):
+                lines[i] = b"data: " + json.dumps(orjson.loads(line[6:])).encode()
+        return b"\n".join(lines)
 
 
 _DEFAULT_MESSAGES = {
