@@ -17,8 +17,11 @@ T = TypeVar("T")
 POLL_TIMEOUT = 15.0
 
 
-def wait_until(condition: Callable[[], T], what: str, *, timeout: float = POLL_TIMEOUT) -> T:
-    """The first truthy value of ``condition()``; fails naming ``what`` never happened."""
+def wait_until(
+    condition: Callable[[], T], what: str, *, timeout: float = POLL_TIMEOUT, interval: float = 0.01
+) -> T:
+    """The first truthy value of ``condition()``, tried every ``interval`` seconds (longer for a
+    condition that sends requests); fails naming ``what`` never happened."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -26,4 +29,4 @@ def wait_until(condition: Callable[[], T], what: str, *, timeout: float = POLL_T
             return value
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not happen (waited {timeout:g} s)")
-        time.sleep(0.01)
+        time.sleep(interval)

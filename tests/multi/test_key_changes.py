@@ -29,7 +29,8 @@ def wait_for_all(servers: list[GatewayServer], secret: str, *, accepted_by_all: 
         pending = [s for s in pending if accepted(s, secret) != accepted_by_all]
         return not pending
 
-    wait_until(done, f"every instance {'accepting' if accepted_by_all else 'refusing'} the secret")
+    what = f"every instance {'accepting' if accepted_by_all else 'refusing'} the secret"
+    wait_until(done, what, interval=0.02)
 
 
 def admin(cluster: Cluster, index: int, token: str, path: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -92,7 +92,7 @@ def test_redis_outage_degrades_to_per_instance_limits_keeps_money_exact_and_reco
             traffic.burst(probe, 3)
             return not any(limiter(cluster, i).degraded for i in range(3))
 
-        wait_until(back_on_redis, "the limiters going back to Redis")
+        wait_until(back_on_redis, "the limiters going back to Redis", interval=0.2)
         cluster.clock.advance(61)
         assert traffic.burst(secret, 4 * LIMIT) == LIMIT  # shared and exact again
 
@@ -105,10 +105,10 @@ def test_redis_outage_degrades_to_per_instance_limits_keeps_money_exact_and_reco
 
         def heard_again() -> bool:
             cluster[0].call(broadcasts[0].publish(record))
-            time.sleep(0.1)
+            time.sleep(0.1)  # the message's way through Redis to the other instances
             return all(broadcasts[i].received > before[i] for i in (1, 2))
 
-        wait_until(heard_again, "the broadcast resuming")
+        wait_until(heard_again, "the broadcast resuming", interval=0.1)
 
         # Never a 5xx; refusals only for the rate limit.
         assert set(traffic.statuses) <= {200, 429}, traffic.statuses
