@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import hmac
 import logging
+import time
 from collections.abc import Callable, Mapping
 
 from modelgate.errors import AuthenticationFailed
@@ -35,6 +36,9 @@ class KeyView:
         self._by_digest: dict[bytes, str] = {}
         self._version = 0
         self._task: asyncio.Task[None] | None = None
+        #: ``time.monotonic()`` of the last successful poll of the database (metrics: the age
+        #: of what this view serves).
+        self.refreshed_at: float | None = None
         #: Called with every change this process made (``apply``); the gateway sets it to the
         #: Redis key-change broadcast so other instances refresh at once (``modelgate.broadcast``).
         self.on_local_change: Callable[[KeyRecord], None] | None = None
@@ -68,9 +72,11 @@ class KeyView:
         self._by_digest.clear()
         self._version = 0
         self._apply(records)
+        self.refreshed_at = time.monotonic()
 
     async def refresh(self) -> None:
         self._apply(await self._store.keys_changed_since(self._version))
+        self.refreshed_at = time.monotonic()
 
     def apply(self, record: KeyRecord) -> None:
         """Take a change this process made without waiting for the next poll, and announce it.

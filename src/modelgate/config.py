@@ -111,6 +111,40 @@ class AdminConfig(_Section):
     csv_max_rows: int = Field(100_000, ge=1, le=10_000_000)
 
 
+class MetricsConfig(_Section):
+    """Prometheus metrics (docs/operations.md#metrics)."""
+
+    #: Serve ``GET /metrics`` on the main port.
+    enabled: bool = True
+    #: When set, the main port's ``/metrics`` requires ``Authorization: Bearer <token>``.
+    token: str = ""
+    #: Also serve ``/metrics`` (without a token) on this port of ``host``; 0 = off.
+    port: int = Field(0, ge=0, le=65535)
+    host: str = "127.0.0.1"
+    #: Add a ``key_id`` label to the request, token and spend series (one series per key).
+    per_key: bool = False
+    #: Export each account's available balance (``modelgate_account_available_microcredits``).
+    account_balances: bool = True
+
+    @model_validator(mode="after")
+    def _check_token(self) -> MetricsConfig:
+        if self.token and len(self.token) < 16:
+            raise ValueError("metrics.token: use at least 16 characters")
+        return self
+
+
+class OtelConfig(_Section):
+    """OpenTelemetry traces (``pip install 'modelgate[otel]'``; docs/operations.md#traces)."""
+
+    #: OTLP/HTTP collector, e.g. ``http://127.0.0.1:4318``; empty = tracing off.
+    endpoint: str = ""
+    service_name: str = "modelgate"
+    #: Share of new traces recorded (a client's sampled ``traceparent`` is always followed).
+    sample_ratio: float = Field(1.0, ge=0.0, le=1.0)
+    #: Extra headers for the collector (e.g. an authorization header).
+    headers: dict[str, str] = Field(default_factory=dict)
+
+
 class Settings(_Section):
     data_dir: Path = Path("data")
     #: ``sqlite:///…`` (default: ``<data_dir>/modelgate.db``) or ``postgresql://…``.
@@ -142,6 +176,12 @@ class Settings(_Section):
     #: Overrides of the packaged catalogue: ``models``, ``aliases``, ``default_max_output_tokens``.
     catalogue: dict[str, Any] = Field(default_factory=dict)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    #: ``json`` (one object per line) or ``text``; default: text on a terminal, JSON otherwise.
+    log_format: Literal["json", "text"] | None = None
+    #: One log record per model request at its end (logger ``modelgate.requests``).
+    request_log: bool = True
+    metrics: MetricsConfig = MetricsConfig()
+    otel: OtelConfig = OtelConfig()
 
     @model_validator(mode="after")
     def _check_default_provider(self) -> Settings:

@@ -41,6 +41,8 @@ class Offload:
         self._pool: ProcessPoolExecutor | None = None
         #: Jobs handed to the workers so far (visible in metrics and /health).
         self.jobs = 0
+        #: Jobs running or waiting for a worker now (metrics).
+        self.pending = 0
 
     @property
     def workers(self) -> int:
@@ -58,7 +60,11 @@ class Offload:
         """``fn(*args)`` in a worker process; exceptions it raises are re-raised here."""
         pool = self._executor()
         self.jobs += 1
-        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+        self.pending += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+        finally:
+            self.pending -= 1
 
     async def stop(self) -> None:
         pool, self._pool = self._pool, None

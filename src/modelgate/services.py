@@ -28,6 +28,9 @@ from modelgate.limits.redis_rpm import RedisRateLimiter
 from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
 from modelgate.offload import Offload
 from modelgate.storage import Store, open_store
+from modelgate.telemetry import Telemetry
+from modelgate.telemetry.metrics import Metrics
+from modelgate.telemetry.tracing import Tracing, TracingUnavailable
 from modelgate.upstream.base import Deployment
 from modelgate.upstream.config import validate_upstreams
 from modelgate.upstream.providers import build_providers
@@ -84,6 +87,23 @@ def served_catalogue(
     return Catalogue(models, aliases)
 
 
+def build_telemetry(settings: Settings) -> Telemetry:
+    otel = settings.otel
+    tracing = None
+    if otel.endpoint:
+        try:
+            tracing = Tracing(
+                otel.endpoint,
+                service_name=otel.service_name,
+                sample_ratio=otel.sample_ratio,
+                headers=otel.headers,
+            )
+        except TracingUnavailable as exc:
+            raise ConfigError(str(exc)) from exc
+    metrics = Metrics(per_key=settings.metrics.per_key)
+    return Telemetry(metrics, tracing, request_log=settings.request_log)
+
+
 @dataclass
 class Services:
     settings: Settings
@@ -109,6 +129,8 @@ class Services:
     #: With ``redis_url``: key changes made here are announced to the other instances, and
     #: theirs refresh this instance's key view (docs/scale-out.md).
     key_broadcast: KeyChangeBroadcast | None = None
+    #: Metrics, the request log and traces (``modelgate.telemetry``).
+    telemetry: Telemetry = field(default_factory=Telemetry)
 
     @classmethod
     def build(
@@ -136,6 +158,8 @@ class Services:
         digester = Digester(load_secret(settings))
         clock = clock or SystemClock()
         settlements = Settlements()
+        telemetry = build_telemetry(settings)
+        store.observe_ledger(telemetry.metrics)
         return cls(
             settings=settings,
             clock=clock,
@@ -155,6 +179,7 @@ class Services:
             if settings.redis_url
             else RollingWindowLimiter(),
             key_broadcast=KeyChangeBroadcast(settings.redis_url) if settings.redis_url else None,
+            telemetry=telemetry,
         )
 
     async def start(self) -> None:
@@ -181,3 +206,4 @@ class Services:
             await self.rate_limiter.aclose()
         await self.offload.stop()
         await self.store.close()
+        self.telemetry.shutdown()

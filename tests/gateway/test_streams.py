@@ -19,6 +19,7 @@ from modelgate.formats import CODECS, ClientRequest
 from modelgate.gateway.relay import StreamResponse
 from modelgate.gateway.streams import CutStream, RelayStream, open_stream
 from modelgate.lifecycle import Drain
+from modelgate.telemetry import RequestRecord, Telemetry
 from modelgate.upstream.base import Deployment, StreamBroken
 from modelgate.upstream.router import Attempt
 from tests.fakes.scripted import Respond, ScriptedProvider
@@ -144,7 +145,7 @@ class Client:
 
 
 async def respond(
-    step: Respond, failures: list[str]
+    step: Respond, failures: list[str], record: RequestRecord | None = None
 ) -> tuple[Client, list[tuple[ir.Usage, UsageStatus]], Any]:
     provider = ScriptedProvider("up", [step], dialects=("chat",))
     reply = await provider.send("chat", b"{}", stream=True, client_headers={})
@@ -156,32 +157,42 @@ async def respond(
         settled.append((usage, status))
 
     done: list[bool] = []
+    telemetry = Telemetry()
     response = StreamResponse(
         chat_stream(client_request("chat")),
         attempt,
         headers={},
         settle=settle,
-        on_done=lambda: done.append(True),
+        on_done=lambda: done.append(telemetry.open_streams == 0),
         drain=Drain(),
+        record=record or RequestRecord("req_1", "chat"),
+        telemetry=telemetry,
     )
     client = Client()
     await response({"type": "http"}, client.receive, client.send)
-    assert done == [True]
+    assert done == [True]  # called once, after the stream was no longer counted as open
     return client, settled, reply
 
 
 async def test_the_relay_settles_a_complete_stream_once_and_reports_no_failure() -> None:
     failures: list[str] = []
-    client, settled, reply = await respond(Respond.events(OPENING, TEXT, STOP, USAGE_CHUNK, DONE), failures)
+    record = RequestRecord("req_1", "chat")
+    events = Respond.events(OPENING, TEXT, STOP, USAGE_CHUNK, DONE)
+    client, settled, reply = await respond(events, failures, record)
     assert settled == [(ir.Usage(input_tokens=12, output_tokens=7), UsageStatus.OK)]
     assert failures == [] and reply.closed and not reply.aborted
     assert client.body.endswith(DONE)
+    # The record the metrics and the request log read: a 200 that ended well, with a first event.
+    assert (record.status, record.outcome, record.mid_stream_error) == (200, "ok", None)
+    assert record.ttft is not None and record.added is not None and record.added <= record.ttft
 
 
 async def test_a_stream_broken_after_its_first_byte_ends_in_band_and_cools_its_deployment() -> None:
     failures: list[str] = []
     broken = Respond.events(OPENING, TEXT, fail=StreamBroken("upstream 'up': connection reset"))
-    client, settled, reply = await respond(broken, failures)
+    record = RequestRecord("req_1", "chat")
+    client, settled, reply = await respond(broken, failures, record)
+    assert (record.outcome, record.mid_stream_error) == ("upstream_error", "mid_stream")
     # The client got what came, then the Chat format's in-band error: never a silent cut.
     body = client.body
     assert b"Hello there" in body

@@ -42,6 +42,8 @@ class Sweeper:
         self._interval = interval
         self._batch = batch
         self._task: asyncio.Task[None] | None = None
+        #: Reservations this sweeper released, since start (metrics).
+        self.released = 0
 
     async def sweep(self) -> int:
         """Release every reservation expired now; the number this call released."""
@@ -65,6 +67,7 @@ class Sweeper:
                 )
                 if outcome.applied:
                     released += 1
+                    self.released += 1
                     log.warning("released abandoned reservation %s of key %s", request_id, key_id)
             if len(expired) < self._batch:
                 return released

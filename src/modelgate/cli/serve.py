@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from modelgate.config import ConfigError, Settings
 from modelgate.management import Management
 from modelgate.server.app import create_app
 from modelgate.server.runner import serve
+from modelgate.telemetry.logs import configure_logging
 
 
 def _first_start(
@@ -53,6 +55,26 @@ def tune_garbage_collector() -> None:
     gc.set_threshold(10_000, 20, 20)
 
 
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def warn_if_metrics_public(settings: Settings) -> None:
+    """``/metrics`` without a token on an address others can reach shows them traffic and spend."""
+    metrics = settings.metrics
+    if metrics.enabled and not metrics.token and not is_loopback(settings.server.host):
+        logging.getLogger("modelgate").warning(
+            "/metrics is public on %s: set metrics.token, or metrics.enabled = false with metrics.port "
+            "(docs/operations.md#metrics)",
+            settings.server.host,
+        )
+
+
 def serve_command(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML).")] = None,
     host: Annotated[str | None, typer.Option("--host", help="Listen address (default 127.0.0.1).")] = None,
@@ -77,9 +99,7 @@ def serve_command(
     if port is not None:
         server["port"] = port
     settings = options.settings(server=server or None)
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level, settings.log_format, requests=settings.request_log)
     # Build (and so validate) everything before the first-start bootstrap: a bad config must not
     # leave a seeded database and printed secrets behind.
     try:
@@ -95,6 +115,7 @@ def serve_command(
         soft_wrap=True,
     )
     tune_garbage_collector()
+    warn_if_metrics_public(settings)
     if any(p.kind == "simulator" for p in settings.providers):
         logging.getLogger("modelgate").info(
             "the 'simulator' provider is the built-in simulator, not a real model"

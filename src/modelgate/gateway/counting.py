@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import orjson
 
 from modelgate.errors import UpstreamFailed
-from modelgate.upstream.router import BuildRequest, Router
+from modelgate.upstream.router import AttemptObserver, BuildRequest, Router
 
 
 def upstream_counts(router: Router, model_id: str) -> bool:
@@ -22,11 +22,15 @@ def upstream_counts(router: Router, model_id: str) -> bool:
 
 
 async def upstream_count(
-    router: Router, model_id: str, build: BuildRequest, headers: Mapping[str, str]
+    router: Router,
+    model_id: str,
+    build: BuildRequest,
+    headers: Mapping[str, str],
+    observer: AttemptObserver | None = None,
 ) -> int:
     """The upstream's ``input_tokens`` for the body ``build`` makes (Messages dialect)."""
     attempt = await router.open(
-        model_id, build, stream=False, client_headers=headers, path_suffix="/count_tokens"
+        model_id, build, stream=False, client_headers=headers, path_suffix="/count_tokens", observer=observer
     )
     try:
         data = orjson.loads(await attempt.reply.read())

@@ -14,6 +14,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 
 from starlette.requests import ClientDisconnect, Request
@@ -37,13 +38,17 @@ from modelgate.gateway.bodies import (
 from modelgate.gateway.body import read_limited, splice_top_level
 from modelgate.gateway.counting import upstream_count, upstream_counts
 from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
+from modelgate.gateway.observe import AttemptLog, ShutdownRefusal, refused, settled
 from modelgate.gateway.relay import SHUTTING_DOWN, StreamResponse, relay_whole
 from modelgate.gateway.replies import error_reply, json_reply
 from modelgate.gateway.streams import estimate_input, open_stream
 from modelgate.gateway.translate import build_body, choose_dialect
 from modelgate.limits.rpm import Decision
 from modelgate.services import Services
-from modelgate.storage.base import KeyRecord, Refusal, StorageError
+from modelgate.storage.base import KeyRecord, Refusal, Settlement, StorageError
+from modelgate.telemetry.logs import CURRENT_REQUEST
+from modelgate.telemetry.record import RequestRecord
+from modelgate.telemetry.tracing import NO_SPAN, PhaseSpan, RequestTrace
 from modelgate.upstream.base import Deployment, Dialect, Provider, Redacts
 from modelgate.upstream.error_mapping import sanitise
 
@@ -73,9 +78,20 @@ class Exchange:
     body_read: bool = False
     #: The request holds one of the instance's large-body slots.
     large_body: bool = False
+    #: What the metrics, the request log and the trace report when the request ends.
+    record: RequestRecord = field(init=False)
+    #: The request's spans, when tracing is on.
+    trace: RequestTrace | None = None
+
+    def __post_init__(self) -> None:
+        self.record = RequestRecord(self.request_id, self.endpoint.name)
 
     def reply_headers(self) -> dict[str, str]:
         return {"request-id": self.request_id, "x-request-id": self.request_id, **self.response_headers}
+
+    def span(self, name: str) -> AbstractContextManager[None]:
+        """A child span of the request's trace around a phase (nothing when tracing is off)."""
+        return NO_SPAN if self.trace is None else PhaseSpan(self.trace, name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,55 +111,89 @@ class Admitted:
 async def handle(services: Services, endpoint: Endpoint, request: Request) -> Response:
     """Serve one model request; every refusal is rendered in the endpoint's wire format."""
     exchange = Exchange(endpoint, services.clock.time(), request.headers)
+    CURRENT_REQUEST.set(exchange.request_id)
+    telemetry = services.telemetry
+    if telemetry.tracing is not None:
+        exchange.trace = telemetry.tracing.begin(
+            request.headers, "POST", request.scope["path"], exchange.record
+        )
+    early = admission_refusal(services)
+    if early is not None:
+        refusal = render_error(exchange, early)
+        finish_exchange(services, exchange, refusal, slot=False)
+        return refusal
+    response: Response | None = None
+    try:
+        response = await _answer(services, exchange, request)
+        return response
+    finally:
+        if not isinstance(response, StreamResponse):  # a stream finishes when it ends (on_done)
+            finish_exchange(services, exchange, response)
+
+
+def admission_refusal(services: Services) -> errors.GatewayError | None:
+    """Refused before anything is read (draining, or at the in-flight limit); otherwise the
+    request now holds an in-flight slot."""
     if services.drain.active:
-        return render_error(exchange, shutting_down())
+        return shutting_down()
     if not services.inflight.try_acquire():
-        error = errors.RateLimited(
+        return errors.RateLimited(
             "the gateway is at its limit of requests in flight; retry shortly",
             headers={"retry-after": str(services.settings.server.overload_retry_after)},
         )
-        return render_error(exchange, error)
-    handed_off = False
+    return None
+
+
+async def _answer(services: Services, exchange: Exchange, request: Request) -> Response:
+    """The response to a request: served, or refused in the endpoint's wire format."""
     try:
-        response = await _serve(services, exchange, request)
-        handed_off = isinstance(response, StreamResponse)
-        return response
+        return await _serve(services, exchange, request)
     except errors.GatewayError as error:
         return render_error(exchange, error)
     except ClientDisconnect:  # gone while sending its body: nothing reserved, nobody to answer
-        return Response(status_code=499, headers=exchange.reply_headers())
+        return client_gone(exchange)
     except StorageError as exc:
         # The database is down or unreachable: a retryable 503, not a bug. A reservation made
         # before the failure is released by the sweeper (billing.sweeper) once it expires.
-        log.warning("request %s: storage unavailable: %s", exchange.request_id, exc)
+        log.warning("storage unavailable: %s", exc)
         return render_error(
             exchange, errors.Unavailable("the gateway's database is unavailable; retry shortly")
         )
     except Exception:  # the one boundary where surprises become a 500
-        log.exception("request %s failed with an unexpected error", exchange.request_id)
-        return render_error(
-            exchange, errors.InternalError("internal error; the request id identifies it in the logs")
-        )
-    finally:
-        if not handed_off:
-            finish_exchange(services, exchange)
+        log.exception("request failed with an unexpected error")
+        internal = errors.InternalError("internal error; the request id identifies it in the logs")
+        return render_error(exchange, internal)
 
 
-def finish_exchange(services: Services, exchange: Exchange) -> None:
-    """Give back what the request held in this instance (in-flight and large-body slots)."""
-    services.inflight.release()
+def finish_exchange(
+    services: Services, exchange: Exchange, response: Response | None, *, slot: bool = True
+) -> None:
+    """The request is over: give back what it held in this instance (its in-flight and
+    large-body slots), then count, log and close its trace."""
+    if slot:
+        services.inflight.release()
     if exchange.large_body:
         exchange.large_body = False
         services.large_bodies.release()
+    record = exchange.record
+    if response is None:  # cancelled before an answer existed
+        record.outcome = "cancelled"
+    elif not record.status:
+        record.status = response.status_code
+    services.telemetry.finish(record)
+    if exchange.trace is not None:
+        exchange.trace.end(record)
 
 
 async def _serve(services: Services, exchange: Exchange, request: Request) -> Response:
-    key = authenticate(services, exchange)
-    raw = await read_body(services, exchange, request)
-    admitted = await admit(services, exchange, key, raw)
+    with exchange.span("authenticate"):
+        key = authenticate(services, exchange)
+        raw = await read_body(services, exchange, request)
+        admitted = await admit(services, exchange, key, raw)
     if exchange.endpoint.counting:
         return await count_tokens(services, admitted)
-    hold = await reserve(services, admitted)
+    with exchange.span("reserve"):
+        hold = await reserve(services, admitted)
     watch = DisconnectWatch(request.receive, services.drain)
     try:
         return await call_upstream(services, admitted, hold, watch)
@@ -155,6 +205,8 @@ def authenticate(services: Services, exchange: Exchange) -> KeyRecord:
     """Everything decided from the headers alone, before a byte of the body is read: the key,
     the format's required headers, and whether the key's group may use this format."""
     key = services.keys.authenticate(exchange.headers, exchange.started)
+    record = exchange.record
+    record.key_id, record.account_id, record.group = key.id, key.account_id, key.group
     codec = exchange.endpoint.codec
     codec.check_headers(exchange.headers, services.settings.api_versions)
     policy.check_format(codec.name, key)
@@ -191,11 +243,13 @@ async def admit(services: Services, exchange: Exchange, key: KeyRecord, raw: byt
     facts = await analyse_body(services, exchange, raw)
     codec = exchange.endpoint.codec
     model = policy.model_for(services.catalogue, key, facts.body)
+    stream = facts.body.get("stream") is True
+    exchange.record.model, exchange.record.stream = model.id, stream
     if facts.invalid is not None:
         raise facts.invalid
     admission = await admit_rate(services, exchange, key)
     client = ClientRequest(codec, facts.body, model.id, facts.request)
-    return Admitted(exchange, key, model, client, raw, facts, facts.body.get("stream") is True, admission)
+    return Admitted(exchange, key, model, client, raw, facts, stream, admission)
 
 
 async def analyse_body(services: Services, exchange: Exchange, raw: bytes) -> Facts:
@@ -221,12 +275,13 @@ async def admit_rate(services: Services, exchange: Exchange, key: KeyRecord) -> 
     return decision
 
 
-def clamp_max_tokens(exchange: Exchange, model: Model, requested: int | None) -> int:
+def clamp_max_tokens(services: Services, exchange: Exchange, model: Model, requested: int | None) -> int:
     limit = model.output_limit
     if requested is None:
         return limit
     if requested > limit:
         exchange.response_headers[hdr.MAX_TOKENS_CLAMPED] = f"{requested}->{limit}; reason=model_limit"
+        services.telemetry.metrics.clamped("model_limit")
         return limit
     return requested
 
@@ -235,7 +290,7 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
     """Hold the worst case against the key's monthly cap and the account balance, atomically."""
     exchange, key, model = admitted.exchange, admitted.key, admitted.model
     requested = admitted.client.codec.requested_max_tokens(admitted.client.body)
-    max_tokens = clamp_max_tokens(exchange, model, requested)
+    max_tokens = clamp_max_tokens(services, exchange, model, requested)
     input_bound = admitted.facts.input_bound
     if model.context_length is not None:
         # No provider bills input beyond the model's context window (it refuses the request).
@@ -253,10 +308,12 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
             message, code = "this key has reached its monthly credit cap", "monthly_cap_reached"
         else:
             message, code = "the account's credit balance is too low for this request", "insufficient_balance"
+        services.telemetry.metrics.billing_refused(code)
         raise errors.BillingRefused(message, code=code, headers={"x-should-retry": "false"})
     if outcome.max_tokens < max_tokens:
         asked = requested if requested is not None else max_tokens
         exchange.response_headers[hdr.MAX_TOKENS_CLAMPED] = f"{asked}->{outcome.max_tokens}; reason=credits"
+        services.telemetry.metrics.clamped("credits")
     exchange.response_headers.update(
         hdr.money_headers(None, outcome.cap_remaining_after_uc, outcome.balance_after_uc)
     )
@@ -272,16 +329,24 @@ async def call_upstream(
     async def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
         return await upstream_body(services, admitted, hold.max_tokens, deployment, provider)
 
+    async def settle(usage: ir.Usage, status: UsageStatus) -> Settlement:
+        return await settle_hold(exchange, hold, usage, status)
+
+    observer = AttemptLog(services.telemetry.metrics, exchange.record, exchange.trace)
     try:
         attempt = await watch.run(
             services.router.open(
-                admitted.model.id, build, stream=admitted.stream, client_headers=exchange.headers
+                admitted.model.id,
+                build,
+                stream=admitted.stream,
+                client_headers=exchange.headers,
+                observer=observer,
             )
         )
     except BaseException as exc:
         await release_on_failure(exchange, hold, exc)
         if isinstance(exc, ClientGone):
-            return Response(status_code=499, headers=exchange.reply_headers())
+            return client_gone(exchange)
         if isinstance(exc, ShuttingDown):
             raise shutting_down() from None
         raise
@@ -294,28 +359,31 @@ async def call_upstream(
             upstream_model=attempt.deployment.upstream_model,
             redact=redactor(provider),
         )
-        return StreamResponse(
+        response = StreamResponse(
             stream,
             attempt,
             headers=exchange.reply_headers(),
-            settle=hold.settle,
-            on_done=lambda: finish_exchange(services, exchange),
+            settle=settle,
+            on_done=lambda: finish_exchange(services, exchange, response),
             drain=services.drain,
+            record=exchange.record,
+            telemetry=services.telemetry,
         )
+        return response
     try:
-        body, usage = await watch.run(relay_whole(attempt, client))
+        body, usage = await watch.run(relay_whole(attempt, client, exchange.record))
     except ClientGone:
         # The upstream had accepted the request (its headers came) and worked on the input
         # until we cancelled it: bill the input, as a stream cut at its first byte would be.
         usage = ir.Usage(input_tokens=await input_estimate(services, admitted))
-        await hold.settle(usage, UsageStatus.CLIENT_DISCONNECTED)
-        return Response(status_code=499, headers=exchange.reply_headers())
+        await settle(usage, UsageStatus.CLIENT_DISCONNECTED)
+        return client_gone(exchange)
     except BaseException as exc:
         await release_on_failure(exchange, hold, exc)
         if isinstance(exc, ShuttingDown):
             raise shutting_down() from None
         raise
-    settlement = await hold.settle(usage, UsageStatus.OK)
+    settlement = await settle(usage, UsageStatus.OK)
     exchange.response_headers.update(
         hdr.money_headers(settlement.charged_uc, settlement.cap_remaining_uc, settlement.balance_uc)
     )
@@ -373,7 +441,21 @@ def redactor(provider: Provider) -> Callable[[str], str]:
 
 def shutting_down() -> errors.Unavailable:
     """The answer of a request cut by the end of the shutdown grace, or refused while draining."""
-    return errors.Unavailable(SHUTTING_DOWN.message, headers={"retry-after": "1"})
+    return ShutdownRefusal(SHUTTING_DOWN.message, headers={"retry-after": "1"})
+
+
+def client_gone(exchange: Exchange) -> Response:
+    """The answer nobody reads: the client disconnected (499, as nginx logs it)."""
+    exchange.record.outcome = "client_gone"
+    return Response(status_code=499, headers=exchange.reply_headers())
+
+
+async def settle_hold(exchange: Exchange, hold: Hold, usage: ir.Usage, status: UsageStatus) -> Settlement:
+    """Charge the request's usage (``Hold.settle``) and note it for the telemetry."""
+    with exchange.span("settle"):
+        settlement = await hold.settle(usage, status)
+    settled(exchange.record, usage, status, settlement)
+    return settlement
 
 
 def status_of(exc: BaseException) -> UsageStatus:
@@ -391,7 +473,10 @@ def status_of(exc: BaseException) -> UsageStatus:
 async def release_on_failure(exchange: Exchange, hold: Hold, exc: BaseException) -> None:
     """Nothing usable came back: free the hold, and let the error response show the figures
     after the release (not the reservation's, which counted the hold)."""
-    settlement = await hold.release(status_of(exc))
+    status = status_of(exc)
+    with exchange.span("settle"):
+        settlement = await hold.release(status)
+    settled(exchange.record, None, status, settlement)
     exchange.response_headers.update(
         hdr.money_headers(None, settlement.cap_remaining_uc, settlement.balance_uc)
     )
@@ -411,7 +496,8 @@ async def count_tokens(services: Services, admitted: Admitted) -> Response:
                 return "messages", await services.offload.run(splice_in_worker, admitted.raw, fields)
             return "messages", splice_top_level(admitted.raw, fields, parsed=admitted.client.body)
 
-        count = await upstream_count(router, model_id, build, exchange.headers)
+        observer = AttemptLog(services.telemetry.metrics, exchange.record, exchange.trace)
+        count = await upstream_count(router, model_id, build, exchange.headers, observer)
     return json_reply({"input_tokens": count}, headers=exchange.reply_headers())
 
 
@@ -421,4 +507,6 @@ def render_error(exchange: Exchange, error: errors.GatewayError) -> Response:
         # Refused before its body was read: close the connection instead of reading (or
         # keeping) what the client is still sending.
         headers["connection"] = "close"
-    return error_reply(exchange.endpoint.codec, error, headers)
+    response = error_reply(exchange.endpoint.codec, error, headers)
+    refused(exchange.record, error, response.status_code)
+    return response

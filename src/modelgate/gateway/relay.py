@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -26,8 +27,10 @@ from modelgate.billing.ledger import UsageStatus
 from modelgate.formats import CODECS, ClientRequest
 from modelgate.formats.sse import model_rewrites
 from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
+from modelgate.gateway.observe import stream_ended
 from modelgate.gateway.streams import CutStream, RelayStream
 from modelgate.lifecycle import Drain
+from modelgate.telemetry import RequestRecord, Telemetry
 from modelgate.upstream.router import Attempt
 
 
@@ -39,12 +42,16 @@ def _rewrite_model(data: bytes, upstream: str, client: str) -> bytes:
     return data
 
 
-async def relay_whole(attempt: Attempt, client: ClientRequest) -> tuple[bytes, ir.Usage]:
+async def relay_whole(
+    attempt: Attempt, client: ClientRequest, record: RequestRecord
+) -> tuple[bytes, ir.Usage]:
     """The client's body for a whole (non-streamed) reply, and the usage to bill."""
     reply = attempt.reply
+    began = time.perf_counter()
     try:
         data = await reply.read()
     finally:
+        record.upstream_seconds += time.perf_counter() - began
         await reply.close()
     try:
         parsed = orjson.loads(data)
@@ -74,6 +81,9 @@ class StreamResponse(Response):
     The relay runs in the request's own task, armed under a ``DisconnectWatch``: a disconnect
     cancels it, which closes the upstream request at once. Settlement then runs shielded (the
     ledger's settlement runner), so a cancelled request still leaves exactly one usage record.
+
+    Telemetry costs nothing per chunk: the time to the first event is taken once (the relay's
+    first loop ends there), the rest is noted in the request's record when the stream ends.
     """
 
     media_type = "text/event-stream"
@@ -87,6 +97,8 @@ class StreamResponse(Response):
         settle: SettleStream,
         on_done: Callable[[], None],
         drain: Drain,
+        record: RequestRecord,
+        telemetry: Telemetry,
     ) -> None:
         # Like Starlette's StreamingResponse: no body attribute, so no content-length header.
         self.status_code = 200
@@ -95,14 +107,19 @@ class StreamResponse(Response):
         self.stream = stream
         self.attempt = attempt
         self.settle = settle
+        #: Called once the stream has ended and settled (the request's end).
         self.on_done = on_done
         self.drain = drain
+        self.record = record
+        self.telemetry = telemetry
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def send_body(chunk: bytes) -> None:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
         watch = DisconnectWatch(receive, self.drain)
+        self.record.status = 200
+        self.telemetry.open_streams += 1
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             await watch.run(self._pump(send_body))
@@ -121,8 +138,10 @@ class StreamResponse(Response):
             watch.close()
             try:
                 usage, status = await self.stream.outcome()
+                stream_ended(self.record, status)
                 await self.settle(usage, status)
             finally:
+                self.telemetry.open_streams -= 1
                 self.on_done()
 
     async def _pump(self, send: Callable[[bytes], Awaitable[None]]) -> None:
@@ -130,15 +149,18 @@ class StreamResponse(Response):
         stream = self.stream
         reply = self.attempt.reply
         try:
-            async for chunk in reply.iter_chunks():
-                out = stream.feed(chunk)
-                if out:
-                    await send(out)
+            chunks = aiter(reply.iter_chunks())
+            if await self._first_event(chunks, send):
+                async for chunk in chunks:
+                    out = stream.feed(chunk)
+                    if out:
+                        await send(out)
             out = stream.finish()
             if out:
                 await send(out)
         except errors.GatewayError as exc:
             stream.status = UsageStatus.UPSTREAM_FAILED_MID_STREAM
+            self.record.mid_stream_error = "mid_stream"
             self.attempt.report_failure()
             relayed = exc.relayed if isinstance(exc, CutStream) else b""
             await send(relayed + stream.error_frame(exc))
@@ -147,3 +169,25 @@ class StreamResponse(Response):
             raise
         finally:
             await reply.close()
+
+    async def _first_event(
+        self, chunks: AsyncIterator[bytes], send: Callable[[bytes], Awaitable[None]]
+    ) -> bool:
+        """Relay up to the first event the client gets; note the time to it and the time spent
+        waiting for the upstream before it. False when the upstream ended before any event."""
+        record = self.record
+        waited = 0.0
+        while True:
+            began = time.perf_counter()
+            try:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                return False
+            waited += time.perf_counter() - began
+            out = self.stream.feed(chunk)
+            if out:
+                await send(out)
+                record.upstream_seconds += waited
+                record.ttft = ttft = record.elapsed()
+                record.added = max(0.0, ttft - record.upstream_seconds)
+                return True

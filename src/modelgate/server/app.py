@@ -26,9 +26,10 @@ from modelgate.admin import admin_routes
 from modelgate.clock import Clock
 from modelgate.config import Settings
 from modelgate.formats import CODECS
-from modelgate.gateway import health, models, pipeline
+from modelgate.gateway import health, metrics_endpoint, models, pipeline, state_metrics
 from modelgate.gateway.pipeline import Endpoint
 from modelgate.gateway.replies import codec_for_path, error_reply
+from modelgate.server.metrics_port import MetricsPort
 from modelgate.services import Services
 
 log = logging.getLogger("modelgate")
@@ -85,7 +86,7 @@ def routes(services: Services) -> list[Route]:
     read = frozenset({"GET", "HEAD"})
     admin = Router(routes=admin_routes(services))
     admin_methods = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
-    return [
+    table = [
         Route("/", read, _with_services(services, health.root)),
         Route("/healthz", read, _with_services(services, health.healthz)),
         Route("/health", read, _with_services(services, health.health)),
@@ -103,6 +104,9 @@ def routes(services: Services) -> list[Route]:
         Route("/admin/api", admin_methods, admin, prefix=True),
         Route("/dashboard", read, admin, prefix=True),
     ]
+    if services.settings.metrics.enabled:
+        table.append(Route("/metrics", read, _with_services(services, metrics_endpoint.metrics)))
+    return table
 
 
 def _is_upgrade(scope: Scope) -> bool:
@@ -118,6 +122,10 @@ class EdgeApp:
         self._prefixed = sorted((r for r in table if r.prefix), key=lambda r: -len(r.path))
         #: The serving loop, once started (signal handlers hand work to it).
         self.loop: asyncio.AbstractEventLoop | None = None
+        metrics = services.settings.metrics
+        self.metrics_port = (
+            MetricsPort(metrics, services.telemetry) if metrics.enabled and metrics.port else None
+        )
 
     def route_for(self, path: str) -> Route | None:
         route = self._exact.get(path)
@@ -174,12 +182,16 @@ class EdgeApp:
                 self.loop = asyncio.get_running_loop()
                 try:
                     await self.services.start()
+                    if self.metrics_port is not None:
+                        await self.metrics_port.start()
                 except Exception as exc:
                     log.exception("start-up failed")
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                if self.metrics_port is not None:
+                    await self.metrics_port.stop()
                 await self.services.stop()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
@@ -189,4 +201,5 @@ def create_app(
     settings: Settings, *, clock: Clock | None = None, services: Services | None = None
 ) -> EdgeApp:
     services = services or Services.build(settings, clock=clock)
+    state_metrics.install(services)
     return EdgeApp(services, routes(services))

@@ -56,6 +56,8 @@ def uvicorn_config(
         # No websocket endpoint exists: an upgrade is served as plain HTTP and refused in JSON.
         ws="none",
         lifespan="on",
+        # Our own handlers (telemetry.logs) format uvicorn's lines too: JSON or text alike.
+        log_config=None,
         access_log=server.access_log,
         log_level=log_level or settings.log_level,
         timeout_keep_alive=int(max(1, round(server.keep_alive_seconds))),

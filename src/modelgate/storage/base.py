@@ -374,6 +374,21 @@ class LedgerStore(Protocol):
 
     async def pending_reservations(self) -> int: ...
 
+    async def reservation_stats(self) -> tuple[int, float | None]:
+        """(pending reservations, ``created_at`` of the oldest or None): database-wide."""
+        ...
+
+    def observe_ledger(self, observer: LedgerObserver | None) -> None:
+        """Report every ledger write transaction to ``observer`` (metrics)."""
+        ...
+
+
+class LedgerObserver(Protocol):
+    def ledger_committed(self, seconds: float, operations: int) -> None:
+        """A ledger write transaction of ``operations`` reserves/settles/releases committed (or
+        failed) after ``seconds``. May be called from a store's worker thread."""
+        ...
+
 
 class UsageStore(Protocol):
     """Usage records: one per request, written by settle or release."""

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
-from modelgate.storage.base import Conflict, StorageError
+from modelgate.storage.base import Conflict, LedgerObserver, StorageError
 
 T = TypeVar("T")
 #: A ledger operation: runs inside an open write transaction and returns its outcome.
@@ -39,6 +40,8 @@ class GroupCommit:
         self._transaction = transaction
         self._on_worker = on_worker
         self._queue: list[tuple[Operation, asyncio.Future[Any]]] = []
+        #: Told the time and size of every transaction (metrics); set by ``observe_ledger``.
+        self.observer: LedgerObserver | None = None
 
     async def run(self, operation: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``operation`` in the next shared transaction; returns once that has committed."""
@@ -73,15 +76,20 @@ class GroupCommit:
 
     def _apply(self, batch: list[tuple[Operation, asyncio.Future[Any]]]) -> list[Any]:
         outcomes: list[Any] = []
-        with self._transaction() as db:
-            for operation, _ in batch:
-                db.execute("SAVEPOINT ledger_op")
-                try:
-                    outcomes.append(operation(db))
-                except sqlite3.IntegrityError as exc:
-                    db.execute("ROLLBACK TO ledger_op")
-                    outcomes.append(Conflict(str(exc)))
-                db.execute("RELEASE ledger_op")
+        began = time.perf_counter()
+        try:
+            with self._transaction() as db:
+                for operation, _ in batch:
+                    db.execute("SAVEPOINT ledger_op")
+                    try:
+                        outcomes.append(operation(db))
+                    except sqlite3.IntegrityError as exc:
+                        db.execute("ROLLBACK TO ledger_op")
+                        outcomes.append(Conflict(str(exc)))
+                    db.execute("RELEASE ledger_op")
+        finally:
+            if self.observer is not None:
+                self.observer.ledger_committed(time.perf_counter() - began, len(batch))
         return outcomes
 
     def _deliver_retry(

@@ -25,6 +25,7 @@ writes are serialised by row locks, so the invariants of ``storage.base`` hold a
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -40,6 +41,7 @@ from modelgate.storage.base import (
     Conflict,
     KeyControls,
     KeyRecord,
+    LedgerObserver,
     NewKey,
     Refusal,
     Reservation,
@@ -79,6 +81,7 @@ class PostgresStore(PostgresAdminTokens, PostgresReports):
         # before the server's loop runs).
         self._pool: Any = None
         self._pool_lock = asyncio.Lock()
+        self._ledger_observer: LedgerObserver | None = None
 
     # plumbing -----------------------------------------------------------------------------
 
@@ -328,7 +331,7 @@ class PostgresStore(PostgresAdminTokens, PostgresReports):
 
     async def reserve(self, request: ReserveRequest) -> Reservation | Refusal:
         r = request
-        async with self._tx() as conn:
+        async with self._ledger_tx() as conn:
             row = await conn.fetchrow(
                 "SELECT a.balance_uc - a.reserved_uc, k.monthly_cap_uc FROM accounts a, api_keys k "
                 "WHERE a.id = $1 AND k.id = $2 FOR UPDATE OF a",
@@ -375,7 +378,7 @@ class PostgresStore(PostgresAdminTokens, PostgresReports):
         return await self._finish(usage, False)
 
     async def _finish(self, usage: UsageRecord, charge: bool) -> Settlement:
-        async with self._tx() as conn:
+        async with self._ledger_tx() as conn:
             held = await conn.fetchrow(
                 "DELETE FROM reservations WHERE request_id = $1 "
                 "RETURNING amount_uc, month, key_id, account_id, endpoint, model, created_at",
@@ -465,6 +468,25 @@ class PostgresStore(PostgresAdminTokens, PostgresReports):
     async def pending_reservations(self) -> int:
         async with self._conn() as conn:
             return int(await conn.fetchval("SELECT COUNT(*) FROM reservations"))
+
+    async def reservation_stats(self) -> tuple[int, float | None]:
+        async with self._conn() as conn:
+            row = await conn.fetchrow("SELECT COUNT(*), MIN(created_at) FROM reservations")
+        return int(row[0]), None if row[1] is None else float(row[1])
+
+    def observe_ledger(self, observer: LedgerObserver | None) -> None:
+        self._ledger_observer = observer
+
+    @asynccontextmanager
+    async def _ledger_tx(self) -> AsyncIterator[Any]:
+        """A ledger write transaction (one reserve, settle or release), timed for the observer."""
+        began = time.perf_counter()
+        try:
+            async with self._tx() as conn:
+                yield conn
+        finally:
+            if self._ledger_observer is not None:
+                self._ledger_observer.ledger_committed(time.perf_counter() - began, 1)
 
     # usage --------------------------------------------------------------------------------
 

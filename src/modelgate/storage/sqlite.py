@@ -32,6 +32,7 @@ from modelgate.storage.base import (
     Conflict,
     KeyControls,
     KeyRecord,
+    LedgerObserver,
     NewKey,
     Refusal,
     Reservation,
@@ -437,6 +438,14 @@ class SqliteStore(SqliteAdminTokens, SqliteReports):
     async def pending_reservations(self) -> int:
         row = await self._run(lambda: self._db().execute("SELECT COUNT(*) FROM reservations").fetchone())
         return int(row[0])
+
+    async def reservation_stats(self) -> tuple[int, float | None]:
+        sql = "SELECT COUNT(*), MIN(created_at) FROM reservations"
+        row = await self._run(lambda: self._db().execute(sql).fetchone())
+        return int(row[0]), None if row[1] is None else float(row[1])
+
+    def observe_ledger(self, observer: LedgerObserver | None) -> None:
+        self._ledger.observer = observer
 
     # usage --------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ rest.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Self
@@ -21,6 +22,23 @@ from modelgate.upstream.credentials import CREDENTIAL_HEADERS, ApiKey, Credentia
 from modelgate.upstream.error_mapping import UpstreamError, credentials_rejected
 from modelgate.upstream.pool import CredentialPool
 from modelgate.upstream.transport import HttpClient, HttpReply
+
+#: A W3C ``traceparent`` (version 00; later versions may append fields).
+TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?")
+TRACESTATE_MAX = 512
+
+
+def trace_context(client_headers: Mapping[str, str]) -> dict[str, str]:
+    """The W3C trace context to pass upstream: the client's ``traceparent`` (the attempt span's
+    when tracing is on) and ``tracestate``, when well formed; nothing otherwise."""
+    parent = client_headers.get("traceparent")
+    if parent is None or len(parent) > TRACESTATE_MAX or not TRACEPARENT.fullmatch(parent):
+        return {}
+    out = {"traceparent": parent}
+    state = client_headers.get("tracestate")
+    if state is not None and len(state) <= TRACESTATE_MAX:
+        out["tracestate"] = state
+    return out
 
 
 class HttpProvider:
@@ -94,6 +112,7 @@ class HttpProvider:
         # Compressed SSE would be buffered by the compressor; ask for identity on streams.
         headers["accept-encoding"] = "identity" if stream else "gzip, deflate"
         headers["user-agent"] = "modelgate"
+        headers.update(trace_context(client_headers))
         return headers
 
     def _prepare(

@@ -22,6 +22,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from modelgate import errors
 from modelgate.upstream.base import (
@@ -57,6 +58,58 @@ BuildRequest = Callable[[Deployment, Provider], Awaitable[tuple[Dialect, bytes]]
 
 #: An error body is read only to extract its message; a stalled one must not hold a retry up.
 _ERROR_BODY_TIMEOUT = 5.0
+
+#: Why an attempt is made: the request's first, after a failure on the same deployment, or after
+#: a failure moved to another deployment.
+AttemptReason = Literal["first", "retry", "failover"]
+
+
+class AttemptObserver(Protocol):
+    """Watches one request's attempts (metrics, the request log, trace spans). Optional."""
+
+    def attempt_started(
+        self, deployment: Deployment, provider: Provider, number: int, reason: AttemptReason
+    ) -> Mapping[str, str] | None:
+        """An attempt is about to be sent; returns headers to add to it (trace context) or None."""
+        ...
+
+    def attempt_ended(self, error: str | None, status: int | None) -> None:
+        """The attempt's response head came (``status``) or it failed; ``error`` is its class
+        (``ERROR_CLASSES``), None for a 2xx."""
+        ...
+
+
+#: Classes of failed attempts (the ``class`` label of ``modelgate_upstream_errors``).
+ERROR_CLASSES = (
+    "connect",
+    "timeout",
+    "broken",
+    "credentials",
+    "rate_limited",
+    "overloaded",
+    "server_error",
+    "request_rejected",
+    "bad_status",
+    "abandoned",
+    "mid_stream",
+)
+
+
+def failure_class(failure: Failure) -> str:
+    if failure.kind != "status":
+        return failure.kind
+    if failure.status == 429:
+        return "rate_limited"
+    return "overloaded" if failure.overloaded else "server_error"
+
+
+def raised_class(exc: BaseException) -> str:
+    """The class of an attempt that ended by raising: an upstream refusal of the request (4xx),
+    an unusable status, or abandoned (the request was cancelled while waiting)."""
+    if isinstance(exc, errors.GatewayError):
+        status = exc.status_for("messages")
+        return "request_rejected" if exc.from_upstream and 400 <= status < 500 else "bad_status"
+    return "abandoned"
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +190,7 @@ class Router:
         stream: bool,
         client_headers: Mapping[str, str],
         path_suffix: str = "",
+        observer: AttemptObserver | None = None,
     ) -> Attempt:
         candidates = self._deployments.get(model)
         if not candidates:
@@ -155,12 +209,28 @@ class Router:
                 if not self._budget.try_withdraw():
                     break
                 await self._sleep(self._delay(attempt - 1, last, same))
+            reason: AttemptReason = (
+                "first" if not tried else "retry" if deployment == tried[-1] else "failover"
+            )
             tried.append(deployment)
             provider = self._providers[deployment.provider]
             dialect, body = await build(deployment, provider)
-            outcome = await self._try(
-                deployment, provider, dialect, body, stream, client_headers, path_suffix
-            )
+            headers = client_headers
+            if observer is not None:
+                extra = observer.attempt_started(deployment, provider, attempt, reason)
+                if extra:
+                    headers = {**client_headers, **extra}
+            try:
+                outcome = await self._try(deployment, provider, dialect, body, stream, headers, path_suffix)
+            except BaseException as exc:
+                if observer is not None:
+                    observer.attempt_ended(raised_class(exc), None)
+                raise
+            if observer is not None:
+                if isinstance(outcome, Failure):
+                    observer.attempt_ended(failure_class(outcome), outcome.status)
+                else:
+                    observer.attempt_ended(None, outcome.status)
             if isinstance(outcome, Failure):
                 # Everything logged here went through sanitise (no keys, no upstream address).
                 log.warning(

@@ -1,0 +1,169 @@
+"""Metrics read from state the gateway already keeps, when Prometheus scrapes (nothing on the
+request path): limits and queues, the drain, the ledger's pending holds and the sweeper, the rate
+limiter's fallbacks, the key cache's age, deployment health and account balances.
+
+The database readings (pending reservations and the oldest one's age, account balances) are
+database-wide: every instance reports the same values. They are read once per scrape with a
+short timeout; an unreachable database shows as ``modelgate_database_up 0``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+
+from prometheus_client.core import Metric
+
+from modelgate import __version__
+from modelgate.limits.redis_rpm import RedisRateLimiter
+from modelgate.services import Services
+from modelgate.storage.base import StorageError
+from modelgate.telemetry.metrics import counter, gauge, labelled_counter, labelled_gauge
+
+#: Seconds a scrape waits for the database before reporting it down.
+DATABASE_TIMEOUT = 2.0
+
+
+class StateMetrics:
+    def __init__(self, services: Services) -> None:
+        self._services = services
+        self._database_up = True
+        self._reservations: tuple[int, float | None] | None = None
+        self._balances: list[tuple[int, int]] = []
+
+    async def refresh(self) -> None:
+        """Read the database-wide values (before each scrape)."""
+        services = self._services
+        try:
+            async with asyncio.timeout(DATABASE_TIMEOUT):
+                self._reservations = await services.store.reservation_stats()
+                if services.settings.metrics.account_balances:
+                    accounts = await services.store.list_accounts()
+                    self._balances = [(a.id, a.available_uc) for a in accounts]
+            self._database_up = True
+        except (StorageError, TimeoutError):
+            self._database_up = False
+            self._reservations = None
+
+    def collect(self) -> Iterable[Metric]:
+        services = self._services
+        yield labelled_gauge(
+            "modelgate_build_info", "The running version.", ("version",), [((__version__,), 1)]
+        )
+        yield gauge(
+            "modelgate_in_flight_requests",
+            "Model requests in flight on this instance.",
+            services.inflight.in_flight,
+        )
+        yield gauge(
+            "modelgate_in_flight_limit", "server.max_in_flight of this instance.", services.inflight.limit
+        )
+        yield gauge("modelgate_open_streams", "Streams being relayed now.", services.telemetry.open_streams)
+        yield gauge(
+            "modelgate_large_bodies_in_flight",
+            "Large request bodies (above server.offload_body_bytes) held now.",
+            services.large_bodies.in_flight,
+        )
+        edge = services.edge
+        refusals: dict[tuple[str, ...], float] = {
+            ("in_flight",): services.inflight.refused,
+            ("large_bodies",): services.large_bodies.refused,
+            ("connections",): edge.connections_refused,
+            ("head_timeout",): edge.head_timeouts,
+            ("body_timeout",): edge.body_timeouts,
+            ("malformed_http",): edge.malformed_requests,
+        }
+        yield labelled_counter(
+            "modelgate_protective_refusals",
+            "Requests and connections refused by a protective limit or timeout, by reason.",
+            ("reason",),
+            refusals,
+        )
+        yield counter("modelgate_offload_jobs", "Jobs handed to the body workers.", services.offload.jobs)
+        yield gauge(
+            "modelgate_offload_pending", "Body-worker jobs running or waiting now.", services.offload.pending
+        )
+        yield gauge(
+            "modelgate_draining",
+            "1 while the instance drains for shutdown.",
+            1 if services.drain.active else 0,
+        )
+        sweeper = services.sweeper
+        yield counter(
+            "modelgate_sweeper_releases",
+            "Reservations released by this instance's sweeper (their request's process died).",
+            sweeper.released if sweeper is not None else 0,
+        )
+        limiter = services.rate_limiter
+        if isinstance(limiter, RedisRateLimiter):
+            yield counter(
+                "modelgate_rate_limiter_fallbacks",
+                "Rate-limit decisions made in-process because Redis was unreachable.",
+                limiter.fallback_decisions,
+            )
+            yield gauge(
+                "modelgate_rate_limiter_degraded",
+                "1 while Redis is unreachable.",
+                1 if limiter.degraded else 0,
+            )
+        refreshed = services.keys.refreshed_at
+        if refreshed is not None:
+            yield gauge(
+                "modelgate_key_cache_age_seconds",
+                "Seconds since the key cache last read the database.",
+                time.monotonic() - refreshed,
+            )
+        yield from self._deployments()
+        yield gauge(
+            "modelgate_database_up", "1 when the last scrape could read the database.", int(self._database_up)
+        )
+        if self._reservations is not None:
+            count, oldest = self._reservations
+            yield gauge(
+                "modelgate_reservations_pending", "Holds not yet settled or released (database-wide).", count
+            )
+            age = max(0.0, services.clock.time() - oldest) if oldest is not None else 0.0
+            yield gauge("modelgate_reservation_oldest_age_seconds", "Age of the oldest pending hold.", age)
+        if services.settings.metrics.account_balances and self._database_up:
+            yield labelled_gauge(
+                "modelgate_account_available_microcredits",
+                "Each account's balance minus its holds, in micro-credits.",
+                ("account_id",),
+                (((str(account_id),), available) for account_id, available in self._balances),
+            )
+
+    def _deployments(self) -> Iterable[Metric]:
+        seen: dict[tuple[str, str], tuple[float, int]] = {}
+        for status in self._services.router.status():
+            seen[(status.provider, status.upstream_model)] = (status.cooling_for, status.consecutive_failures)
+        labels = ("provider", "deployment")
+        yield labelled_gauge(
+            "modelgate_deployment_cooling",
+            "1 while a deployment cools down after failures (requests avoid it).",
+            labels,
+            ((key, 1 if cooling > 0 else 0) for key, (cooling, _) in seen.items()),
+        )
+        yield labelled_gauge(
+            "modelgate_deployment_cooldown_seconds",
+            "Seconds until a cooling deployment is tried again.",
+            labels,
+            ((key, cooling) for key, (cooling, _) in seen.items()),
+        )
+        yield labelled_gauge(
+            "modelgate_deployment_consecutive_failures",
+            "Failures of a deployment since its last success.",
+            labels,
+            ((key, failures) for key, (_, failures) in seen.items()),
+        )
+
+
+def install(services: Services) -> None:
+    """Register the scrape-time readers once per gateway."""
+    telemetry = services.telemetry
+    if telemetry.state_readers_installed:
+        return
+    state = StateMetrics(services)
+    telemetry.metrics.collect_from(state.collect)
+    telemetry.before_scrape.append(state.refresh)
+    telemetry.state_readers_installed = True

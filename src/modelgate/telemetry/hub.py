@@ -1,0 +1,44 @@
+"""The request path's one handle on telemetry: metrics, the request log and (optional) traces."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from modelgate.telemetry.logs import log_request
+from modelgate.telemetry.metrics import Metrics
+from modelgate.telemetry.record import RequestRecord
+from modelgate.telemetry.tracing import Tracing
+
+
+class Telemetry:
+    def __init__(
+        self, metrics: Metrics | None = None, tracing: Tracing | None = None, *, request_log: bool = True
+    ) -> None:
+        self.metrics = metrics if metrics is not None else Metrics(process=False)
+        #: None unless ``otel.endpoint`` is set (then every request gets a ``RequestTrace``).
+        self.tracing = tracing
+        self.request_log = request_log
+        #: Streams being relayed now.
+        self.open_streams = 0
+        #: Run before each scrape (reads of database-wide state); see ``gateway.state_metrics``.
+        self.before_scrape: list[Callable[[], Awaitable[None]]] = []
+        self.state_readers_installed = False
+
+    def finish(self, record: RequestRecord) -> None:
+        """Count and log one request as it ended."""
+        record.seconds = seconds = record.elapsed()
+        if record.added is None and record.attempts:
+            record.added = max(0.0, seconds - record.upstream_seconds)
+        self.metrics.request(record)
+        if self.request_log:
+            log_request(record)
+
+    async def exposition(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        for refresh in self.before_scrape:
+            await refresh()
+        return self.metrics.exposition()
+
+    def shutdown(self) -> None:
+        if self.tracing is not None:
+            self.tracing.shutdown()

@@ -1,0 +1,166 @@
+"""Logs: one JSON object per line (``log_format = "json"``, the default when stderr is not a
+terminal) or readable text, and one request record per model request at its end.
+
+Every line carries ``ts`` (UTC, ISO 8601 with milliseconds), ``level``, ``logger`` and ``msg``;
+a line logged while a request is served (an upstream failure, a storage error, a traceback) also
+carries the ``request_id`` the client saw in its ``request-id`` header. The request record (logger ``modelgate.requests``, ``msg`` "request") adds the fields in
+``REQUEST_FIELDS`` (docs/operations.md describes each). Request and response bodies are never
+logged, nor are keys, tokens or upstream secrets: the record is built from ids, counts and
+outcomes only.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Mapping
+from contextvars import ContextVar
+from typing import Any, Literal
+
+import orjson
+
+from modelgate.telemetry.record import RequestRecord
+
+LogFormat = Literal["json", "text"]
+
+#: The request record's fields, in the order they are written.
+REQUEST_FIELDS = (
+    "request_id",
+    "endpoint",
+    "model",
+    "stream",
+    "status",
+    "outcome",
+    "error_type",
+    "error_code",
+    "key_id",
+    "account_id",
+    "group",
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "charged_uc",
+    "usage_status",
+    "total_ms",
+    "ttft_ms",
+    "upstream_ms",
+    "provider",
+    "deployment",
+    "attempts",
+)
+
+request_log = logging.getLogger("modelgate.requests")
+#: The id of the request being served (each request runs in a task, with a context, of its own):
+#: every line logged while serving it carries the ``request_id`` its client saw.
+CURRENT_REQUEST: ContextVar[str | None] = ContextVar("modelgate_request_id", default=None)
+
+
+def request_id_of(record: logging.LogRecord) -> str | None:
+    given = getattr(record, "request_id", None)
+    return given if given is not None else CURRENT_REQUEST.get()
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
+
+
+def request_fields(record: RequestRecord) -> dict[str, Any]:
+    """The request record of ``record`` (``REQUEST_FIELDS``; absent values are null)."""
+    return {
+        "request_id": record.request_id,
+        "endpoint": record.endpoint,
+        "model": record.model or None,
+        "stream": record.stream,
+        "status": record.status,
+        "outcome": record.outcome,
+        "error_type": record.error_type,
+        "error_code": record.error_code,
+        "key_id": record.key_id or None,
+        "account_id": record.account_id,
+        "group": record.group or None,
+        "input_tokens": record.input_tokens,
+        "output_tokens": record.output_tokens,
+        "cache_read_tokens": record.cache_read_tokens,
+        "cache_write_tokens": record.cache_write_tokens,
+        "charged_uc": record.charged_uc,
+        "usage_status": record.usage_status,
+        "total_ms": _ms(record.seconds),
+        "ttft_ms": _ms(record.ttft),
+        "upstream_ms": _ms(record.upstream_seconds) if record.attempts else None,
+        "provider": record.provider or None,
+        "deployment": record.deployment or None,
+        "attempts": record.attempts,
+    }
+
+
+def log_request(record: RequestRecord) -> None:
+    if request_log.isEnabledFor(logging.INFO):
+        request_log.info("request", extra={"fields": request_fields(record)})
+
+
+def _timestamp(created: float) -> str:
+    seconds = int(created)
+    millis = int((created - seconds) * 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record; ``extra={"fields": {...}}`` and ``extra={"request_id": ...}``
+    become top-level fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": _timestamp(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        request_id = request_id_of(record)
+        if request_id is not None:
+            out["request_id"] = request_id
+        fields: Mapping[str, Any] | None = getattr(record, "fields", None)
+        if fields:
+            out.update(fields)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return orjson.dumps(out, default=str).decode()
+
+
+class TextFormatter(logging.Formatter):
+    """``time level logger: message``, then the fields as ``name=value`` (nulls left out)."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        extra = []
+        fields: Mapping[str, Any] | None = getattr(record, "fields", None)
+        request_id = request_id_of(record)
+        if request_id is not None and not fields:
+            extra.append(f"request_id={request_id}")
+        if fields:
+            extra.extend(f"{name}={value}" for name, value in fields.items() if value is not None)
+        if not extra:
+            return line
+        head, newline, rest = line.partition("\n")  # a traceback stays below the fields
+        return f"{head} {' '.join(extra)}{newline}{rest}"
+
+
+def default_format() -> LogFormat:
+    return "text" if sys.stderr.isatty() else "json"
+
+
+def configure_logging(level: str, fmt: LogFormat | None, *, requests: bool) -> None:
+    """Every log line to stderr in ``fmt``; the request record on or off (``request_log``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if (fmt or default_format()) == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    request_log.setLevel(logging.INFO if requests else logging.WARNING)
+    request_log.disabled = not requests

@@ -1,0 +1,268 @@
+"""Prometheus metrics (``GET /metrics``; docs/operations.md lists every series).
+
+Costs are paid once per request, at its end (``Metrics.request``): label children are cached, so
+recording a request is a handful of dictionary lookups and lock-protected additions; nothing is
+counted per streamed chunk. State that other components already keep (connection-level refusals,
+offloaded jobs, the sweeper's releases, rate-limiter fallbacks, deployment health, the ledger's
+pending holds, the key cache's age) is read when Prometheus scrapes (``Metrics.collect_from``).
+
+Labels never hold a key secret, an account name or free text: endpoints, canonical model ids, key
+groups, status classes, outcomes, provider names and upstream model ids from the configuration.
+Key ids are added only with ``metrics.per_key = true`` (off by default: one series per key).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from modelgate.telemetry.record import RequestRecord
+
+# The ``*_created`` series (a timestamp per counter child) double the exposition for nothing
+# Prometheus uses.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: Seconds: whole requests and streams run from milliseconds (refusals) to minutes.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+#: Seconds the gateway itself adds: sub-millisecond to a database hiccup.
+ADDED_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5)
+LEDGER_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+class Metrics:
+    def __init__(self, *, per_key: bool = False, process: bool = True) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.per_key = per_key
+        key = ("key_id",) if per_key else ()
+        r = self.registry
+        self.requests = Counter(
+            "modelgate_requests", "Model requests by endpoint, canonical model, key group, status class and outcome.",
+            ("endpoint", "model", "group", "status_class", "outcome", *key), registry=r,
+        )  # fmt: skip
+        self.duration = Histogram(
+            "modelgate_request_duration_seconds", "Seconds from a request's arrival to its last byte.",
+            ("endpoint", "model", "stream"), buckets=DURATION_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.ttft = Histogram(
+            "modelgate_time_to_first_token_seconds", "Streams: seconds from arrival to the first event sent.",
+            ("endpoint", "model"), buckets=DURATION_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.added = Histogram(
+            "modelgate_gateway_added_seconds",
+            "Seconds the gateway added: request time minus upstream time (streams: up to the first event).",
+            ("endpoint", "stream"), buckets=ADDED_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.tokens = Counter(
+            "modelgate_tokens", "Tokens billed, by canonical model, key group and kind.",
+            ("model", "group", "kind", *key), registry=r,
+        )  # fmt: skip
+        self.charged = Counter(
+            "modelgate_charged_microcredits", "Micro-credits charged, by canonical model and key group.",
+            ("model", "group", *key), registry=r,
+        )  # fmt: skip
+        self.billing_refusals = Counter(
+            "modelgate_billing_refusals", "402 refusals by reason.", ("reason",), registry=r
+        )
+        self.clamps = Counter(
+            "modelgate_max_tokens_clamps", "Requests whose max_tokens the gateway lowered, by reason.",
+            ("reason",), registry=r,
+        )  # fmt: skip
+        self.upstream_attempts = Counter(
+            "modelgate_upstream_attempts", "Upstream attempts by provider and deployment (upstream model).",
+            ("provider", "deployment"), registry=r,
+        )  # fmt: skip
+        self.upstream_retries = Counter(
+            "modelgate_upstream_retries", "Attempts after a failure on the same deployment.",
+            ("provider", "deployment"), registry=r,
+        )  # fmt: skip
+        self.upstream_failovers = Counter(
+            "modelgate_upstream_failovers", "Attempts after a failure, moved to another deployment.",
+            ("provider", "deployment"), registry=r,
+        )  # fmt: skip
+        self.upstream_errors = Counter(
+            "modelgate_upstream_errors", "Failed upstream attempts and streams broken mid-way, by class.",
+            ("provider", "deployment", "class"), registry=r,
+        )  # fmt: skip
+        self.upstream_latency = Histogram(
+            "modelgate_upstream_latency_seconds", "Seconds from sending to an upstream to its response head.",
+            ("provider", "deployment"), buckets=DURATION_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.ledger_write = Histogram(
+            "modelgate_ledger_write_seconds", "Seconds of one ledger write transaction (a group commit).",
+            buckets=LEDGER_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.ledger_batch = Histogram(
+            "modelgate_ledger_batch_size", "Ledger operations committed in one transaction.",
+            buckets=BATCH_BUCKETS, registry=r,
+        )  # fmt: skip
+        if process:
+            ProcessCollector(registry=r)
+            GCCollector(registry=r)
+        self._children: dict[tuple[Any, ...], Any] = {}
+        self._by_request: dict[tuple[Any, ...], _Series] = {}
+
+    # per request ----------------------------------------------------------------------------
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def _series(self, record: RequestRecord) -> _Series:
+        key = (
+            record.endpoint,
+            record.model,
+            record.group,
+            record.stream,
+            record.key_id if self.per_key else "",
+        )
+        series = self._by_request.get(key)
+        if series is None:
+            series = self._by_request[key] = _Series(self, *key)
+        return series
+
+    def request(self, record: RequestRecord) -> None:
+        """Count one model request as it ended (once, at its end: nothing per streamed chunk)."""
+        series = self._series(record)
+        status = record.status
+        outcome = (status // 100, record.outcome)
+        counter = series.requests.get(outcome)
+        if counter is None:
+            status_class = f"{status // 100}xx" if status else "none"
+            counter = series.requests[outcome] = self.requests.labels(
+                *series.labels, status_class, record.outcome, *series.key
+            )
+        counter.inc()
+        series.duration.observe(record.seconds)
+        if record.ttft is not None:
+            series.ttft.observe(record.ttft)
+        if record.added is not None:
+            series.added.observe(record.added)
+        if record.charged_uc:
+            series.charged.inc(record.charged_uc)
+        if record.input_tokens:
+            series.input.inc(record.input_tokens)
+        if record.output_tokens:
+            series.output.inc(record.output_tokens)
+        if record.cache_read_tokens:
+            series.cache_read.inc(record.cache_read_tokens)
+        if record.cache_write_tokens:
+            series.cache_write.inc(record.cache_write_tokens)
+        if record.mid_stream_error is not None and record.provider:
+            self._child(
+                self.upstream_errors, record.provider, record.deployment, record.mid_stream_error
+            ).inc()
+
+    def billing_refused(self, reason: str) -> None:
+        self._child(self.billing_refusals, reason).inc()
+
+    def clamped(self, reason: str) -> None:
+        self._child(self.clamps, reason).inc()
+
+    # upstream attempts ----------------------------------------------------------------------
+
+    def attempt(self, provider: str, deployment: str, reason: str) -> None:
+        """An upstream attempt; ``reason`` is first, retry (same deployment after a failure) or
+        failover (another deployment after a failure)."""
+        self._child(self.upstream_attempts, provider, deployment).inc()
+        if reason == "retry":
+            self._child(self.upstream_retries, provider, deployment).inc()
+        elif reason == "failover":
+            self._child(self.upstream_failovers, provider, deployment).inc()
+
+    def attempt_ended(
+        self, provider: str, deployment: str, error: str | None, head_seconds: float | None
+    ) -> None:
+        if head_seconds is not None:
+            self._child(self.upstream_latency, provider, deployment).observe(head_seconds)
+        if error is not None:
+            self._child(self.upstream_errors, provider, deployment, error).inc()
+
+    # ledger (storage.base.LedgerObserver) ---------------------------------------------------
+
+    def ledger_committed(self, seconds: float, operations: int) -> None:
+        self.ledger_write.observe(seconds)
+        self.ledger_batch.observe(operations)
+
+    # at scrape time -------------------------------------------------------------------------
+
+    def collect_from(self, read: Callable[[], Iterable[Metric]]) -> None:
+        """Register ``read``: called at each scrape, it yields metric families built from state
+        other components keep."""
+        self.registry.register(_Reader(read))
+
+    def exposition(self) -> bytes:
+        return bytes(generate_latest(self.registry))
+
+
+class _Series:
+    """The label children one kind of request updates (endpoint, model, group, stream[, key])."""
+
+    __slots__ = (
+        "added", "cache_read", "cache_write", "charged", "duration", "input", "key", "labels",
+        "output", "requests", "ttft",
+    )  # fmt: skip
+
+    def __init__(
+        self, metrics: Metrics, endpoint: str, model: str, group: str, stream: bool, key_id: str
+    ) -> None:
+        flag = "true" if stream else "false"
+        self.labels = (endpoint, model, group)
+        self.key = (key_id,) if metrics.per_key else ()
+        #: (status // 100, outcome) -> counter child, made on first use.
+        self.requests: dict[tuple[int, str], Any] = {}
+        self.duration = metrics.duration.labels(endpoint, model, flag)
+        self.ttft = metrics.ttft.labels(endpoint, model)
+        self.added = metrics.added.labels(endpoint, flag)
+        self.charged = metrics.charged.labels(model, group, *self.key)
+        self.input = metrics.tokens.labels(model, group, "input", *self.key)
+        self.output = metrics.tokens.labels(model, group, "output", *self.key)
+        self.cache_read = metrics.tokens.labels(model, group, "cache_read", *self.key)
+        self.cache_write = metrics.tokens.labels(model, group, "cache_write", *self.key)
+
+
+class _Reader(Collector):
+    def __init__(self, read: Callable[[], Iterable[Metric]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterable[Metric]:
+        return self._read()
+
+    def describe(self) -> Iterable[Metric]:
+        return ()
+
+
+def gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+def labelled_gauge(
+    name: str, documentation: str, labels: tuple[str, ...], values: Iterable[tuple[tuple[str, ...], float]]
+) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, documentation, labels=labels)
+    for label_values, value in values:
+        family.add_metric(list(label_values), value)
+    return family
+
+
+def counter(name: str, documentation: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(name, documentation, value=value)
+
+
+def labelled_counter(
+    name: str, documentation: str, labels: tuple[str, ...], values: Mapping[tuple[str, ...], float]
+) -> CounterMetricFamily:
+    family = CounterMetricFamily(name, documentation, labels=labels)
+    for label_values, value in values.items():
+        family.add_metric(list(label_values), value)
+    return family
