@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Throwaway PostgreSQL and Redis for the test suite, sourced by scripts/test.sh, plus Debian's
-# headless Chromium for the dashboard's browser test.
+# headless Chromium for the dashboard's browser test and Debian's Prometheus for the metrics test
+# (exported as MODELGATE_TEST_PROMETHEUS).
 #
 #   start_services   initdb + pg_ctl on a temp dir and a loopback port, redis-server on another;
 #                    exports MODELGATE_TEST_DATABASE_URL, MODELGATE_TEST_REDIS_URL and
@@ -119,8 +120,18 @@ _mg_svc_ensure_chromium() {
     _mg_svc_apt_install chromium-headless-shell || _mg_svc_log "no Chromium: the dashboard browser test cannot run"
 }
 
+# The metrics test has a real Prometheus scrape a gateway: Debian's package (its daemon is never
+# started; the test runs its own on a loopback port with a temporary configuration).
+_mg_svc_ensure_prometheus() {
+    if ! command -v prometheus >/dev/null 2>&1; then
+        _mg_svc_apt_install prometheus || _mg_svc_log "no Prometheus: the metrics scrape test cannot run"
+    fi
+    export MODELGATE_TEST_PROMETHEUS="${MODELGATE_TEST_PROMETHEUS:-$(command -v prometheus || true)}"
+}
+
 start_services() {
     _mg_svc_ensure_chromium
+    _mg_svc_ensure_prometheus
     if [ -n "${MODELGATE_TEST_DATABASE_URL:-}" ] && [ -n "${MODELGATE_TEST_REDIS_URL:-}" ]; then
         _mg_svc_log "using the PostgreSQL and Redis named by MODELGATE_TEST_DATABASE_URL / MODELGATE_TEST_REDIS_URL"
         export MODELGATE_TEST_REDIS_SERVER="${MODELGATE_TEST_REDIS_SERVER:-$(command -v redis-server || true)}"

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -7,6 +8,26 @@ import pytest
 
 from tests.gateway.clients import SdkClients
 from tests.gateway_server import GatewayServer, running_gateway
+from tests.secret_scan import SCANNER, ScanningHandler
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_secret_in_logs_metrics_or_spans() -> Iterator[None]:
+    """Across the whole run: every gateway log record (request records included, so the
+    ``modelgate`` loggers run at INFO), metrics exposition and span is scanned for secrets
+    (tests/secret_scan.py); the session ends in an error if one was seen."""
+    handler = ScanningHandler(SCANNER)
+    root = logging.getLogger()
+    gateway_logs = logging.getLogger("modelgate")
+    level = gateway_logs.level
+    root.addHandler(handler)
+    gateway_logs.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        gateway_logs.setLevel(level)
+    assert not SCANNER.leaks, "secrets reached logs, metrics or spans:\n" + "\n".join(SCANNER.leaks[:20])
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from modelgate.services import Services
 from modelgate.storage.base import Account
 from tests.loop_thread import LoopThread
 from tests.polling import wait_until
+from tests.secret_scan import SCANNER
 
 T = TypeVar("T")
 
@@ -58,6 +59,7 @@ class GatewayServer:
         self, settings: Settings, clock: Clock | None = None, env: dict[str, str] | None = None
     ) -> None:
         self.settings = settings
+        SCANNER.register(settings.secret, settings.metrics.token, *(env or {}).values())
         self.services = Services.build(settings, clock=clock, env=env)
         self.app = create_app(settings, services=self.services)
         self.port = settings.server.port
@@ -85,7 +87,11 @@ class GatewayServer:
         return self
 
     def stop(self) -> None:
-        """Shut the server down (lifespan shutdown: services stopped) and close its loop."""
+        """Shut the server down (lifespan shutdown: services stopped) and close its loop; what its
+        metrics show at the end is scanned for secrets first (tests/secret_scan.py)."""
+        if self._loop_thread is not None and self._server.started:
+            exposition = self.call(self.services.telemetry.exposition())
+            SCANNER.scan(exposition.decode(), f"metrics of the gateway on port {self.port}")
         self._server.should_exit = True
         try:
             if self._serving is not None:

@@ -84,22 +84,26 @@ def test_the_readme_claude_code_block_serves_claude_codes_default_ids(
 ) -> None:
     account = claude_code_gateway.account(f"claude-code-{canonical}-{len(model)}")
     key = claude_code_gateway.key(account, "Pro")
-    client = anthropic.Anthropic(base_url=claude_code_gateway.base_url, api_key=key.secret, max_retries=0)
-    # As Claude Code asks: streamed, max_tokens 32000 (clamped where the model caps lower).
-    with client.messages.stream(
-        model=model, max_tokens=32000, messages=[{"role": "user", "content": "Hello"}]
-    ) as stream:
-        message = stream.get_final_message()
+    with anthropic.Anthropic(
+        base_url=claude_code_gateway.base_url, api_key=key.secret, max_retries=0
+    ) as client:
+        # As Claude Code asks: streamed, max_tokens 32000 (clamped where the model caps lower).
+        with client.messages.stream(
+            model=model, max_tokens=32000, messages=[{"role": "user", "content": "Hello"}]
+        ) as stream:
+            message = stream.get_final_message()
+        listed = {m.id for m in client.models.list()}
     assert message.model == canonical and message.content
-    listed = {m.id for m in client.models.list()}
     assert model not in listed and canonical in listed  # aliases are never listed
 
 
 def test_without_the_preset_claude_codes_ids_are_unknown(tmp_path: Path) -> None:
     with running_gateway(tmp_path / "data") as server:
         key = server.key(server.account("no-preset"), "Pro")
-        client = anthropic.Anthropic(base_url=server.base_url, api_key=key.secret, max_retries=0)
-        with pytest.raises(anthropic.NotFoundError):
+        with (
+            anthropic.Anthropic(base_url=server.base_url, api_key=key.secret, max_retries=0) as client,
+            pytest.raises(anthropic.NotFoundError),
+        ):
             client.messages.create(
                 model="claude-opus-4-8", max_tokens=64, messages=[{"role": "user", "content": "Hi"}]
             )

@@ -203,7 +203,25 @@ def headers_for(fmt: str, keys: dict[str, str], rng: random.Random, tags: list[s
         )
     else:
         headers["authorization"] = f"Bearer {key}"
+    if rng.random() < 0.1:  # W3C trace context: passed on only when well formed (issue 12)
+        headers["traceparent"] = rng.choice(TRACEPARENTS)
+        if rng.random() < 0.5:
+            headers["tracestate"] = rng.choice(["a=b", "x" * 5000, "=,=,", "k=" + "v" * 600])
+        tags.append("trace")
     return headers
+
+
+TRACEPARENTS = [
+    "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+    "00-" + "A" * 32 + "-" + "B" * 16 + "-01",
+    "ff-" + "0" * 32 + "-" + "0" * 16 + "-00",
+    "00-zz",
+    "",
+    "00-" + "a" * 32 + "-" + "b" * 16 + "-01-" + "x" * 6000,
+    "00-" + "a" * 32 + "-" + "b" * 16 + "-01,00-" + "c" * 32 + "-" + "d" * 16 + "-01",
+]
+#: The fuzz gateway's ``metrics.token`` (tests/fuzz/test_hostile.py).
+METRICS_TOKEN = "fuzz-metrics-token-0123456789"
 
 
 PATHS = {"messages": "/v1/messages", "chat": "/v1/chat/completions", "responses": "/v1/responses"}
@@ -251,7 +269,7 @@ ADMIN_BODIES: list[tuple[str, str, Any]] = [
 
 def other_requests(keys: dict[str, str], admin: str, rng: random.Random) -> Iterator[Hostile]:
     while True:
-        roll = rng.randrange(6)
+        roll = rng.randrange(7)
         auth = {"authorization": f"Bearer {admin}"}
         if roll == 0:
             yield Hostile("GET", rng.choice(ADMIN_PATHS), auth, shape="admin", tags=["admin-path"])
@@ -299,8 +317,26 @@ def other_requests(keys: dict[str, str], admin: str, rng: random.Random) -> Iter
                 shape="messages",
                 tags=["models-list"],
             )
-        else:
+        elif roll == 5:
             yield Hostile("POST", "/admin/api/accounts/1/topups", {"authorization": "Bearer mg-op-forged"}, b"{}", "admin", ["admin-auth"])  # fmt: skip
+        else:
+            credential = rng.choice(
+                [
+                    "",
+                    "Bearer",
+                    "Bearer " + METRICS_TOKEN[:-1],
+                    "Bearer  " + METRICS_TOKEN,
+                    "bearer " + METRICS_TOKEN,
+                    "Basic " + METRICS_TOKEN,
+                    "Bearer " + "x" * 6000,
+                    "Bearer " + keys["Nova"],
+                ]
+            )
+            method = rng.choice(["GET", "GET", "HEAD", "POST"])
+            shape = "none" if method == "HEAD" else "openai"
+            yield Hostile(
+                method, "/metrics?x=%FF", {"authorization": credential}, shape=shape, tags=["metrics"]
+            )
 
 
 def hostile_requests(keys: dict[str, str], admin: str, seed: int) -> Iterator[Hostile]:

@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from tests.fakes.upstream import FakeUpstream
-from tests.fuzz.hostile import Hostile, hostile_requests
+from tests.fuzz.hostile import METRICS_TOKEN, Hostile, hostile_requests
 from tests.hardening.process import GatewayProcess, assert_ledger_invariant, run
 from tests.loop_thread import LoopThread
 
@@ -134,7 +134,12 @@ def test_hostile_requests_are_answered_in_format_and_never_charged(
     chat = loop.start(FakeUpstream(dialect="chat"))
     messages = loop.start(FakeUpstream(dialect="messages"))
     server = {"offload_body_bytes": 65536, "max_in_flight": 10_000}
-    gateway = GatewayProcess(tmp_path, upstreams_toml(chat.base_url, messages.base_url), server=server)
+    gateway = GatewayProcess(
+        tmp_path,
+        upstreams_toml(chat.base_url, messages.base_url),
+        server=server,
+        metrics={"token": METRICS_TOKEN},
+    )
     monkeypatch.setenv("FUZZ_ANTHROPIC_KEY", "sk-ant-fuzz-0123456789abcdefghij")
     with loop, gateway:
         seeded = gateway.seed(credits=10_000, groups=("Basic", "Nova"))

@@ -20,8 +20,10 @@ import httpx
 from modelgate.cli.context import Options, with_management
 from modelgate.management import Management
 from tests.gateway_server import free_port
+from tests.secret_scan import SCANNER
 
 SECRET = "process-test-secret-" + "y" * 40
+SCANNER.register(SECRET)
 
 
 @dataclass
@@ -30,10 +32,10 @@ class Seeded:
     keys: dict[str, str] = field(default_factory=dict)
 
 
-def write_config(path: Path, port: int, extra: str = "", **sections: dict[str, Any]) -> None:
-    """A config file: the port, a fixed secret, flat ``sections``, then ``extra`` TOML (arrays of
-    tables such as providers and deployments)."""
-    lines = [f'secret = "{SECRET}"', 'log_level = "warning"', ""]
+def write_config(path: Path, port: int, extra: str = "", top: str = "", **sections: dict[str, Any]) -> None:
+    """A config file: the port, a fixed secret, ``top`` (top-level TOML lines), flat
+    ``sections``, then ``extra`` TOML (arrays of tables such as providers and deployments)."""
+    lines = [f'secret = "{SECRET}"', 'log_level = "warning"', top, ""]
     merged: dict[str, dict[str, Any]] = {"server": {"host": "127.0.0.1", "port": port}}
     for name, values in sections.items():
         merged.setdefault(name, {}).update(values)
@@ -53,15 +55,26 @@ def write_config(path: Path, port: int, extra: str = "", **sections: dict[str, A
 
 
 class GatewayProcess:
-    def __init__(self, root: Path, extra: str = "", **sections: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        root: Path,
+        extra: str = "",
+        top: str = "",
+        *,
+        stderr_apart: bool = False,
+        **sections: dict[str, Any],
+    ) -> None:
+        root.mkdir(parents=True, exist_ok=True)
         self.root = root
         self.data_dir = root / "data"
         self.config = root / "modelgate.toml"
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        write_config(self.config, self.port, extra, **sections)
+        write_config(self.config, self.port, extra, top, **sections)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = root / "gateway.log"
+        #: With ``stderr_apart``: the logs alone (stderr), the start banner staying in ``log``.
+        self.stderr = root / "gateway.stderr" if stderr_apart else self.log
 
     def seed(self, credits: int = 1_000, groups: tuple[str, ...] = ("Basic", "Nova")) -> Seeded:
         async def work(m: Management) -> Seeded:
@@ -76,8 +89,9 @@ class GatewayProcess:
     def start(self) -> GatewayProcess:
         command = [sys.executable, "-m", "modelgate", "serve", "--config", str(self.config)]
         command += ["--data-dir", str(self.data_dir), "--no-bootstrap"]
-        with self.log.open("ab") as log:  # the child writes through its own copy of the descriptor
-            self.proc = subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True)
+        # The child writes through its own copies of the descriptors.
+        with self.log.open("ab") as log, self.stderr.open("ab") as err:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=err, start_new_session=True)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -115,6 +129,11 @@ class GatewayProcess:
             # The server exited; a body worker of its group may linger only if the server died.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
+        for written in {self.log, self.stderr}:  # everything it logged, checked for secrets
+            if written.exists():
+                SCANNER.scan(
+                    written.read_text(errors="replace"), f"log of modelgate serve on port {self.port}"
+                )
 
     # the database, read directly once the process is gone or alongside it --------------------
 
