@@ -150,7 +150,8 @@ async def respond(
     provider = ScriptedProvider("up", [step], dialects=("chat",))
     reply = await provider.send("chat", b"{}", stream=True, client_headers={})
     report: Callable[[], None] = lambda: failures.append("reported")  # noqa: E731
-    attempt = Attempt(Deployment("up", UPSTREAM_MODEL), provider, "chat", reply, 1, report)
+    whole: Callable[[], None] = lambda: failures.append("ran to its end")  # noqa: E731
+    attempt = Attempt(Deployment("up", UPSTREAM_MODEL), provider, "chat", reply, 1, report, whole)
     settled: list[tuple[ir.Usage, UsageStatus]] = []
 
     async def settle(usage: ir.Usage, status: UsageStatus) -> None:
@@ -180,7 +181,8 @@ async def test_the_relay_settles_a_complete_stream_once_and_reports_no_failure()
     events = Respond.events(OPENING, TEXT, STOP, USAGE_CHUNK, DONE)
     client, settled, reply = await respond(events, failures, record)
     assert settled == [(ir.Usage(input_tokens=12, output_tokens=7), UsageStatus.OK)]
-    assert failures == [] and reply.closed and not reply.aborted
+    # No failure reported; the router hears the stream ran to its end (its failures are cleared).
+    assert failures == ["ran to its end"] and reply.closed and not reply.aborted
     assert client.body.endswith(DONE)
     # The record the metrics and the request log read: a 200 that ended well, with a first event.
     assert (record.status, record.outcome, record.mid_stream_error) == (200, "ok", None)

@@ -340,8 +340,8 @@ async def test_backoff_is_full_jitter_under_an_exponential_ceiling() -> None:
 
 
 async def test_a_stream_that_breaks_after_opening_cools_its_deployment_through_the_callback() -> None:
-    """The relay reports a mid-stream failure with ``Attempt.report_failure``: the 2xx counted
-    as a success, yet a deployment that keeps breaking its streams must cool down."""
+    """The relay reports a mid-stream failure with ``Attempt.report_failure``: a deployment that
+    keeps breaking its streams must cool down."""
     breaking = ScriptedProvider("a", default=Respond.events(b"data: {}\n\n", fail=StreamBroken("reset")))
     spare = ScriptedProvider("b")
     router = make_router(
@@ -359,6 +359,52 @@ async def test_a_stream_that_breaks_after_opening_cools_its_deployment_through_t
     following = await router.open("m", build, stream=True, client_headers={})
     await following.reply.close()
     assert following.deployment.provider == "b" and breaking.count == 1
+
+
+async def test_streams_broken_after_their_2xx_add_up_to_a_cooldown_and_a_whole_stream_clears() -> None:
+    """A stream's 2xx head is no verdict: with ``failures_to_cooldown = 2``, two streams that break
+    after opening cool the deployment (a head-time success used to reset the count each time, so
+    it never cooled); a stream that runs to its end clears the failures."""
+    dep = Deployment("a", "x")
+    breaking = ScriptedProvider("a", default=Respond.events(b"data: {}\n\n", fail=StreamBroken("reset")))
+    router = make_router([breaking], [dep], failures_to_cooldown=2, cooldown=60.0)
+
+    async def broken_stream() -> None:
+        attempt = await router.open("m", build, stream=True, client_headers={})
+        with pytest.raises(StreamBroken):
+            async for _ in attempt.reply.iter_chunks():
+                pass
+        attempt.report_failure()
+        await attempt.reply.close()
+
+    await broken_stream()
+    assert router.health.consecutive_failures(dep) == 1 and router.health.available(dep)
+    await broken_stream()
+    assert router.health.consecutive_failures(dep) == 2 and not router.health.available(dep)
+
+    healthy = ScriptedProvider("a", default=Respond.events(b"data: {}\n\n"))
+    router = make_router([healthy], [dep], failures_to_cooldown=2, cooldown=60.0)
+    await broken_stream_on(router)
+    assert router.health.consecutive_failures(dep) == 1
+    attempt = await router.open("m", build, stream=True, client_headers={})
+    assert router.health.consecutive_failures(dep) == 1  # the head alone changes nothing
+    async for _ in attempt.reply.iter_chunks():
+        pass
+    attempt.report_success()
+    await attempt.reply.close()
+    assert router.health.consecutive_failures(dep) == 0
+    # A whole (non-streamed) 2xx is its own verdict.
+    router.health.failed(dep)
+    whole = await router.open("m", build, stream=False, client_headers={})
+    await whole.reply.close()
+    assert router.health.consecutive_failures(dep) == 0
+
+
+async def broken_stream_on(router: Router) -> None:
+    """One stream on ``router`` reported broken after its head (as the relay does)."""
+    attempt = await router.open("m", build, stream=True, client_headers={})
+    attempt.report_failure()
+    await attempt.reply.close()
 
 
 async def test_router_rejects_unknown_provider() -> None:

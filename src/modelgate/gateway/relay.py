@@ -158,6 +158,8 @@ class StreamResponse(Response):
             out = stream.finish()
             if out:
                 await send(out)
+            if stream.status is UsageStatus.OK:
+                self.attempt.report_success()
         except errors.GatewayError as exc:
             stream.status = UsageStatus.UPSTREAM_FAILED_MID_STREAM
             self.record.mid_stream_error = "mid_stream"

@@ -122,9 +122,12 @@ class Attempt:
     reply: UpstreamReply
     #: How many attempts ``open`` made, this one included.
     attempts: int = 1
-    #: Report that the reply broke after it was opened (mid-stream): the router counted the 2xx
-    #: as a success, but a deployment that breaks its streams must still cool down.
+    #: Report that the reply broke after it was opened (mid-stream): a deployment that breaks its
+    #: streams must cool down like one that refuses them.
     report_failure: Callable[[], None] = lambda: None
+    #: Report that a stream ran to its end: its deployment's failures are forgiven only then (a
+    #: 2xx head alone says nothing about a stream, so it neither clears nor adds a failure).
+    report_success: Callable[[], None] = lambda: None
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,6 +253,7 @@ class Router:
                 outcome,
                 attempt,
                 functools.partial(self._health.failed, deployment),
+                functools.partial(self._health.succeeded, deployment) if stream else _no_verdict,
             )
         raise give_up_error(last, len(tried))
 
@@ -285,7 +289,10 @@ class Router:
             raise
         status = reply.status
         if 200 <= status < 300:
-            health.succeeded(deployment)
+            if stream:
+                health.abandoned(deployment)  # the verdict comes when the stream ends
+            else:
+                health.succeeded(deployment)
             return reply
         try:
             detail = await self._error_detail(provider, reply)
@@ -373,6 +380,10 @@ class Router:
         """Close every provider (their connection pools)."""
         for provider in self._providers.values():
             await provider.aclose()
+
+
+def _no_verdict() -> None:
+    return None
 
 
 def _describe(failure: Failure) -> str:
