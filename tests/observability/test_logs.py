@@ -4,6 +4,8 @@ client saw on every line about its request, no body ever; and the text format.""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import logging
 import secrets
@@ -16,7 +18,8 @@ import pytest
 
 from modelgate.cli.serve import warn_if_metrics_public
 from modelgate.config import load_settings
-from modelgate.telemetry.logs import REQUEST_FIELDS
+from modelgate.telemetry.logs import REQUEST_FIELDS, JsonFormatter, RequestLineWriter, request_fields
+from modelgate.telemetry.record import RequestRecord
 from tests.fakes.upstream import refused_base_url
 from tests.hardening.process import GatewayProcess, Seeded
 
@@ -179,3 +182,44 @@ def test_serve_warns_when_metrics_are_public_on_a_reachable_address(caplog: pyte
     assert warned("0.0.0.0") and warned("10.1.2.3")
     assert not warned("127.0.0.1") and not warned("::1") and not warned("localhost")
     assert not warned("0.0.0.0", token="t" * 16) and not warned("0.0.0.0", enabled=False)
+
+
+def test_the_fast_json_writer_writes_the_same_record_as_the_logging_path() -> None:
+    record = RequestRecord(
+        "req_same",
+        "chat",
+        model="nova-5.5",
+        status=200,
+        attempts=1,
+        provider="p",
+        deployment="d",
+        seconds=0.5,
+    )
+    stream = io.StringIO()
+    writer = RequestLineWriter(stream)
+    writer(record)  # no running loop: written at once
+    fast = json.loads(stream.getvalue())
+    logged = logging.LogRecord("modelgate.requests", logging.INFO, "", 0, "request", (), None)
+    logged.fields = request_fields(record)
+    slow = json.loads(JsonFormatter().format(logged))
+    assert fast.pop("ts").endswith("Z") and slow.pop("ts").endswith("Z")
+    assert list(fast.items()) == list(slow.items())
+
+
+async def test_the_fast_writer_batches_a_loop_turn_into_one_write() -> None:
+    class Counting(io.StringIO):
+        writes = 0
+
+        def write(self, text: str) -> int:
+            Counting.writes += 1
+            return super().write(text)
+
+    stream = Counting()
+    writer = RequestLineWriter(stream)
+    for n in range(5):
+        writer(RequestRecord(f"req_{n}", "chat"))
+    assert stream.getvalue() == ""  # nothing yet: the lines wait for the end of this loop turn
+    await asyncio.sleep(0)
+    assert Counting.writes == 1 and [
+        json.loads(line)["request_id"] for line in stream.getvalue().splitlines()
+    ] == [f"req_{n}" for n in range(5)]

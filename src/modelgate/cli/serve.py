@@ -99,13 +99,15 @@ def serve_command(
     if port is not None:
         server["port"] = port
     settings = options.settings(server=server or None)
-    configure_logging(settings.log_level, settings.log_format, requests=settings.request_log)
+    request_writer = configure_logging(settings.log_level, settings.log_format, requests=settings.request_log)
     # Build (and so validate) everything before the first-start bootstrap: a bad config must not
     # leave a seeded database and printed secrets behind.
     try:
         app = create_app(settings)
     except ConfigError as exc:
         fail(str(exc))
+    if request_writer is not None:
+        app.services.telemetry.write_request = request_writer
     first = None if no_bootstrap else with_management(options, _first_start(settings, bootstrap_file))
     router = app.services.router
     deployments = {m: [d.provider for d in router.deployments_for(m)] for m in app.services.catalogue.models}

@@ -18,6 +18,9 @@ class Telemetry:
         #: None unless ``otel.endpoint`` is set (then every request gets a ``RequestTrace``).
         self.tracing = tracing
         self.request_log = request_log
+        #: Where request records go: the ``modelgate.requests`` logger, or a faster writer of the
+        #: same lines (``logs.RequestLineWriter``, set by ``modelgate serve`` for JSON logs).
+        self.write_request: Callable[[RequestRecord], None] = log_request
         #: Streams being relayed now.
         self.open_streams = 0
         #: Run before each scrape (reads of database-wide state); see ``gateway.state_metrics``.
@@ -31,7 +34,7 @@ class Telemetry:
             record.added = max(0.0, seconds - record.upstream_seconds)
         self.metrics.request(record)
         if self.request_log:
-            log_request(record)
+            self.write_request(record)
 
     async def exposition(self) -> bytes:
         """The Prometheus text exposition of every metric."""
@@ -40,5 +43,8 @@ class Telemetry:
         return self.metrics.exposition()
 
     def shutdown(self) -> None:
+        flush = getattr(self.write_request, "flush", None)
+        if flush is not None:
+            flush()
         if self.tracing is not None:
             self.tracing.shutdown()

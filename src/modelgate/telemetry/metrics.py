@@ -1,8 +1,8 @@
 """Prometheus metrics (``GET /metrics``; docs/operations.md lists every series).
 
-Costs are paid once per request, at its end (``Metrics.request``): label children are cached, so
-recording a request is a handful of dictionary lookups and lock-protected additions; nothing is
-counted per streamed chunk. State that other components already keep (connection-level refusals,
+Costs are paid once per request, at its end (``Metrics.request``): label tuples and histogram
+children are made once per kind of request, so recording one is a handful of dictionary updates
+(``telemetry.instruments``, no locks); nothing is counted per streamed chunk. State that other components already keep (connection-level refusals,
 offloaded jobs, the sweeper's releases, rate-limiter fallbacks, deployment health, the ledger's
 pending holds, the key cache's age) is read when Prometheus scrapes (``Metrics.collect_from``).
 
@@ -13,20 +13,18 @@ Key ids are added only with ``metrics.per_key = true`` (off by default: one seri
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from modelgate.telemetry.instruments import Instruments
 from modelgate.telemetry.record import RequestRecord
-
-# The ``*_created`` series (a timestamp per counter child) double the exposition for nothing
-# Prometheus uses.
-disable_created_metrics()  # type: ignore[no-untyped-call]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: Seconds: whole requests and streams run from milliseconds (refusals) to minutes.
@@ -42,81 +40,80 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.per_key = per_key
         key = ("key_id",) if per_key else ()
-        r = self.registry
-        self.requests = Counter(
+        made = Instruments()
+        self.requests = made.counter(
             "modelgate_requests", "Model requests by endpoint, canonical model, key group, status class and outcome.",
-            ("endpoint", "model", "group", "status_class", "outcome", *key), registry=r,
+            ("endpoint", "model", "group", "status_class", "outcome", *key),
         )  # fmt: skip
-        self.duration = Histogram(
+        self.duration = made.histogram(
             "modelgate_request_duration_seconds", "Seconds from a request's arrival to its last byte.",
-            ("endpoint", "model", "stream"), buckets=DURATION_BUCKETS, registry=r,
+            ("endpoint", "model", "stream"), DURATION_BUCKETS,
         )  # fmt: skip
-        self.ttft = Histogram(
+        self.ttft = made.histogram(
             "modelgate_time_to_first_token_seconds", "Streams: seconds from arrival to the first event sent.",
-            ("endpoint", "model"), buckets=DURATION_BUCKETS, registry=r,
+            ("endpoint", "model"), DURATION_BUCKETS,
         )  # fmt: skip
-        self.added = Histogram(
+        self.added = made.histogram(
             "modelgate_gateway_added_seconds",
             "Seconds the gateway added: request time minus upstream time (streams: up to the first event).",
-            ("endpoint", "stream"), buckets=ADDED_BUCKETS, registry=r,
+            ("endpoint", "stream"), ADDED_BUCKETS,
         )  # fmt: skip
-        self.tokens = Counter(
-            "modelgate_tokens", "Tokens billed, by canonical model, key group and kind.",
-            ("model", "group", "kind", *key), registry=r,
-        )  # fmt: skip
-        self.charged = Counter(
-            "modelgate_charged_microcredits", "Micro-credits charged, by canonical model and key group.",
-            ("model", "group", *key), registry=r,
-        )  # fmt: skip
-        self.billing_refusals = Counter(
-            "modelgate_billing_refusals", "402 refusals by reason.", ("reason",), registry=r
+        self.tokens = made.counter(
+            "modelgate_tokens",
+            "Tokens billed, by canonical model, key group and kind.",
+            ("model", "group", "kind", *key),
         )
-        self.clamps = Counter(
-            "modelgate_max_tokens_clamps", "Requests whose max_tokens the gateway lowered, by reason.",
-            ("reason",), registry=r,
+        self.charged = made.counter(
+            "modelgate_charged_microcredits", "Micro-credits charged, by canonical model and key group.",
+            ("model", "group", *key),
         )  # fmt: skip
-        self.upstream_attempts = Counter(
-            "modelgate_upstream_attempts", "Upstream attempts by provider and deployment (upstream model).",
-            ("provider", "deployment"), registry=r,
-        )  # fmt: skip
-        self.upstream_retries = Counter(
-            "modelgate_upstream_retries", "Attempts after a failure on the same deployment.",
-            ("provider", "deployment"), registry=r,
-        )  # fmt: skip
-        self.upstream_failovers = Counter(
-            "modelgate_upstream_failovers", "Attempts after a failure, moved to another deployment.",
-            ("provider", "deployment"), registry=r,
-        )  # fmt: skip
-        self.upstream_errors = Counter(
+        self.billing_refusals = made.counter(
+            "modelgate_billing_refusals", "402 refusals by reason.", ("reason",)
+        )
+        self.clamps = made.counter(
+            "modelgate_max_tokens_clamps",
+            "Requests whose max_tokens the gateway lowered, by reason.",
+            ("reason",),
+        )
+        upstream = ("provider", "deployment")
+        self.upstream_attempts = made.counter(
+            "modelgate_upstream_attempts",
+            "Upstream attempts by provider and deployment (upstream model).",
+            upstream,
+        )
+        self.upstream_retries = made.counter(
+            "modelgate_upstream_retries", "Attempts after a failure on the same deployment.", upstream
+        )
+        self.upstream_failovers = made.counter(
+            "modelgate_upstream_failovers", "Attempts after a failure, moved to another deployment.", upstream
+        )
+        self.upstream_errors = made.counter(
             "modelgate_upstream_errors", "Failed upstream attempts and streams broken mid-way, by class.",
-            ("provider", "deployment", "class"), registry=r,
+            (*upstream, "class"),
         )  # fmt: skip
-        self.upstream_latency = Histogram(
+        self.upstream_latency = made.histogram(
             "modelgate_upstream_latency_seconds", "Seconds from sending to an upstream to its response head.",
-            ("provider", "deployment"), buckets=DURATION_BUCKETS, registry=r,
+            upstream, DURATION_BUCKETS,
         )  # fmt: skip
-        self.ledger_write = Histogram(
+        self.ledger_write = made.histogram(
             "modelgate_ledger_write_seconds", "Seconds of one ledger write transaction (a group commit).",
-            buckets=LEDGER_BUCKETS, registry=r,
-        )  # fmt: skip
-        self.ledger_batch = Histogram(
-            "modelgate_ledger_batch_size", "Ledger operations committed in one transaction.",
-            buckets=BATCH_BUCKETS, registry=r,
-        )  # fmt: skip
+            (), LEDGER_BUCKETS,
+        ).child()  # fmt: skip
+        self.ledger_batch = made.histogram(
+            "modelgate_ledger_batch_size",
+            "Ledger operations committed in one transaction.",
+            (),
+            BATCH_BUCKETS,
+        ).child()
+        #: The ledger may report from a store's worker thread (a write waiting for a lock).
+        self._ledger_lock = threading.Lock()
+        self.registry.register(made)
         if process:
-            ProcessCollector(registry=r)
-            GCCollector(registry=r)
-        self._children: dict[tuple[Any, ...], Any] = {}
+            ProcessCollector(registry=self.registry)
+            GCCollector(registry=self.registry)
         self._by_request: dict[tuple[Any, ...], _Series] = {}
 
     # per request ----------------------------------------------------------------------------
-
-    def _child(self, metric: Any, *labels: str) -> Any:
-        key = (id(metric), *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = metric.labels(*labels)
-        return child
 
     def _series(self, record: RequestRecord) -> _Series:
         key = (
@@ -136,63 +133,62 @@ class Metrics:
         series = self._series(record)
         status = record.status
         outcome = (status // 100, record.outcome)
-        counter = series.requests.get(outcome)
-        if counter is None:
+        labels = series.requests.get(outcome)
+        if labels is None:
             status_class = f"{status // 100}xx" if status else "none"
-            counter = series.requests[outcome] = self.requests.labels(
-                *series.labels, status_class, record.outcome, *series.key
-            )
-        counter.inc()
+            labels = series.requests[outcome] = (*series.labels, status_class, record.outcome, *series.key)
+        self.requests.inc(labels)
         series.duration.observe(record.seconds)
         if record.ttft is not None:
             series.ttft.observe(record.ttft)
         if record.added is not None:
             series.added.observe(record.added)
         if record.charged_uc:
-            series.charged.inc(record.charged_uc)
+            self.charged.inc(series.spend, record.charged_uc)
+        tokens = self.tokens
         if record.input_tokens:
-            series.input.inc(record.input_tokens)
+            tokens.inc(series.input, record.input_tokens)
         if record.output_tokens:
-            series.output.inc(record.output_tokens)
+            tokens.inc(series.output, record.output_tokens)
         if record.cache_read_tokens:
-            series.cache_read.inc(record.cache_read_tokens)
+            tokens.inc(series.cache_read, record.cache_read_tokens)
         if record.cache_write_tokens:
-            series.cache_write.inc(record.cache_write_tokens)
+            tokens.inc(series.cache_write, record.cache_write_tokens)
         if record.mid_stream_error is not None and record.provider:
-            self._child(
-                self.upstream_errors, record.provider, record.deployment, record.mid_stream_error
-            ).inc()
+            self.upstream_errors.inc((record.provider, record.deployment, record.mid_stream_error))
 
     def billing_refused(self, reason: str) -> None:
-        self._child(self.billing_refusals, reason).inc()
+        self.billing_refusals.inc((reason,))
 
     def clamped(self, reason: str) -> None:
-        self._child(self.clamps, reason).inc()
+        self.clamps.inc((reason,))
 
     # upstream attempts ----------------------------------------------------------------------
 
     def attempt(self, provider: str, deployment: str, reason: str) -> None:
         """An upstream attempt; ``reason`` is first, retry (same deployment after a failure) or
         failover (another deployment after a failure)."""
-        self._child(self.upstream_attempts, provider, deployment).inc()
+        labels = (provider, deployment)
+        self.upstream_attempts.inc(labels)
         if reason == "retry":
-            self._child(self.upstream_retries, provider, deployment).inc()
+            self.upstream_retries.inc(labels)
         elif reason == "failover":
-            self._child(self.upstream_failovers, provider, deployment).inc()
+            self.upstream_failovers.inc(labels)
 
     def attempt_ended(
         self, provider: str, deployment: str, error: str | None, head_seconds: float | None
     ) -> None:
         if head_seconds is not None:
-            self._child(self.upstream_latency, provider, deployment).observe(head_seconds)
+            self.upstream_latency.child((provider, deployment)).observe(head_seconds)
         if error is not None:
-            self._child(self.upstream_errors, provider, deployment, error).inc()
+            self.upstream_errors.inc((provider, deployment, error))
 
     # ledger (storage.base.LedgerObserver) ---------------------------------------------------
 
     def ledger_committed(self, seconds: float, operations: int) -> None:
-        self.ledger_write.observe(seconds)
-        self.ledger_batch.observe(operations)
+        with self._ledger_lock:
+            self.ledger_write.observe(seconds)
+            self.ledger_batch.observe(operations)
 
     # at scrape time -------------------------------------------------------------------------
 
@@ -206,11 +202,12 @@ class Metrics:
 
 
 class _Series:
-    """The label children one kind of request updates (endpoint, model, group, stream[, key])."""
+    """What one kind of request (endpoint, model, group, stream[, key]) updates: its histogram
+    children and the label tuples of its counters, made once."""
 
     __slots__ = (
-        "added", "cache_read", "cache_write", "charged", "duration", "input", "key", "labels",
-        "output", "requests", "ttft",
+        "added", "cache_read", "cache_write", "duration", "input", "key", "labels", "output",
+        "requests", "spend", "ttft",
     )  # fmt: skip
 
     def __init__(
@@ -219,16 +216,16 @@ class _Series:
         flag = "true" if stream else "false"
         self.labels = (endpoint, model, group)
         self.key = (key_id,) if metrics.per_key else ()
-        #: (status // 100, outcome) -> counter child, made on first use.
-        self.requests: dict[tuple[int, str], Any] = {}
-        self.duration = metrics.duration.labels(endpoint, model, flag)
-        self.ttft = metrics.ttft.labels(endpoint, model)
-        self.added = metrics.added.labels(endpoint, flag)
-        self.charged = metrics.charged.labels(model, group, *self.key)
-        self.input = metrics.tokens.labels(model, group, "input", *self.key)
-        self.output = metrics.tokens.labels(model, group, "output", *self.key)
-        self.cache_read = metrics.tokens.labels(model, group, "cache_read", *self.key)
-        self.cache_write = metrics.tokens.labels(model, group, "cache_write", *self.key)
+        #: (status // 100, outcome) -> the request counter's labels, made on first use.
+        self.requests: dict[tuple[int, str], tuple[str, ...]] = {}
+        self.duration = metrics.duration.child((endpoint, model, flag))
+        self.ttft = metrics.ttft.child((endpoint, model))
+        self.added = metrics.added.child((endpoint, flag))
+        self.spend = (model, group, *self.key)
+        self.input = (model, group, "input", *self.key)
+        self.output = (model, group, "output", *self.key)
+        self.cache_read = (model, group, "cache_read", *self.key)
+        self.cache_write = (model, group, "cache_write", *self.key)
 
 
 class _Reader(Collector):
