@@ -122,13 +122,29 @@ async def handle(services: Services, endpoint: Endpoint, request: Request) -> Re
         refusal = render_error(exchange, early)
         finish_exchange(services, exchange, refusal, slot=False)
         return refusal
-    response: Response | None = None
+    response: Response
     try:
-        response = await _answer(services, exchange, request)
-        return response
-    finally:
-        if not isinstance(response, StreamResponse):  # a stream finishes when it ends (on_done)
-            finish_exchange(services, exchange, response)
+        response = await _serve(services, exchange, request)
+    except errors.GatewayError as error:
+        response = render_error(exchange, error)
+    except ClientDisconnect:  # gone while sending its body: nothing reserved, nobody to answer
+        response = client_gone(exchange)
+    except StorageError as exc:
+        # The database is down or unreachable: a retryable 503, not a bug. A reservation made
+        # before the failure is released by the sweeper (billing.sweeper) once it expires.
+        log.warning("storage unavailable: %s", exc)
+        unavailable = errors.Unavailable("the gateway's database is unavailable; retry shortly")
+        response = render_error(exchange, unavailable)
+    except Exception:  # the one boundary where surprises become a 500
+        log.exception("request failed with an unexpected error")
+        internal = errors.InternalError("internal error; the request id identifies it in the logs")
+        response = render_error(exchange, internal)
+    except BaseException:  # cancelled (the server's shutdown gave up on it): still give back its slots
+        finish_exchange(services, exchange, None)
+        raise
+    if not isinstance(response, StreamResponse):  # a stream finishes when it ends (on_done)
+        finish_exchange(services, exchange, response)
+    return response
 
 
 def admission_refusal(services: Services) -> errors.GatewayError | None:
@@ -142,27 +158,6 @@ def admission_refusal(services: Services) -> errors.GatewayError | None:
             headers={"retry-after": str(services.settings.server.overload_retry_after)},
         )
     return None
-
-
-async def _answer(services: Services, exchange: Exchange, request: Request) -> Response:
-    """The response to a request: served, or refused in the endpoint's wire format."""
-    try:
-        return await _serve(services, exchange, request)
-    except errors.GatewayError as error:
-        return render_error(exchange, error)
-    except ClientDisconnect:  # gone while sending its body: nothing reserved, nobody to answer
-        return client_gone(exchange)
-    except StorageError as exc:
-        # The database is down or unreachable: a retryable 503, not a bug. A reservation made
-        # before the failure is released by the sweeper (billing.sweeper) once it expires.
-        log.warning("storage unavailable: %s", exc)
-        return render_error(
-            exchange, errors.Unavailable("the gateway's database is unavailable; retry shortly")
-        )
-    except Exception:  # the one boundary where surprises become a 500
-        log.exception("request failed with an unexpected error")
-        internal = errors.InternalError("internal error; the request id identifies it in the logs")
-        return render_error(exchange, internal)
 
 
 def finish_exchange(
@@ -329,9 +324,6 @@ async def call_upstream(
     async def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
         return await upstream_body(services, admitted, hold.max_tokens, deployment, provider)
 
-    async def settle(usage: ir.Usage, status: UsageStatus) -> Settlement:
-        return await settle_hold(exchange, hold, usage, status)
-
     observer = AttemptLog(services.telemetry.metrics, exchange.record, exchange.trace)
     try:
         attempt = await watch.run(
@@ -363,7 +355,7 @@ async def call_upstream(
             stream,
             attempt,
             headers=exchange.reply_headers(),
-            settle=settle,
+            settle=functools.partial(settle_hold, exchange, hold),
             on_done=lambda: finish_exchange(services, exchange, response),
             drain=services.drain,
             record=exchange.record,
@@ -376,14 +368,16 @@ async def call_upstream(
         # The upstream had accepted the request (its headers came) and worked on the input
         # until we cancelled it: bill the input, as a stream cut at its first byte would be.
         usage = ir.Usage(input_tokens=await input_estimate(services, admitted))
-        await settle(usage, UsageStatus.CLIENT_DISCONNECTED)
+        await settle_hold(exchange, hold, usage, UsageStatus.CLIENT_DISCONNECTED)
         return client_gone(exchange)
     except BaseException as exc:
         await release_on_failure(exchange, hold, exc)
         if isinstance(exc, ShuttingDown):
             raise shutting_down() from None
         raise
-    settlement = await settle(usage, UsageStatus.OK)
+    with exchange.span("settle"):
+        settlement = await hold.settle(usage, UsageStatus.OK)
+    settled(exchange.record, usage, UsageStatus.OK, settlement)
     exchange.response_headers.update(
         hdr.money_headers(settlement.charged_uc, settlement.cap_remaining_uc, settlement.balance_uc)
     )

@@ -1,0 +1,142 @@
+"""``make bench-ab REF=<commit>``: this working tree against another commit, in one run.
+
+Both gateways run on core 0 at once, from their own source trees (the other commit is checked out
+into a temporary git worktree and put first on its ``PYTHONPATH``), against the same fake upstream
+and load generator on core 1. Every measurement alternates the two in 0.5 s slices
+(``bench.load.interleaved``), so a noisy neighbour or a frequency change hits both alike; the
+figures are the ones ``make bench`` reports: requests per busy gateway core (whole requests) and
+CPU per streamed chunk (paced streams of 50 minus 2 chunks, / 48). Ratios are this tree / REF.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from bench import load as lg
+from bench.procs import cpu_ns, tree
+from bench.run import MARKER, Upstream
+from bench.targets import GATEWAY_CORE, ROOT, Target, start_modelgate
+
+
+@contextlib.contextmanager
+def checkout(ref: str, where: Path) -> Iterator[Path]:
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), ref], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)], check=False)
+
+
+def start_from(source: Path | None, upstream_port: int, workdir: Path) -> Target:
+    """A gateway running the code under ``source`` (None: this tree)."""
+    workdir.mkdir(parents=True)
+    saved = os.environ.get("PYTHONPATH")
+    if source is not None:
+        os.environ["PYTHONPATH"] = str(source)
+    try:
+        return start_modelgate(upstream_port, workdir)
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
+def loads(target: Target, name: str, stream: bool) -> lg.Load:
+    ep = next(e for e in target.endpoints if e.name == name)
+    pid = target.proc.pid
+    req = lg.build_request("127.0.0.1", target.port, ep.path, ep.headers, ep.body(stream))
+    return lg.Load(
+        f"{target.name} {name}",
+        "127.0.0.1",
+        target.port,
+        req,
+        MARKER if stream else b"",
+        lambda: cpu_ns(tree(pid)),
+        GATEWAY_CORE,
+    )
+
+
+async def compare(
+    ref_target: Target, ours: Target, upstream: Upstream, args: argparse.Namespace
+) -> list[str]:
+    rows = []
+    upstream.configure()
+    for name in args.endpoints:
+        for stream in (False, True):
+            await lg.interleaved([loads(ref_target, name, stream), loads(ours, name, stream)], 4, 1.0)
+    for name in args.endpoints:
+        for c in args.concurrency:
+            a, b = await lg.interleaved(
+                [loads(ref_target, name, False), loads(ours, name, False)], c, args.seconds
+            )
+            rows.append(
+                f"{name:10} c={c:<3} req/s/core  ref {a.rps_per_core:8,.0f}   this {b.rps_per_core:8,.0f}"
+                f"   ratio {b.rps_per_core / a.rps_per_core:5.3f}   (errors {a.errors}/{b.errors})"
+            )
+    for name in args.endpoints:
+        per_stream: dict[int, tuple[float, float]] = {}
+        for chunks in (50, 2):
+            upstream.configure(chunks=chunks, delay_ms=2)
+            a, b = await lg.interleaved(
+                [loads(ref_target, name, True), loads(ours, name, True)], 2, args.seconds
+            )
+            per_stream[chunks] = (
+                a.cpu_ns / 1000 / max(a.completed, 1),
+                b.cpu_ns / 1000 / max(b.completed, 1),
+            )
+        upstream.configure()
+        ref_chunk = (per_stream[50][0] - per_stream[2][0]) / 48
+        our_chunk = (per_stream[50][1] - per_stream[2][1]) / 48
+        rows.append(
+            f"{name:10} stream     CPU µs/chunk ref {ref_chunk:8.1f}   this {our_chunk:8.1f}"
+            f"   diff {our_chunk - ref_chunk:+5.1f} µs"
+        )
+    return rows
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="modelgate-bench-ab-") as tmp:
+        work = Path(tmp)
+        with checkout(args.ref, work / "ref") as ref_tree:
+            upstream = Upstream(work)
+            started: list[Target] = []
+            try:
+                ref_target = start_from(ref_tree / "src", upstream.port, work / "a")
+                started.append(ref_target)
+                ours = start_from(None, upstream.port, work / "b")
+                started.append(ours)
+                rows = await compare(ref_target, ours, upstream, args)
+            finally:
+                for target in started:
+                    target.stop()
+                upstream.stop()
+    print(f"\n== this tree vs {args.ref}, interleaved on core {GATEWAY_CORE} ==")
+    print("\n".join(rows))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="this tree against another commit (bench/ab.py)")
+    parser.add_argument("--ref", required=True, help="the commit to compare with (e.g. HEAD~3)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="seconds per target per point")
+    parser.add_argument("--endpoints", nargs="+", default=["messages", "chat", "responses"])
+    parser.add_argument("--concurrency", nargs="+", type=int, default=[16, 64])
+    args = parser.parse_args()
+    os.sched_setaffinity(0, {1})
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main_async(args))
+    else:
+        uvloop.run(main_async(args))
+
+
+if __name__ == "__main__":
+    main()
