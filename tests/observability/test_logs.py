@@ -206,7 +206,7 @@ def test_the_fast_json_writer_writes_the_same_record_as_the_logging_path() -> No
     assert list(fast.items()) == list(slow.items())
 
 
-async def test_the_fast_writer_batches_a_loop_turn_into_one_write() -> None:
+async def test_the_fast_writer_batches_lines_into_few_writes() -> None:
     class Counting(io.StringIO):
         writes = 0
 
@@ -218,8 +218,8 @@ async def test_the_fast_writer_batches_a_loop_turn_into_one_write() -> None:
     writer = RequestLineWriter(stream)
     for n in range(5):
         writer(RequestRecord(f"req_{n}", "chat"))
-    assert stream.getvalue() == ""  # nothing yet: the lines wait for the end of this loop turn
-    await asyncio.sleep(0)
+    assert stream.getvalue() == ""  # nothing yet: the lines wait for the flush interval
+    await asyncio.sleep(RequestLineWriter.FLUSH_SECONDS * 2)
     assert Counting.writes == 1 and [
         json.loads(line)["request_id"] for line in stream.getvalue().splitlines()
     ] == [f"req_{n}" for n in range(5)]

@@ -112,29 +112,43 @@ def _timestamp(created: float) -> str:
 
 
 class RequestLineWriter:
-    """Writes request records as JSON lines straight to a stream, one write per event-loop turn.
+    """Writes request records as JSON lines straight to a stream, buffered like nginx's
+    ``access_log … buffer= flush=``: lines are written when ``FLUSH_BYTES`` wait or
+    ``FLUSH_SECONDS`` after the first of them, and at shutdown (``flush``).
 
     ``modelgate serve`` uses it for the request record in JSON format: the same line the logging
     path writes (``JsonFormatter``), without a ``LogRecord``, handler dispatch and a write and
-    flush per request (measured: ~2 µs a request instead of ~10). Lines wait at most until the
-    end of the current loop turn; ``flush`` writes what waits (at shutdown).
+    flush per request (measured with bench/ab.py: a write per request cost 2-4 % of a core at
+    3,000 requests/s). A process killed with SIGKILL loses at most the last ``FLUSH_SECONDS``.
     """
+
+    FLUSH_BYTES = 64 * 1024
+    FLUSH_SECONDS = 0.25
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
         self._pending: list[str] = []
+        self._size = 0
+        self._timer: asyncio.TimerHandle | None = None
 
     def __call__(self, record: RequestRecord) -> None:
         head = {"ts": _timestamp(time.time()), "level": "info", "logger": request_log.name, "msg": "request"}
-        self._pending.append(orjson.dumps(head | request_fields(record)).decode() + "\n")
-        if len(self._pending) == 1:
+        line = orjson.dumps(head | request_fields(record)).decode() + "\n"
+        self._pending.append(line)
+        self._size += len(line)
+        if self._size >= self.FLUSH_BYTES:
+            self.flush()
+        elif self._timer is None:
             try:
-                asyncio.get_running_loop().call_soon(self.flush)
+                self._timer = asyncio.get_running_loop().call_later(self.FLUSH_SECONDS, self.flush)
             except RuntimeError:  # no loop: nothing to batch with
                 self.flush()
 
     def flush(self) -> None:
-        lines, self._pending = self._pending, []
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        lines, self._pending, self._size = self._pending, [], 0
         if lines:
             try:
                 self._stream.write("".join(lines))
