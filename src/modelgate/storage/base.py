@@ -1,7 +1,8 @@
 """Storage records and the interfaces every engine implements (SQLite and PostgreSQL).
 
 Consumers depend on the narrow protocols (``AccountStore``, ``KeyStore``, ``AdminTokenStore``,
-``LedgerStore``, ``UsageStore``, and ``UsageReports`` in ``storage.reports``); ``Store`` is all of them as one engine implements it, picked from
+``LedgerStore``, ``UsageStore``, ``UsageReports`` in ``storage.reports`` and ``ResponseStore`` in
+``storage.responses``); ``Store`` is all of them as one engine implements it, picked from
 the database URL by ``storage.open_store``. Money is integer micro-credits (µc) everywhere.
 
 Ledger invariants (checked by the contract and property tests):
@@ -50,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from modelgate.storage.reports import UsageReports
+from modelgate.storage.responses import ResponseStore
 
 Group = Literal["Basic", "Pro", "Nova"]
 GROUPS: tuple[Group, ...] = ("Basic", "Pro", "Nova")
@@ -401,7 +403,9 @@ class UsageStore(Protocol):
     ) -> list[UsageRecord]: ...
 
 
-class Store(AccountStore, KeyStore, AdminTokenStore, LedgerStore, UsageStore, UsageReports, Protocol):
+class Store(
+    AccountStore, KeyStore, AdminTokenStore, LedgerStore, UsageStore, UsageReports, ResponseStore, Protocol
+):
     """Everything durable, as one engine implements it. Consumers ask for the narrow protocols
     above; implementations must pass ``tests/storage/test_contract.py``."""
 

@@ -54,6 +54,7 @@ from modelgate.storage.base import (
     decide_hold,
 )
 from modelgate.storage.postgres_reports import PostgresReports
+from modelgate.storage.postgres_responses import PostgresResponses
 from modelgate.storage.postgres_tokens import PostgresAdminTokens
 
 #: Advisory lock ids ("modelgat" in ASCII, then +1): migrations, and key-version ordering.
@@ -73,7 +74,7 @@ def _key(row: Sequence[Any]) -> KeyRecord:
     return rows.key_record(row, tuple(row[5]) if row[5] is not None else None)
 
 
-class PostgresStore(PostgresAdminTokens, PostgresReports):
+class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
     def __init__(self, url: str, *, pool_max_size: int = POOL_MAX_SIZE) -> None:
         self.url = url
         self._pool_max_size = pool_max_size

@@ -44,6 +44,7 @@ from modelgate.storage.base import (
 )
 from modelgate.storage.group_commit import BUSY, GroupCommit
 from modelgate.storage.sqlite_reports import SqliteReports
+from modelgate.storage.sqlite_responses import SqliteResponses
 from modelgate.storage.sqlite_tokens import SqliteAdminTokens
 
 T = TypeVar("T")
@@ -61,7 +62,7 @@ def _key(row: tuple[Any, ...]) -> KeyRecord:
     return rows.key_record(row, tuple(orjson.loads(row[5])) if row[5] is not None else None)
 
 
-class SqliteStore(SqliteAdminTokens, SqliteReports):
+class SqliteStore(SqliteAdminTokens, SqliteReports, SqliteResponses):
     """Each thread that touches the store gets its own connection (``threading.local``).
 
     Operations run inline on the caller's thread (the event loop) on a connection that never

@@ -1,0 +1,344 @@
+"""``ResponseStore`` on PostgreSQL (mixed into ``PostgresStore``).
+
+Writes that change an account's stored bytes run in one transaction and update its
+``state_usage`` row with a conditional ``UPDATE … WHERE bytes + $n <= $limit``: the row lock
+serialises concurrent writers of one account, so the limit is never overshot across instances.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from modelgate.storage.responses import (
+    FoundItem,
+    NewResponse,
+    StoredConversation,
+    StoredItem,
+    StoredResponse,
+    object_bytes,
+)
+
+_OBJECT = "id, account_id, body, previous_id, conversation_id, holder, created_at"
+
+
+class PostgresResponses:
+    # Provided by PostgresStore.
+    def _conn(self) -> AbstractAsyncContextManager[Any]:
+        raise NotImplementedError
+
+    def _tx(self) -> AbstractAsyncContextManager[Any]:
+        raise NotImplementedError
+
+    # helpers (inside a transaction) -------------------------------------------------------
+
+    @staticmethod
+    async def _charge(conn: Any, account_id: int, amount: int, limit: int) -> bool:
+        await conn.execute(
+            "INSERT INTO state_usage (account_id, bytes) VALUES ($1, 0) ON CONFLICT DO NOTHING", account_id
+        )
+        status = await conn.execute(
+            "UPDATE state_usage SET bytes = bytes + $2 WHERE account_id = $1 AND bytes + $2 <= $3",
+            account_id,
+            amount,
+            limit,
+        )
+        return bool(status == "UPDATE 1")
+
+    @staticmethod
+    async def _refund(conn: Any, account_id: int, amount: int) -> None:
+        await conn.execute(
+            "UPDATE state_usage SET bytes = GREATEST(0, bytes - $2) WHERE account_id = $1", account_id, amount
+        )
+
+    @staticmethod
+    async def _insert_items(
+        conn: Any, owner_id: str, account_id: int, start: int, items: Sequence[StoredItem]
+    ) -> None:
+        if items:
+            await conn.executemany(
+                "INSERT INTO stored_items (owner_id, position, account_id, item_id, section, body) "
+                "VALUES ($1, $2, $3, $4, $5, $6)",
+                [
+                    (owner_id, start + i, account_id, item.id, item.section, item.body)
+                    for i, item in enumerate(items)
+                ],
+            )
+
+    @staticmethod
+    async def _live(
+        conn: Any, kind: str, account_id: int, object_id: str, now: float, *, lock: bool = False
+    ) -> Any:
+        return await conn.fetchrow(
+            f"SELECT {_OBJECT}, bytes FROM stored_objects "
+            "WHERE id = $1 AND account_id = $2 AND kind = $3 AND expires_at > $4"
+            + (" FOR UPDATE" if lock else ""),
+            object_id,
+            account_id,
+            kind,
+            now,
+        )
+
+    @staticmethod
+    async def _items(conn: Any, owner_id: str) -> list[StoredItem]:
+        rows = await conn.fetch(
+            "SELECT item_id, body, section FROM stored_items WHERE owner_id = $1 ORDER BY position", owner_id
+        )
+        return [StoredItem(r[0], bytes(r[1]), r[2]) for r in rows]
+
+    @classmethod
+    async def _response(cls, conn: Any, row: Any) -> StoredResponse:
+        items = await cls._items(conn, row[0])
+        return StoredResponse(
+            id=row[0],
+            account_id=int(row[1]),
+            body=bytes(row[2]),
+            previous_id=row[3],
+            conversation_id=row[4],
+            holder=row[5],
+            created_at=float(row[6]),
+            input_items=tuple(i for i in items if i.section == "input"),
+            output_items=tuple(i for i in items if i.section == "output"),
+        )
+
+    @classmethod
+    async def _delete_object(cls, conn: Any, kind: str, account_id: int, object_id: str) -> bool:
+        size = await conn.fetchval(
+            "DELETE FROM stored_objects WHERE id = $1 AND account_id = $2 AND kind = $3 RETURNING bytes",
+            object_id,
+            account_id,
+            kind,
+        )
+        if size is None:
+            return False
+        await cls._refund(conn, account_id, int(size))
+        return True
+
+    @classmethod
+    async def _append(
+        cls, conn: Any, conversation_id: str, account_id: int, items: Sequence[StoredItem], expires: float
+    ) -> None:
+        start = await conn.fetchval(
+            "SELECT COALESCE(MAX(position), -1) + 1 FROM stored_items WHERE owner_id = $1", conversation_id
+        )
+        await cls._insert_items(conn, conversation_id, account_id, int(start), items)
+        await conn.execute(
+            "UPDATE stored_objects SET bytes = bytes + $2, expires_at = GREATEST(expires_at, $3) WHERE id = $1",
+            conversation_id,
+            object_bytes(b"", items),
+            expires,
+        )
+
+    # responses ----------------------------------------------------------------------------
+
+    async def save_response(self, response: NewResponse, max_account_bytes: int) -> bool:
+        r = response
+        items = [*r.input_items, *r.output_items]
+        size = object_bytes(r.body, items)
+        async with self._tx() as conn:
+            appended: list[StoredItem] = []
+            if r.conversation_id is not None:
+                # Locked: appends to one conversation take their positions one after another.
+                found = await self._live(
+                    conn, "conversation", r.account_id, r.conversation_id, r.created_at, lock=True
+                )
+                if found is None:
+                    return False
+                appended = [StoredItem(i.id, i.body, "item") for i in items]
+            if not await self._charge(
+                conn, r.account_id, size + object_bytes(b"", appended), max_account_bytes
+            ):
+                return False
+            await conn.execute(
+                "INSERT INTO stored_objects (id, account_id, kind, key_id, previous_id, conversation_id, "
+                "holder, body, bytes, created_at, expires_at) "
+                "VALUES ($1, $2, 'response', $3, $4, $5, $6, $7, $8, $9, $10)",
+                r.id,
+                r.account_id,
+                r.key_id,
+                r.previous_id,
+                r.conversation_id,
+                r.holder,
+                r.body,
+                size,
+                r.created_at,
+                r.expires_at,
+            )
+            await self._insert_items(conn, r.id, r.account_id, 0, items)
+            if r.conversation_id is not None:
+                await self._append(conn, r.conversation_id, r.account_id, appended, r.expires_at)
+            return True
+
+    async def get_response(self, account_id: int, response_id: str, now: float) -> StoredResponse | None:
+        async with self._conn() as conn:
+            row = await self._live(conn, "response", account_id, response_id, now)
+            return await self._response(conn, row) if row else None
+
+    async def response_chain(
+        self, account_id: int, response_id: str, now: float, max_depth: int
+    ) -> list[StoredResponse] | None:
+        chain: list[StoredResponse] = []
+        async with self._conn() as conn:
+            next_id: str | None = response_id
+            while next_id is not None and len(chain) < max_depth:
+                row = await self._live(conn, "response", account_id, next_id, now)
+                if row is None:
+                    break
+                chain.append(await self._response(conn, row))
+                next_id = row[3]
+        return chain[::-1] if chain else None
+
+    async def delete_response(self, account_id: int, response_id: str) -> bool:
+        async with self._tx() as conn:
+            return await self._delete_object(conn, "response", account_id, response_id)
+
+    async def find_item(self, account_id: int, item_id: str, now: float) -> FoundItem | None:
+        async with self._conn() as conn:
+            row = await conn.fetchrow(
+                "SELECT i.item_id, i.body, i.section, o.id, o.holder FROM stored_items i "
+                "JOIN stored_objects o ON o.id = i.owner_id "
+                "WHERE i.account_id = $1 AND i.item_id = $2 AND o.account_id = $1 AND o.expires_at > $3 "
+                "ORDER BY o.created_at DESC, i.position DESC LIMIT 1",
+                account_id,
+                item_id,
+                now,
+            )
+        if row is None:
+            return None
+        return FoundItem(StoredItem(row[0], bytes(row[1]), row[2]), row[3], row[4])
+
+    # conversations ------------------------------------------------------------------------
+
+    async def create_conversation(
+        self,
+        conversation: StoredConversation,
+        items: Sequence[StoredItem],
+        expires_at: float,
+        max_account_bytes: int,
+    ) -> bool:
+        c = conversation
+        size = object_bytes(c.metadata, items)
+        async with self._tx() as conn:
+            if not await self._charge(conn, c.account_id, size, max_account_bytes):
+                return False
+            await conn.execute(
+                "INSERT INTO stored_objects (id, account_id, kind, body, bytes, created_at, expires_at) "
+                "VALUES ($1, $2, 'conversation', $3, $4, $5, $6)",
+                c.id,
+                c.account_id,
+                c.metadata,
+                size,
+                c.created_at,
+                expires_at,
+            )
+            await self._insert_items(conn, c.id, c.account_id, 0, items)
+            return True
+
+    @staticmethod
+    def _conversation(row: Any) -> StoredConversation:
+        return StoredConversation(row[0], int(row[1]), bytes(row[2]), float(row[6]))
+
+    async def get_conversation(
+        self, account_id: int, conversation_id: str, now: float
+    ) -> StoredConversation | None:
+        async with self._conn() as conn:
+            row = await self._live(conn, "conversation", account_id, conversation_id, now)
+        return self._conversation(row) if row else None
+
+    async def update_conversation(
+        self, account_id: int, conversation_id: str, metadata: bytes, now: float
+    ) -> StoredConversation | None:
+        async with self._tx() as conn:
+            row = await self._live(conn, "conversation", account_id, conversation_id, now, lock=True)
+            if row is None:
+                return None
+            grown = len(metadata) - len(bytes(row[2]))
+            await conn.execute(
+                "UPDATE state_usage SET bytes = GREATEST(0, bytes + $2) WHERE account_id = $1",
+                account_id,
+                grown,
+            )
+            await conn.execute(
+                "UPDATE stored_objects SET body = $2, bytes = bytes + $3 WHERE id = $1",
+                conversation_id,
+                metadata,
+                grown,
+            )
+            return StoredConversation(conversation_id, account_id, metadata, float(row[6]))
+
+    async def delete_conversation(self, account_id: int, conversation_id: str) -> bool:
+        async with self._tx() as conn:
+            return await self._delete_object(conn, "conversation", account_id, conversation_id)
+
+    async def add_conversation_items(
+        self,
+        account_id: int,
+        conversation_id: str,
+        items: Sequence[StoredItem],
+        now: float,
+        expires_at: float,
+        max_account_bytes: int,
+    ) -> bool | None:
+        async with self._tx() as conn:
+            if await self._live(conn, "conversation", account_id, conversation_id, now, lock=True) is None:
+                return None
+            if not await self._charge(conn, account_id, object_bytes(b"", items), max_account_bytes):
+                return False
+            await self._append(conn, conversation_id, account_id, items, expires_at)
+            return True
+
+    async def conversation_items(
+        self, account_id: int, conversation_id: str, now: float
+    ) -> list[StoredItem] | None:
+        async with self._conn() as conn:
+            if await self._live(conn, "conversation", account_id, conversation_id, now) is None:
+                return None
+            return await self._items(conn, conversation_id)
+
+    async def delete_conversation_item(self, account_id: int, conversation_id: str, item_id: str) -> bool:
+        async with self._tx() as conn:
+            rows = await conn.fetch(
+                "DELETE FROM stored_items WHERE owner_id = $1 AND account_id = $2 AND item_id = $3 "
+                "AND owner_id IN (SELECT id FROM stored_objects WHERE kind = 'conversation') "
+                "RETURNING length(body)",
+                conversation_id,
+                account_id,
+                item_id,
+            )
+            if not rows:
+                return False
+            size = sum(int(r[0]) for r in rows)
+            await conn.execute(
+                "UPDATE stored_objects SET bytes = GREATEST(0, bytes - $2) WHERE id = $1",
+                conversation_id,
+                size,
+            )
+            await self._refund(conn, account_id, size)
+            return True
+
+    # retention ----------------------------------------------------------------------------
+
+    async def sweep_state(self, now: float, limit: int) -> int:
+        async with self._tx() as conn:
+            rows = await conn.fetch(
+                "DELETE FROM stored_objects WHERE id IN (SELECT id FROM stored_objects "
+                "WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) "
+                "RETURNING account_id, bytes",
+                now,
+                limit,
+            )
+            for row in rows:
+                await self._refund(conn, int(row[0]), int(row[1]))
+            return len(rows)
+
+    async def forget_account_state(self, account_id: int) -> int:
+        async with self._tx() as conn:
+            status = await conn.execute("DELETE FROM stored_objects WHERE account_id = $1", account_id)
+            await conn.execute("UPDATE state_usage SET bytes = 0 WHERE account_id = $1", account_id)
+        return int(status.split()[-1])
+
+    async def state_bytes(self, account_id: int) -> int:
+        async with self._conn() as conn:
+            value = await conn.fetchval("SELECT bytes FROM state_usage WHERE account_id = $1", account_id)
+        return int(value or 0)

@@ -1,0 +1,360 @@
+"""``ResponseStore`` on SQLite (mixed into ``SqliteStore``).
+
+Stored objects can be megabytes, so none of this runs on the event loop: reads run on the reader
+thread (``SqliteReports._read``), writes on the store's worker thread, whose connection waits for
+SQLite's write lock instead of failing. Each write is one ``BEGIN IMMEDIATE`` transaction, so the
+per-account byte check and the write it guards cannot interleave with another writer.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
+
+from modelgate.storage.base import StorageError
+from modelgate.storage.responses import (
+    FoundItem,
+    NewResponse,
+    StoredConversation,
+    StoredItem,
+    StoredResponse,
+    object_bytes,
+)
+
+T = TypeVar("T")
+_OBJECT = "id, account_id, body, previous_id, conversation_id, holder, created_at"
+
+
+class SqliteResponses:
+    # Provided by SqliteStore / SqliteReports.
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        raise NotImplementedError
+
+    async def _run_on_worker(self, fn: Callable[[], T]) -> T:
+        raise NotImplementedError
+
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError
+
+    async def _state_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def op() -> T:
+            with self._write() as db:
+                return fn(db)
+
+        try:
+            return await self._run_on_worker(op)
+        except (sqlite3.Error, OSError) as exc:
+            raise StorageError(f"sqlite: {exc}") from exc
+
+    # helpers (run inside a transaction) ---------------------------------------------------
+
+    @staticmethod
+    def _charge(db: sqlite3.Connection, account_id: int, amount: int, limit: int) -> bool:
+        db.execute("INSERT OR IGNORE INTO state_usage (account_id, bytes) VALUES (?, 0)", (account_id,))
+        cursor = db.execute(
+            "UPDATE state_usage SET bytes = bytes + ? WHERE account_id = ? AND bytes + ? <= ?",
+            (amount, account_id, amount, limit),
+        )
+        return cursor.rowcount == 1
+
+    @staticmethod
+    def _refund(db: sqlite3.Connection, account_id: int, amount: int) -> None:
+        db.execute(
+            "UPDATE state_usage SET bytes = MAX(0, bytes - ?) WHERE account_id = ?", (amount, account_id)
+        )
+
+    @staticmethod
+    def _insert_items(
+        db: sqlite3.Connection, owner_id: str, account_id: int, start: int, items: Sequence[StoredItem]
+    ) -> None:
+        db.executemany(
+            "INSERT INTO stored_items (owner_id, position, account_id, item_id, section, body) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (owner_id, start + i, account_id, item.id, item.section, item.body)
+                for i, item in enumerate(items)
+            ],
+        )
+
+    @staticmethod
+    def _live(db: sqlite3.Connection, kind: str, account_id: int, object_id: str, now: float) -> Any:
+        return db.execute(
+            f"SELECT {_OBJECT}, bytes FROM stored_objects "
+            "WHERE id = ? AND account_id = ? AND kind = ? AND expires_at > ?",
+            (object_id, account_id, kind, now),
+        ).fetchone()
+
+    @staticmethod
+    def _items(db: sqlite3.Connection, owner_id: str) -> list[StoredItem]:
+        rows = db.execute(
+            "SELECT item_id, body, section FROM stored_items WHERE owner_id = ? ORDER BY position",
+            (owner_id,),
+        ).fetchall()
+        return [StoredItem(r[0], bytes(r[1]), r[2]) for r in rows]
+
+    @classmethod
+    def _response(cls, db: sqlite3.Connection, row: Any) -> StoredResponse:
+        items = cls._items(db, row[0])
+        return StoredResponse(
+            id=row[0],
+            account_id=int(row[1]),
+            body=bytes(row[2]),
+            previous_id=row[3],
+            conversation_id=row[4],
+            holder=row[5],
+            created_at=float(row[6]),
+            input_items=tuple(i for i in items if i.section == "input"),
+            output_items=tuple(i for i in items if i.section == "output"),
+        )
+
+    @staticmethod
+    def _delete_object(db: sqlite3.Connection, kind: str, account_id: int, object_id: str) -> bool:
+        row = db.execute(
+            "DELETE FROM stored_objects WHERE id = ? AND account_id = ? AND kind = ? RETURNING bytes",
+            (object_id, account_id, kind),
+        ).fetchone()
+        if row is None:
+            return False
+        SqliteResponses._refund(db, account_id, int(row[0]))
+        return True
+
+    # responses ----------------------------------------------------------------------------
+
+    async def save_response(self, response: NewResponse, max_account_bytes: int) -> bool:
+        r = response
+        items = [*r.input_items, *r.output_items]
+        size = object_bytes(r.body, items)
+
+        def op(db: sqlite3.Connection) -> bool:
+            conversation = None
+            if r.conversation_id is not None:
+                conversation = self._live(db, "conversation", r.account_id, r.conversation_id, r.created_at)
+                if conversation is None:
+                    return False
+            appended = [StoredItem(i.id, i.body, "item") for i in items] if conversation else []
+            if not self._charge(db, r.account_id, size + object_bytes(b"", appended), max_account_bytes):
+                return False
+            db.execute(
+                "INSERT INTO stored_objects (id, account_id, kind, key_id, previous_id, conversation_id, "
+                "holder, body, bytes, created_at, expires_at) VALUES (?, ?, 'response', ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    r.id,
+                    r.account_id,
+                    r.key_id,
+                    r.previous_id,
+                    r.conversation_id,
+                    r.holder,
+                    r.body,
+                    size,
+                    r.created_at,
+                    r.expires_at,
+                ),
+            )
+            self._insert_items(db, r.id, r.account_id, 0, items)
+            if conversation is not None and r.conversation_id is not None:
+                self._append(db, r.conversation_id, r.account_id, appended, r.expires_at)
+            return True
+
+        return await self._state_write(op)
+
+    @classmethod
+    def _append(
+        cls,
+        db: sqlite3.Connection,
+        conversation_id: str,
+        account_id: int,
+        items: Sequence[StoredItem],
+        expires: float,
+    ) -> None:
+        start = db.execute(
+            "SELECT COALESCE(MAX(position), -1) + 1 FROM stored_items WHERE owner_id = ?", (conversation_id,)
+        ).fetchone()[0]
+        cls._insert_items(db, conversation_id, account_id, int(start), items)
+        db.execute(
+            "UPDATE stored_objects SET bytes = bytes + ?, expires_at = MAX(expires_at, ?) WHERE id = ?",
+            (object_bytes(b"", items), expires, conversation_id),
+        )
+
+    async def get_response(self, account_id: int, response_id: str, now: float) -> StoredResponse | None:
+        def op(db: sqlite3.Connection) -> StoredResponse | None:
+            row = self._live(db, "response", account_id, response_id, now)
+            return self._response(db, row) if row else None
+
+        return await self._read(op)
+
+    async def response_chain(
+        self, account_id: int, response_id: str, now: float, max_depth: int
+    ) -> list[StoredResponse] | None:
+        def op(db: sqlite3.Connection) -> list[StoredResponse] | None:
+            chain: list[StoredResponse] = []
+            next_id: str | None = response_id
+            while next_id is not None and len(chain) < max_depth:
+                row = self._live(db, "response", account_id, next_id, now)
+                if row is None:
+                    break
+                chain.append(self._response(db, row))
+                next_id = row[3]
+            return chain[::-1] if chain else None
+
+        return await self._read(op)
+
+    async def delete_response(self, account_id: int, response_id: str) -> bool:
+        return await self._state_write(
+            lambda db: self._delete_object(db, "response", account_id, response_id)
+        )
+
+    async def find_item(self, account_id: int, item_id: str, now: float) -> FoundItem | None:
+        def op(db: sqlite3.Connection) -> FoundItem | None:
+            row = db.execute(
+                "SELECT i.item_id, i.body, i.section, o.id, o.holder FROM stored_items i "
+                "JOIN stored_objects o ON o.id = i.owner_id "
+                "WHERE i.account_id = ? AND i.item_id = ? AND o.account_id = ? AND o.expires_at > ? "
+                "ORDER BY o.created_at DESC, i.position DESC LIMIT 1",
+                (account_id, item_id, account_id, now),
+            ).fetchone()
+            if row is None:
+                return None
+            return FoundItem(StoredItem(row[0], bytes(row[1]), row[2]), row[3], row[4])
+
+        return await self._read(op)
+
+    # conversations ------------------------------------------------------------------------
+
+    async def create_conversation(
+        self,
+        conversation: StoredConversation,
+        items: Sequence[StoredItem],
+        expires_at: float,
+        max_account_bytes: int,
+    ) -> bool:
+        c = conversation
+        size = object_bytes(c.metadata, items)
+
+        def op(db: sqlite3.Connection) -> bool:
+            if not self._charge(db, c.account_id, size, max_account_bytes):
+                return False
+            db.execute(
+                "INSERT INTO stored_objects (id, account_id, kind, body, bytes, created_at, expires_at) "
+                "VALUES (?, ?, 'conversation', ?, ?, ?, ?)",
+                (c.id, c.account_id, c.metadata, size, c.created_at, expires_at),
+            )
+            self._insert_items(db, c.id, c.account_id, 0, items)
+            return True
+
+        return await self._state_write(op)
+
+    @staticmethod
+    def _conversation(row: Any) -> StoredConversation:
+        return StoredConversation(row[0], int(row[1]), bytes(row[2]), float(row[6]))
+
+    async def get_conversation(
+        self, account_id: int, conversation_id: str, now: float
+    ) -> StoredConversation | None:
+        row = await self._read(lambda db: self._live(db, "conversation", account_id, conversation_id, now))
+        return self._conversation(row) if row else None
+
+    async def update_conversation(
+        self, account_id: int, conversation_id: str, metadata: bytes, now: float
+    ) -> StoredConversation | None:
+        def op(db: sqlite3.Connection) -> StoredConversation | None:
+            row = self._live(db, "conversation", account_id, conversation_id, now)
+            if row is None:
+                return None
+            grown = len(metadata) - len(bytes(row[2]))
+            db.execute(
+                "UPDATE state_usage SET bytes = MAX(0, bytes + ?) WHERE account_id = ?", (grown, account_id)
+            )
+            db.execute(
+                "UPDATE stored_objects SET body = ?, bytes = bytes + ? WHERE id = ?",
+                (metadata, grown, conversation_id),
+            )
+            return StoredConversation(conversation_id, account_id, metadata, float(row[6]))
+
+        return await self._state_write(op)
+
+    async def delete_conversation(self, account_id: int, conversation_id: str) -> bool:
+        return await self._state_write(
+            lambda db: self._delete_object(db, "conversation", account_id, conversation_id)
+        )
+
+    async def add_conversation_items(
+        self,
+        account_id: int,
+        conversation_id: str,
+        items: Sequence[StoredItem],
+        now: float,
+        expires_at: float,
+        max_account_bytes: int,
+    ) -> bool | None:
+        def op(db: sqlite3.Connection) -> bool | None:
+            if self._live(db, "conversation", account_id, conversation_id, now) is None:
+                return None
+            if not self._charge(db, account_id, object_bytes(b"", items), max_account_bytes):
+                return False
+            self._append(db, conversation_id, account_id, items, expires_at)
+            return True
+
+        return await self._state_write(op)
+
+    async def conversation_items(
+        self, account_id: int, conversation_id: str, now: float
+    ) -> list[StoredItem] | None:
+        def op(db: sqlite3.Connection) -> list[StoredItem] | None:
+            if self._live(db, "conversation", account_id, conversation_id, now) is None:
+                return None
+            return self._items(db, conversation_id)
+
+        return await self._read(op)
+
+    async def delete_conversation_item(self, account_id: int, conversation_id: str, item_id: str) -> bool:
+        def op(db: sqlite3.Connection) -> bool:
+            row = db.execute(
+                "DELETE FROM stored_items WHERE owner_id = ? AND account_id = ? AND item_id = ? "
+                "AND owner_id IN (SELECT id FROM stored_objects WHERE kind = 'conversation') "
+                "RETURNING length(body)",
+                (conversation_id, account_id, item_id),
+            ).fetchall()
+            if not row:
+                return False
+            size = sum(int(r[0]) for r in row)
+            db.execute(
+                "UPDATE stored_objects SET bytes = MAX(0, bytes - ?) WHERE id = ?", (size, conversation_id)
+            )
+            self._refund(db, account_id, size)
+            return True
+
+        return await self._state_write(op)
+
+    # retention ----------------------------------------------------------------------------
+
+    async def sweep_state(self, now: float, limit: int) -> int:
+        def op(db: sqlite3.Connection) -> int:
+            rows = db.execute(
+                "DELETE FROM stored_objects WHERE id IN "
+                "(SELECT id FROM stored_objects WHERE expires_at <= ? ORDER BY expires_at LIMIT ?) "
+                "RETURNING account_id, bytes",
+                (now, limit),
+            ).fetchall()
+            for account_id, size in rows:
+                self._refund(db, int(account_id), int(size))
+            return len(rows)
+
+        return await self._state_write(op)
+
+    async def forget_account_state(self, account_id: int) -> int:
+        def op(db: sqlite3.Connection) -> int:
+            deleted = db.execute("DELETE FROM stored_objects WHERE account_id = ?", (account_id,)).rowcount
+            db.execute("UPDATE state_usage SET bytes = 0 WHERE account_id = ?", (account_id,))
+            return int(deleted)
+
+        return await self._state_write(op)
+
+    async def state_bytes(self, account_id: int) -> int:
+        row = await self._read(
+            lambda db: db.execute(
+                "SELECT bytes FROM state_usage WHERE account_id = ?", (account_id,)
+            ).fetchone()
+        )
+        return int(row[0]) if row else 0
