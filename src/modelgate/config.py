@@ -145,6 +145,27 @@ class OtelConfig(_Section):
     headers: dict[str, str] = Field(default_factory=dict)
 
 
+class ResponsesConfig(_Section):
+    """Stored Responses state: ``store``, ``previous_response_id``, ``item_reference`` and
+    conversations (docs/wire-formats.md, "Stored responses and conversations")."""
+
+    #: ``on``: keep responses and conversations in the database; ``off``: keep nothing, and
+    #: stateful fields are a 400 wherever no upstream keeps the state itself.
+    store: Literal["on", "off"] = "on"
+    #: Days a stored response or conversation is kept after it was written (a conversation:
+    #: after it was last added to); then it is swept.
+    ttl_days: float = Field(30.0, gt=0, le=3650)
+    #: Largest stored response (its input and output items) or conversation addition, in bytes.
+    #: A request whose own input is larger is refused when it asks to be stored.
+    max_object_bytes: int = Field(32 * MIB, ge=1024)
+    #: Bytes one account may keep in stored responses and conversations.
+    max_account_bytes: int = Field(1024 * MIB, ge=1024)
+    #: Most responses a ``previous_response_id`` chain is followed back through.
+    max_chain_depth: int = Field(1000, ge=1, le=100_000)
+    #: How often expired objects are deleted (seconds).
+    sweep_interval_seconds: float = Field(600.0, gt=0)
+
+
 class Settings(_Section):
     data_dir: Path = Path("data")
     #: ``sqlite:///…`` (default: ``<data_dir>/modelgate.db``) or ``postgresql://…``.
@@ -160,6 +181,7 @@ class Settings(_Section):
     keys: KeysConfig = KeysConfig()
     billing: BillingConfig = BillingConfig()
     admin: AdminConfig = AdminConfig()
+    responses: ResponsesConfig = ResponsesConfig()
     routing: RoutingConfig = RoutingConfig()
     providers: list[ProviderConfig] = Field(
         default_factory=lambda: [ProviderConfig(name="simulator", kind="simulator")]

@@ -27,6 +27,7 @@ from modelgate.limits.inflight import InFlightLimiter
 from modelgate.limits.redis_rpm import RedisRateLimiter
 from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
 from modelgate.offload import Offload
+from modelgate.retention import StateSweeper
 from modelgate.storage import Store, open_store
 from modelgate.telemetry import Telemetry
 from modelgate.telemetry.metrics import Metrics
@@ -126,6 +127,8 @@ class Services:
     edge: EdgeStats = field(default_factory=EdgeStats)
     #: Releases reservations abandoned by crashed requests (billing.sweeper); runs from ``start``.
     sweeper: Sweeper | None = None
+    #: Deletes stored responses and conversations past ``responses.ttl_days`` (``retention``).
+    state_sweeper: StateSweeper | None = None
     #: With ``redis_url``: key changes made here are announced to the other instances, and
     #: theirs refresh this instance's key view (docs/scale-out.md).
     key_broadcast: KeyChangeBroadcast | None = None
@@ -192,10 +195,16 @@ class Services:
             self.key_broadcast.start(self.keys.refresh)
         self.sweeper = Sweeper(self.store, self.clock, self.settings.billing.sweep_interval_seconds)
         self.sweeper.start()
+        responses = self.settings.responses
+        if responses.store == "on":
+            self.state_sweeper = StateSweeper(self.store, self.clock, responses.sweep_interval_seconds)
+            self.state_sweeper.start()
 
     async def stop(self) -> None:
         if self.sweeper is not None:
             await self.sweeper.stop()
+        if self.state_sweeper is not None:
+            await self.state_sweeper.stop()
         await self.keys.stop()
         await self.settlements.drain()
         await self.router.aclose()

@@ -14,6 +14,7 @@ import pytest
 
 from modelgate import errors, ir
 from modelgate.billing.estimate import DELTA_ESTIMATOR, text_tokens
+from modelgate.formats import CODECS
 from modelgate.formats.messages import request as messages_request
 from modelgate.formats.messages import response as messages_response
 from modelgate.formats.messages import stream as messages_stream
@@ -127,6 +128,22 @@ def test_decode_thinking_budget_becomes_effort_and_format_becomes_response_forma
     assert req.response_format == {"type": "json_schema", "name": "response", "schema": schema}
     low = messages_request.decode_request(body(thinking={"type": "enabled", "budget_tokens": 1024}))
     assert low.reasoning_effort == "low"
+
+
+def test_the_older_output_format_field_becomes_response_format_too() -> None:
+    schema = {"type": "object", "properties": {"b": {"type": "integer"}}}
+    older = messages_request.decode_request(
+        body(output_format={"type": "json_schema", "name": "shape", "schema": schema})
+    )
+    assert older.response_format == {"type": "json_schema", "name": "shape", "schema": schema}
+    # Chat upstreams get it as response_format (the bug: it used to vanish on translation).
+    chat = CODECS["chat"].encode_request(older, "gpt")
+    assert chat["response_format"]["json_schema"]["schema"] == schema
+    newer = {"type": "json_schema", "schema": {"type": "object"}}
+    both = messages_request.decode_request(
+        body(output_format={"type": "json_schema", "schema": schema}, output_config={"format": newer})
+    )
+    assert both.response_format == {"type": "json_schema", "name": "response", "schema": {"type": "object"}}
 
 
 def test_decode_content_blocks() -> None:

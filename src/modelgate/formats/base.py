@@ -42,6 +42,10 @@ class StreamEncoder(Protocol):
     """IR events -> client SSE bytes of one format; nothing is sent after ``Finish`` or
     ``StreamError``."""
 
+    #: The response object the stream completed with, once its final event is encoded, for
+    #: formats whose responses can be fetched again (Responses); None otherwise.
+    completed: Json | None
+
     def encode(self, event: ir.Event) -> bytes: ...
     def ping(self) -> bytes: ...
 
@@ -64,6 +68,9 @@ class StreamTap(Protocol):
     malformed: bool
     #: Output tokens relayed so far, estimated per delta; exact for the simulator.
     output_tokens: int
+    #: The upstream's final response object (model id as the upstream sent it), once its final
+    #: event passed, for formats whose responses can be fetched again (Responses); else None.
+    completed: Json | None
 
     def feed(self, chunk: bytes) -> bytes: ...
     def finish(self) -> bytes: ...

@@ -46,6 +46,7 @@ class PassthroughTap:
         "_events",
         "_redact",
         "_rewrites",
+        "completed",
         "error",
         "finished",
         "malformed",
@@ -72,6 +73,7 @@ class PassthroughTap:
         self.error: ir.StreamError | None = None
         self.malformed = False
         self.output_tokens = 0
+        self.completed: Any = None
 
     def feed(self, chunk: bytes) -> bytes:
         if self.malformed:

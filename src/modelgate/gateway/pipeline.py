@@ -41,6 +41,9 @@ from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDo
 from modelgate.gateway.observe import AttemptLog, ShutdownRefusal, refused, settled
 from modelgate.gateway.relay import SHUTTING_DOWN, StreamResponse, relay_whole
 from modelgate.gateway.replies import error_reply, json_reply
+from modelgate.gateway.state import keep as keeping
+from modelgate.gateway.state import prepare as stored_state
+from modelgate.gateway.state.prepare import RequestState
 from modelgate.gateway.streams import estimate_input, open_stream
 from modelgate.gateway.translate import build_body, choose_dialect
 from modelgate.limits.rpm import Decision
@@ -63,6 +66,8 @@ class Endpoint:
     name: str
     #: ``count_tokens``: authorized and rate-limited like the rest, but nothing is held or billed.
     counting: bool = False
+    #: Requests may refer to stored state and their answers are kept (``gateway.state``).
+    stateful: bool = False
 
 
 @dataclass(slots=True)
@@ -106,6 +111,8 @@ class Admitted:
     facts: Facts
     stream: bool
     admission: Decision
+    #: What the request asks of stored state, once resolved (``gateway.state.prepare``).
+    state: RequestState | None = None
 
 
 async def handle(services: Services, endpoint: Endpoint, request: Request) -> Response:
@@ -185,6 +192,8 @@ async def _serve(services: Services, exchange: Exchange, request: Request) -> Re
         key = authenticate(services, exchange)
         raw = await read_body(services, exchange, request)
         admitted = await admit(services, exchange, key, raw)
+        if exchange.endpoint.stateful:  # [responses state] stored history resolved and expanded
+            admitted = await stored_state.admit(services, admitted)
     if exchange.endpoint.counting:
         return await count_tokens(services, admitted)
     with exchange.span("reserve"):
@@ -360,6 +369,7 @@ async def call_upstream(
             drain=services.drain,
             record=exchange.record,
             telemetry=services.telemetry,
+            keep=keeping.stream_keeper(services, admitted, provider),  # [responses state]
         )
         return response
     try:
@@ -378,6 +388,8 @@ async def call_upstream(
     with exchange.span("settle"):
         settlement = await hold.settle(usage, UsageStatus.OK)
     settled(exchange.record, usage, UsageStatus.OK, settlement)
+    # [responses state] a completed answer is kept before it is returned
+    body = await keeping.keep_whole(services, admitted, attempt.provider, body, exchange.response_headers)
     exchange.response_headers.update(
         hdr.money_headers(settlement.charged_uc, settlement.cap_remaining_uc, settlement.balance_uc)
     )
@@ -388,9 +400,10 @@ async def upstream_body(
     services: Services, admitted: Admitted, max_tokens: int, deployment: Deployment, provider: Provider
 ) -> tuple[Dialect, bytes]:
     """The body of one attempt on ``deployment``: built here, or in a worker for a large body."""
-    client = admitted.client
-    codec = client.codec
+    codec = admitted.client.codec
     dialect = choose_dialect(codec.name, provider)
+    admitted = stored_state.for_provider(admitted, provider, dialect)  # [responses state]
+    client = admitted.client
     facts = admitted.facts
     if not facts.offloaded:
         body = build_body(

@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 from modelgate import errors, ir
 from modelgate.billing.ledger import UsageStatus
 from modelgate.formats import CODECS, ClientRequest
+from modelgate.formats.jsonutil import Json
 from modelgate.formats.sse import model_rewrites
 from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
 from modelgate.gateway.observe import stream_ended
@@ -99,6 +100,7 @@ class StreamResponse(Response):
         drain: Drain,
         record: RequestRecord,
         telemetry: Telemetry,
+        keep: Callable[[Json], Awaitable[object]] | None = None,
     ) -> None:
         # Like Starlette's StreamingResponse: no body attribute, so no content-length header.
         self.status_code = 200
@@ -112,6 +114,8 @@ class StreamResponse(Response):
         self.drain = drain
         self.record = record
         self.telemetry = telemetry
+        #: Stores the completed response (``gateway.state.keep``) before its final event is sent.
+        self.keep = keep
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def send_body(chunk: bytes) -> None:
@@ -154,9 +158,13 @@ class StreamResponse(Response):
                 async for chunk in chunks:
                     out = stream.feed(chunk)
                     if out:
+                        if self.keep is not None:
+                            await self._keep_completed()
                         await send(out)
             out = stream.finish()
             if out:
+                if self.keep is not None:
+                    await self._keep_completed()
                 await send(out)
             if stream.status is UsageStatus.OK:
                 self.attempt.report_success()
@@ -188,8 +196,19 @@ class StreamResponse(Response):
             waited += time.perf_counter() - began
             out = self.stream.feed(chunk)
             if out:
+                if self.keep is not None:
+                    await self._keep_completed()
                 await send(out)
                 record.upstream_seconds += waited
                 record.ttft = ttft = record.elapsed()
                 record.added = max(0.0, ttft - record.upstream_seconds)
                 return True
+
+    async def _keep_completed(self) -> None:
+        """Keep the response once the stream produced its final event, before that is sent: a
+        client continuing from it the moment it has it finds it stored."""
+        response = self.stream.completed()
+        if response is None or self.keep is None:
+            return
+        keep, self.keep = self.keep, None
+        await keep(response)

@@ -21,6 +21,7 @@ from modelgate import errors, ir
 from modelgate.billing.estimate import DELTA_ESTIMATOR, count_tokens, prompt_tokens, text_tokens
 from modelgate.billing.ledger import UsageStatus
 from modelgate.formats import ClientRequest, Codec, StreamDecoder, StreamEncoder, StreamTap
+from modelgate.formats.jsonutil import Json
 
 #: A provider's redaction of its own secrets (``upstream.base.Redacts``).
 Redact = Callable[[str], str]
@@ -71,6 +72,11 @@ class RelayStream:
         raise NotImplementedError
 
     def _output_tokens(self) -> int:
+        raise NotImplementedError
+
+    def completed(self) -> Json | None:
+        """The client-format response object the stream completed with, once its final event
+        was produced (Responses only; ``formats.base.StreamEncoder.completed``)."""
         raise NotImplementedError
 
     async def outcome(self) -> tuple[ir.Usage, UsageStatus]:
@@ -126,6 +132,9 @@ class PassthroughStream(RelayStream):
     def _output_tokens(self) -> int:
         return self._tap.output_tokens
 
+    def completed(self) -> Json | None:
+        return self._tap.completed
+
 
 class TranslatingStream(RelayStream):
     def __init__(
@@ -174,6 +183,9 @@ class TranslatingStream(RelayStream):
 
     def _output_tokens(self) -> int:
         return self._output
+
+    def completed(self) -> Json | None:
+        return self._encoder.completed
 
 
 def open_stream(

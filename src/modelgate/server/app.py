@@ -29,6 +29,7 @@ from modelgate.formats import CODECS
 from modelgate.gateway import health, metrics_endpoint, models, pipeline, state_metrics
 from modelgate.gateway.pipeline import Endpoint
 from modelgate.gateway.replies import codec_for_path, error_reply
+from modelgate.gateway.state import conversations_api, responses_api
 from modelgate.server.metrics_port import MetricsPort
 from modelgate.services import Services
 
@@ -86,6 +87,7 @@ def routes(services: Services) -> list[Route]:
     read = frozenset({"GET", "HEAD"})
     admin = Router(routes=admin_routes(services))
     admin_methods = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
+    state_methods = frozenset({"GET", "HEAD", "POST", "DELETE"})
     table = [
         Route("/", read, _with_services(services, health.root)),
         Route("/healthz", read, _with_services(services, health.healthz)),
@@ -98,7 +100,20 @@ def routes(services: Services) -> list[Route]:
             _model_endpoint(services, Endpoint(CODECS["messages"], "count_tokens", counting=True)),
         ),
         Route("/v1/chat/completions", post, _model_endpoint(services, Endpoint(CODECS["chat"], "chat"))),
-        Route("/v1/responses", post, _model_endpoint(services, Endpoint(CODECS["responses"], "responses"))),
+        Route(
+            "/v1/responses",
+            post,
+            _model_endpoint(services, Endpoint(CODECS["responses"], "responses", stateful=True)),
+        ),
+        # Stored responses and conversations (gateway.state); the handlers route below the prefix.
+        Route("/v1/responses/", state_methods, _with_services(services, responses_api.handle), prefix=True),
+        Route("/v1/conversations", post, _with_services(services, conversations_api.handle)),
+        Route(
+            "/v1/conversations/",
+            state_methods,
+            _with_services(services, conversations_api.handle),
+            prefix=True,
+        ),
         Route("/v1/models", read, _with_services(services, models.list_models)),
         Route("/v1/models/", read, _one_model(services), prefix=True),
         Route("/admin/api", admin_methods, admin, prefix=True),

@@ -21,6 +21,8 @@ HTTP_KINDS: frozenset[str] = frozenset(
     {"anthropic", "openai", "openai-compatible", "bedrock", "vertex", "azure-openai"}
 )
 KEY_REQUIRED_KINDS: frozenset[str] = frozenset({"anthropic", "openai"})
+#: Kinds whose upstream implements stored Responses state (``ProviderConfig.responses_state``).
+RESPONSES_STATE_KINDS: frozenset[str] = frozenset({"openai", "azure-openai"})
 
 DEFAULT_BASE_URLS: Mapping[str, str] = {
     "anthropic": "https://api.anthropic.com",
@@ -119,6 +121,17 @@ class ProviderConfig(_Strict):
     anthropic_beta: Literal["forward", "drop"] | list[str] = "forward"
     #: Extra static headers sent on every request (cannot override the credential headers).
     headers: dict[str, str] = Field(default_factory=dict)
+    #: ``openai`` and ``azure-openai``: who keeps Responses state (stored responses,
+    #: ``previous_response_id``, ``prompt``). ``upstream``: the upstream does, and requests that
+    #: refer to state it holds pass through unchanged; ``gateway``: the gateway alone does (an
+    #: upstream with storage off, e.g. zero data retention), expands stored history into the
+    #: request and sends ``store: false``. Other kinds keep nothing: the gateway always does.
+    responses_state: Literal["upstream", "gateway"] = "upstream"
+
+    @property
+    def keeps_responses(self) -> bool:
+        """Whether this upstream keeps the Responses state it is sent."""
+        return self.kind in RESPONSES_STATE_KINDS and self.responses_state == "upstream"
 
     def resolved_base_url(self) -> str | None:
         if self.base_url:

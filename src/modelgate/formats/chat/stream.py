@@ -21,6 +21,7 @@ from modelgate.formats.chat.wire import (
     stream_error_from,
     usage_json,
 )
+from modelgate.formats.jsonutil import Json
 from modelgate.formats.sse import SSEEvent, SSEParser
 
 # ---------------------------------------------------------------------------------------------
@@ -39,6 +40,8 @@ class StreamEncoder:
     """
 
     __slots__ = ("_done", "_head", "_include_usage", "_tail", "_tool_k", "_tools")
+    #: Chat and Messages answers cannot be fetched again: nothing to keep.
+    completed: Json | None = None
 
     def __init__(self, include_usage: bool = False) -> None:
         self._include_usage = include_usage

@@ -241,13 +241,16 @@ def decode_request(body: dict[str, Any], *, require_max_tokens: bool = True) -> 
     if isinstance(metadata, dict) and isinstance(metadata.get("user_id"), str):
         req.user = metadata["user_id"]
     output_config = body.get("output_config")
+    # The older top-level ``output_format`` (structured-outputs beta) means what
+    # ``output_config.format`` means; the newer field wins when both are sent.
+    fmt = body.get("output_format")
     if isinstance(output_config, dict):
         if isinstance(output_config.get("effort"), str):
             req.reasoning_effort = output_config["effort"]
-        fmt = output_config.get("format")
-        if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict):
-            name = fmt.get("name") if isinstance(fmt.get("name"), str) else "response"
-            req.response_format = {"type": "json_schema", "name": name, "schema": fmt["schema"]}
+        fmt = output_config.get("format", fmt)
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict):
+        name = fmt.get("name") if isinstance(fmt.get("name"), str) else "response"
+        req.response_format = {"type": "json_schema", "name": name, "schema": fmt["schema"]}
     if req.reasoning_effort is None:
         req.reasoning_effort = _effort_from_thinking(body.get("thinking"))
     return req

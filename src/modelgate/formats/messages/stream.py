@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 
 from modelgate import ir
+from modelgate.formats.jsonutil import Json
 from modelgate.formats.messages.wire import (
     copy_usage,
     decode_usage,
@@ -48,6 +49,8 @@ class StreamEncoder:
     """
 
     __slots__ = ("_done", "_open")
+    #: Chat and Messages answers cannot be fetched again: nothing to keep.
+    completed: Json | None = None
 
     def __init__(self) -> None:
         self._open: int | None = None

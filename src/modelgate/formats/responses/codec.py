@@ -13,13 +13,16 @@ from modelgate.formats.jsonutil import Json, check_stream_flag, int_field
 from modelgate.formats.responses import request, response
 from modelgate.formats.responses.decoder import StreamDecoder
 from modelgate.formats.responses.encoder import StreamEncoder
+from modelgate.formats.responses.state import STATE_FIELDS
 from modelgate.formats.responses.tap import StreamTap
 from modelgate.formats.responses.wire import usage_from_wire
 
 
 class ResponsesCodec:
     name: WireFormat = "responses"
-    control_fields = frozenset({"model", "stream", "max_output_tokens"})
+    #: The stateful fields too: the gateway reads them before anything else (``gateway.state``),
+    #: so a duplicate could be read two ways.
+    control_fields = frozenset({"model", "stream", "max_output_tokens", *STATE_FIELDS})
     echoes_request = True
 
     def check_headers(self, headers: Mapping[str, str], versions: Sequence[str]) -> None:

@@ -73,6 +73,8 @@ class StreamEncoder:
         self._done = False
         self._output: list[Json] = []
         self._open: _OpenItem | None = None
+        #: The final response object, once ``Finish`` was encoded.
+        self.completed: Json | None = None
 
     def ping(self) -> bytes:
         return b": ping\n\n"
@@ -246,4 +248,5 @@ class StreamEncoder:
         self._done = True
         status, details = status_for(event.stop_reason)
         kind = "response.completed" if status == "completed" else "response.incomplete"
-        return self._emit(kind, {"response": self._response(status, event.usage, details)})
+        self.completed = self._response(status, event.usage, details)
+        return self._emit(kind, {"response": self.completed})

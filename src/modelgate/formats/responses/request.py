@@ -4,8 +4,9 @@ Decoding is lenient where real clients need it (Codex sends ``store:false``, ``i
 ``prompt_cache_key``, ``client_metadata``, a hosted ``web_search`` tool and ``namespace`` tools with
 every request): unknown fields are ignored, hosted tools are dropped (``hosted_tools`` lists them
 for the caller) and ``reasoning`` input items are dropped (their encrypted content is
-upstream-specific). It is strict where silently guessing would change meaning: the gateway stores
-nothing, so ``previous_response_id``, ``item_reference`` and ``file_id`` inputs are 400s.
+upstream-specific). It is strict where silently guessing would change meaning: ``file_id`` inputs, and stateful fields
+that reach decoding (``refuse_stateful``: the gateway expands stored state before decoding, so
+only a gateway with stored responses turned off gets here with them), are 400s.
 
 Namespace tools (``{"type":"namespace","name":ns,"tools":[...]}``) are flattened to function tools
 named ``<ns>__<name>``; ``tool_namespaces(body)`` returns the reverse map, which the encoders use
@@ -22,6 +23,7 @@ import orjson
 
 from modelgate import errors, ir
 from modelgate.formats.jsonutil import Json
+from modelgate.formats.responses.state import is_reference
 from modelgate.formats.responses.wire import text_format, tool_choice_to_wire, tool_to_wire
 
 NAMESPACE_SEPARATOR = "__"
@@ -32,12 +34,7 @@ def decode_request(body: dict[str, Any]) -> ir.Request:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise errors.InvalidRequest("model is required and must be a string", param="model")
-    if body.get("previous_response_id") is not None:
-        raise errors.InvalidRequest(
-            "previous_response_id is not supported: this gateway does not store responses; "
-            "resend the full conversation with store:false",
-            param="previous_response_id",
-        )
+    refuse_stateful(body)
     raw_input = body.get("input")
     if raw_input is None:
         raise errors.InvalidRequest("input is required", param="input")
@@ -70,6 +67,36 @@ def decode_request(body: dict[str, Any]) -> ir.Request:
         response_format=_decode_text_format(body.get("text")),
         tool_namespaces=tool_namespaces(body),
     )
+
+
+def refuse_stateful(body: dict[str, Any]) -> None:
+    """Stateful fields never reach decoding when the gateway can honour them (``gateway.state``
+    expands stored history first; an upstream that keeps state gets the body as it is). Here they
+    would be dropped silently and change the answer, so each is a 400 naming the field."""
+    if body.get("previous_response_id") is not None:
+        raise errors.InvalidRequest(
+            'previous_response_id is not supported: this gateway keeps no stored responses (responses.store = "off"); '
+            "resend the full conversation with store:false",
+            param="previous_response_id",
+        )
+    if body.get("conversation") is not None:
+        raise errors.InvalidRequest(
+            'conversation is not supported: this gateway keeps no conversations (responses.store = "off"); '
+            "resend the full conversation in input",
+            param="conversation",
+        )
+    if body.get("prompt") is not None:
+        raise errors.InvalidRequest(
+            "prompt (a stored prompt template) is not supported for this model: its upstream keeps no "
+            "prompts; send the instructions and input instead",
+            param="prompt",
+        )
+    if body.get("background") is True:
+        raise errors.InvalidRequest(
+            "background responses are not supported by this gateway; send the request without "
+            "background (stream it for long answers)",
+            param="background",
+        )
 
 
 def hosted_tools(body: dict[str, Any]) -> list[str]:
@@ -140,9 +167,12 @@ def _decode_items(items: list[Any], system: list[str]) -> list[ir.Message]:
             if not isinstance(call_id, str):
                 raise errors.InvalidRequest("function_call_output needs call_id", param=param)
             add("user", [ir.ToolResultPart(call_id, _decode_tool_output(item.get("output"), param))])
-        elif kind == "item_reference":
+        elif kind == "item_reference" or is_reference(item):
+            # The gateway resolves references before decoding (gateway.state); one left here
+            # names nothing it keeps (stored responses are off).
             raise errors.InvalidRequest(
-                "item_reference is not supported: this gateway does not store items; send them inline",
+                "item_reference is not supported: this gateway keeps no stored items "
+                '(responses.store = "off"); send the items inline',
                 param=param,
             )
         # reasoning (encrypted, upstream-specific) and hosted-tool call items are dropped: the

@@ -68,6 +68,7 @@ class StreamTap(PassthroughTap):
                 )
                 details = response.get("incomplete_details")
                 self.stop_reason = stop_reason_from(response.get("status"), details, has_call)
+                self.completed = response
         elif kind == "error":
             self.finished = True
             nested = value.get("error")

@@ -1,0 +1,144 @@
+"""What every stored-state endpoint shares: the key, the Responses error shape, the rate limit,
+request bodies, query parameters and list pages.
+
+The endpoints are the Responses API's own (``Nova`` keys; others get the 403 of ``/v1/responses``)
+and answer in its error format. Each request takes a rate-limit unit of the key (they read and
+write the database), and none is billed: reading stored objects is free. An id of another
+account reads exactly like a missing one (``not_found``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from modelgate import errors
+from modelgate.formats import CODECS, ids
+from modelgate.formats.jsonutil import Json
+from modelgate.gateway import policy
+from modelgate.gateway.body import parse_object, read_limited, too_deep
+from modelgate.gateway.replies import error_reply, json_reply
+from modelgate.services import Services
+from modelgate.storage.base import KeyRecord, StorageError
+
+log = logging.getLogger("modelgate.state")
+CODEC = CODECS["responses"]
+#: One path: its segments after the endpoint's prefix.
+Handler = Callable[[Services, KeyRecord, Request, Sequence[str]], Awaitable[Response]]
+#: Most items one list page holds (as the OpenAI API).
+MAX_PAGE = 100
+
+
+def not_found(what: str, ident: str) -> errors.NotFound:
+    return errors.NotFound(f"{what} with id '{ident[:128]}' not found.", code="not_found")
+
+
+def turned_off() -> errors.NotFound:
+    return errors.NotFound(
+        'stored responses and conversations are turned off on this gateway (responses.store = "off")',
+        code="not_found",
+    )
+
+
+async def serve(services: Services, request: Request, segments: Sequence[str], handler: Handler) -> Response:
+    """Authenticate, check the group, take a rate-limit unit, run ``handler``; every refusal in
+    the Responses error shape."""
+    request_id = ids.new_request_id()
+    headers = {"request-id": request_id, "x-request-id": request_id}
+    try:
+        now = services.clock.time()
+        key = services.keys.authenticate(request.headers, now)
+        policy.check_format(CODEC.name, key)
+        decision = await services.rate_limiter.admit(key.id, key.rpm, now)
+        headers.update(decision.headers())
+        if not decision.admitted:
+            raise errors.RateLimited(
+                f"rate limit of {key.rpm} requests per minute exceeded for this key; retry after "
+                f"{decision.retry_after} s",
+                headers={"retry-after": str(decision.retry_after)},
+            )
+        if services.settings.responses.store == "off":
+            raise turned_off()
+        response = await handler(services, key, request, segments)
+    except errors.GatewayError as error:
+        return error_reply(CODEC, error, headers)
+    except StorageError as exc:
+        log.warning("request %s: storage unavailable: %s", request_id, exc)
+        return error_reply(
+            CODEC, errors.Unavailable("the gateway's database is unavailable; retry shortly"), headers
+        )
+    response.headers.update(headers)
+    return response
+
+
+def method_not_allowed(request: Request, allowed: Sequence[str]) -> errors.MethodNotAllowed:
+    return errors.MethodNotAllowed(
+        f"{request.method} is not allowed on {request.url.path}", headers={"allow": ", ".join(allowed)}
+    )
+
+
+def no_endpoint(request: Request) -> errors.NotFound:
+    return errors.NotFound(f"no endpoint {request.method} {request.url.path[:256]}")
+
+
+async def read_json(services: Services, request: Request) -> Json:
+    """The body: at most ``responses.max_object_bytes`` (and ``server.max_body_bytes``), a JSON
+    object nested at most ``server.max_json_depth`` levels."""
+    server = services.settings.server
+    limit = min(server.max_body_bytes, services.settings.responses.max_object_bytes)
+    raw = await read_limited(request.stream(), request.headers.get("content-length"), limit)
+    if len(raw) > server.offload_body_bytes:
+        return await services.offload.run(_parse_checked, raw, server.max_json_depth)
+    return _parse_checked(raw, server.max_json_depth)
+
+
+def _parse_checked(raw: bytes, depth: int) -> Json:
+    body = parse_object(raw)
+    if too_deep(body, depth):
+        raise errors.InvalidRequest(f"request body is nested too deeply: at most {depth} levels")
+    return body
+
+
+def loads(data: bytes) -> Json:
+    value = orjson.loads(data)
+    return value if isinstance(value, dict) else {}
+
+
+def page(request: Request, items: Sequence[Json], *, default_order: str = "desc") -> Response:
+    """One cursor page of ``items`` (oldest first), as the OpenAI list endpoints page: ``after``
+    (an item id), ``limit`` (1-100, default 20), ``order`` (``asc``/``desc``)."""
+    query = request.query_params
+    order = query.get("order", default_order)
+    if order not in ("asc", "desc"):
+        raise errors.InvalidRequest("order must be 'asc' or 'desc'", param="order")
+    limit = _limit(query.get("limit"))
+    ordered = list(items) if order == "asc" else list(reversed(items))
+    after = query.get("after")
+    if after:
+        at = next((i for i, item in enumerate(ordered) if item.get("id") == after), None)
+        if at is None:
+            raise errors.InvalidRequest(f"after: no item with id '{after[:128]}' in this list", param="after")
+        ordered = ordered[at + 1 :]
+    data = ordered[:limit]
+    return json_reply(
+        {
+            "object": "list",
+            "data": data,
+            "first_id": data[0].get("id") if data else None,
+            "last_id": data[-1].get("id") if data else None,
+            "has_more": len(ordered) > limit,
+        }
+    )
+
+
+def _limit(value: Any) -> int:
+    if value is None:
+        return 20
+    if not isinstance(value, str) or not value.isdigit() or len(value) > 3 or not 1 <= int(value) <= MAX_PAGE:
+        raise errors.InvalidRequest(f"limit must be an integer from 1 to {MAX_PAGE}", param="limit")
+    return int(value)

@@ -1,0 +1,233 @@
+"""Serving a Responses request that refers to stored state, before it is reserved and routed.
+
+``admit`` runs after the request was authorized and rate-limited. It reads the stateful fields
+(``formats.responses.state``), resolves ``previous_response_id`` (the whole chain), ``conversation``
+and every ``item_reference`` against the store, as the key's account (anything else is a 404 that
+reads exactly like a missing id), and builds the *expanded* request: the stored history inline,
+no reference left. The expanded body is what the reservation bounds (history the client did not
+send still costs input tokens) and what every upstream gets, with one exception decided per
+attempt by ``for_provider``:
+
+- An upstream that keeps Responses state itself (``providers[].responses_state = "upstream"``,
+  kinds ``openai``/``azure-openai``) gets the client's body unchanged when everything the request
+  refers to was answered through that same provider (it holds it too): today's passthrough.
+- Any other upstream gets the expanded body; one of the stateful kinds configured with
+  ``responses_state = "gateway"`` also gets ``store: false`` (the gateway keeps the state).
+- ``prompt`` (stored prompt templates) only an upstream that keeps state can honour: elsewhere a
+  400 naming it. ``background`` is a 400 everywhere (nothing here can be polled for it).
+
+Requests that neither store nor refer to anything (``store: false``, Codex's way) are left alone:
+the fields are read from the already parsed body and nothing else happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import orjson
+
+from modelgate import errors
+from modelgate.errors import WireFormat
+from modelgate.formats import ClientRequest
+from modelgate.formats.jsonutil import Json
+from modelgate.formats.responses import state as wire
+from modelgate.gateway.bodies import BodyRules, Facts, analyse, analyse_in_worker
+from modelgate.gateway.body import splice_top_level
+from modelgate.services import Services
+from modelgate.storage.base import KeyRecord
+from modelgate.upstream.base import Dialect, Provider
+from modelgate.upstream.config import RESPONSES_STATE_KINDS
+
+if TYPE_CHECKING:  # the pipeline imports this module
+    from modelgate.gateway.pipeline import Admitted
+
+
+@dataclass(frozen=True, slots=True)
+class RequestState:
+    fields: wire.StateFields
+    #: Keep the answer once it completes (``store`` asked, stored responses on).
+    keep: bool
+    #: The request's own input items in stored form (references resolved to copies).
+    own_items: tuple[Json, ...]
+    #: The client's body as sent, for an upstream that holds everything it refers to.
+    original_raw: bytes
+    original_client: ClientRequest
+    #: The provider holding all of the state the request refers to ("" when none or several).
+    original_holder: str
+    #: Providers whose upstream keeps Responses state.
+    keepers: frozenset[str]
+
+
+def keepers(services: Services) -> frozenset[str]:
+    return frozenset(p.name for p in services.settings.providers if p.keeps_responses)
+
+
+def _not_found(what: str, ident: str, param: str) -> errors.NotFound:
+    # One message for "never existed", "expired", "deleted" and "another account's".
+    return errors.NotFound(f"{what} with id '{ident}' not found.", param=param, code="not_found")
+
+
+async def admit(services: Services, admitted: Admitted) -> Admitted:
+    """The request with stored state resolved (see the module docstring)."""
+    config = services.settings.responses
+    facts, key = admitted.facts, admitted.key
+    fields = wire.state_fields(facts.body)
+    if fields.background:
+        raise errors.InvalidRequest(
+            "background responses are not supported by this gateway; send the request without "
+            "background (stream it for long answers)",
+            param="background",
+        )
+    if config.store == "off" or not (fields.store or fields.refers or _may_refer(admitted)):
+        return admitted
+    plan = await _plan(services, admitted)
+    history, holders = await _history(services, key, fields)
+    resolved = await _resolve(services, key, plan.references, holders)
+    own = tuple(wire.own_items(plan, resolved))
+    if fields.store:
+        await _check_room(services, key, own)
+    holder = next(iter(holders)) if len(holders) == 1 else ""
+    state = RequestState(fields, fields.store, own, admitted.raw, admitted.client, holder, keepers(services))
+    if not history and not resolved:
+        return replace(admitted, state=state)
+    raw, facts = await _expanded(services, admitted, history, plan, resolved)
+    if facts.invalid is not None:
+        raise facts.invalid
+    client = ClientRequest(admitted.client.codec, facts.body, admitted.model.id, facts.request)
+    return replace(admitted, raw=raw, facts=facts, client=client, state=state)
+
+
+def _may_refer(admitted: Admitted) -> bool:
+    """Whether a ``store: false`` request may hold an ``item_reference`` (then it is planned)."""
+    if admitted.facts.offloaded:
+        return b"item_reference" in admitted.raw
+    items = admitted.facts.body.get("input")
+    return isinstance(items, list) and any(isinstance(i, dict) and wire.is_reference(i) for i in items)
+
+
+async def _plan(services: Services, admitted: Admitted) -> wire.InputPlan:
+    if admitted.facts.offloaded:
+        return await services.offload.run(plan_in_worker, admitted.raw)
+    return wire.plan_input(admitted.facts.body)
+
+
+def plan_in_worker(raw: bytes) -> wire.InputPlan:
+    """``plan_input`` for a large body (runs in a worker process)."""
+    return wire.plan_input(orjson.loads(raw))
+
+
+async def _history(
+    services: Services, key: KeyRecord, fields: wire.StateFields
+) -> tuple[list[Json], set[str]]:
+    """Stored items that precede the request's own input, and who holds them upstream."""
+    store, now = services.store, services.clock.time()
+    history: list[Json] = []
+    holders: set[str] = set()
+    previous = fields.previous_response_id
+    if previous is not None:
+        depth = services.settings.responses.max_chain_depth
+        chain = await store.response_chain(key.account_id, previous, now, depth)
+        if chain is None:
+            raise _not_found("Previous response", previous, "previous_response_id")
+        for stored in chain:
+            history.extend(orjson.loads(i.body) for i in (*stored.input_items, *stored.output_items))
+        holders.add(chain[-1].holder)
+    conversation = fields.conversation_id
+    if conversation is not None:
+        items = await store.conversation_items(key.account_id, conversation, now)
+        if items is None:
+            raise _not_found("Conversation", conversation, "conversation")
+        history.extend(orjson.loads(i.body) for i in items)
+        holders.add("")  # gateway conversations are unknown upstream: always expanded
+    return history, holders
+
+
+async def _resolve(
+    services: Services, key: KeyRecord, references: Sequence[wire.Reference], holders: set[str]
+) -> dict[str, Json]:
+    resolved: dict[str, Json] = {}
+    now = services.clock.time()
+    for ref in references:
+        if ref.id in resolved:
+            continue
+        found = await services.store.find_item(key.account_id, ref.id, now)
+        if found is None:
+            raise _not_found("Item", ref.id, f"input[{ref.position}]")
+        resolved[ref.id] = orjson.loads(found.item.body)
+        holders.add(found.holder)
+    return resolved
+
+
+async def _check_room(services: Services, key: KeyRecord, own: Sequence[Json]) -> None:
+    """Refuse, before anything is spent, a request whose answer could not be stored."""
+    config = services.settings.responses
+    size = sum(len(orjson.dumps(item)) for item in own)
+    if size > config.max_object_bytes:
+        raise errors.InvalidRequest(
+            f"store: this request's input ({size} bytes) is larger than a stored response may be "
+            f"({config.max_object_bytes} bytes); send it with store:false",
+            param="store",
+            code="stored_object_too_large",
+        )
+    used = await services.store.state_bytes(key.account_id)
+    if used >= config.max_account_bytes:
+        raise errors.InvalidRequest(
+            f"store: this account's stored responses and conversations take {used} bytes, its limit; "
+            "delete some (DELETE /v1/responses/{id}, /v1/conversations/{id}) or send store:false",
+            param="store",
+            code="stored_state_limit_reached",
+        )
+
+
+async def _expanded(
+    services: Services,
+    admitted: Admitted,
+    history: list[Json],
+    plan: wire.InputPlan,
+    resolved: dict[str, Json],
+) -> tuple[bytes, Facts]:
+    server = services.settings.server
+    rules = BodyRules(server.max_json_depth, services.settings.billing.media_rules())
+    fmt = admitted.client.codec.name
+    stored_bytes = sum(len(orjson.dumps(h)) for h in history)
+    if admitted.facts.offloaded or len(admitted.raw) + stored_bytes > server.offload_body_bytes:
+        # Large: expanded, parsed and checked in a worker, as any large body is.
+        return await services.offload.run(expand_in_worker, admitted.raw, history, plan, resolved, fmt, rules)
+    raw = orjson.dumps(wire.expand(admitted.facts.body, history, plan, resolved))
+    return raw, analyse(raw, fmt, False, rules)
+
+
+def expand_in_worker(
+    raw: bytes,
+    history: list[Json],
+    plan: wire.InputPlan,
+    resolved: dict[str, Json],
+    fmt: WireFormat,
+    rules: BodyRules,
+) -> tuple[bytes, Facts]:
+    """The expanded body and its analysis, for a large one (runs in a worker process)."""
+    expanded = orjson.dumps(wire.expand(orjson.loads(raw), history, plan, resolved))
+    return expanded, analyse_in_worker(expanded, fmt, False, rules)
+
+
+def for_provider(admitted: Admitted, provider: Provider, dialect: Dialect) -> Admitted:
+    """The request as one attempt on ``provider`` sends it (see the module docstring)."""
+    state = admitted.state
+    if state is None:
+        return admitted
+    keeps = provider.name in state.keepers
+    if state.fields.prompt and not keeps:
+        raise errors.InvalidRequest(
+            "prompt (a stored prompt template) is not supported for this model: its upstream keeps no "
+            "prompts; send the instructions and input instead",
+            param="prompt",
+        )
+    if keeps and state.original_holder == provider.name:
+        return replace(admitted, raw=state.original_raw, client=state.original_client)
+    if not keeps and provider.kind in RESPONSES_STATE_KINDS and dialect == admitted.client.codec.name:
+        # An upstream of a stateful kind that must not keep state: the gateway does.
+        raw = splice_top_level(admitted.raw, {"store": False}, parsed=admitted.client.body)
+        return replace(admitted, raw=raw)
+    return admitted
