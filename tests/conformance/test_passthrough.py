@@ -178,17 +178,20 @@ def test_chat_passthrough_keeps_unknown_fields_and_strips_the_forced_usage_chunk
 
 
 def test_responses_passthrough_forwards_stateful_and_hosted_fields(wired: Wired) -> None:
+    """An ``openai`` upstream keeps Responses state itself: a request that refers only to state
+    it holds (a response it answered, an item of it) reaches it byte for byte."""
     secret, _ = issue_key(wired.gateway, "Nova")
+    headers = {"authorization": f"Bearer {secret}", "content-type": "application/json"}
+    first = httpx.post(
+        f"{wired.gateway.base_url}/v1/responses", json={"model": "nova-5.5", "input": "hi"}, headers=headers
+    ).json()
+    previous, item = first["id"], first["output"][0]["id"]
     body = (
-        b'{"model": "nova-5.5", "input": [{"type": "item_reference", "id": "msg_9"}],'
-        b' "previous_response_id": "resp_prev", "store": true, "tools": [{"type": "web_search"},'
+        b'{"model": "nova-5.5", "input": [{"type": "item_reference", "id": "%s"}],'
+        b' "previous_response_id": "%s", "store": true, "tools": [{"type": "web_search"},'
         b' {"type": "mcp", "server_label": "x", "server_url": "https://mcp.example"}],'
         b' "include": ["reasoning.encrypted_content"], "max_output_tokens": 100}'
-    )
-    response = httpx.post(
-        f"{wired.gateway.base_url}/v1/responses",
-        content=body,
-        headers={"authorization": f"Bearer {secret}", "content-type": "application/json"},
-    )
+    ) % (item.encode(), previous.encode())
+    response = httpx.post(f"{wired.gateway.base_url}/v1/responses", content=body, headers=headers)
     assert response.status_code == 200 and response.json()["model"] == "nova-5.5"
     assert wired.fake.requests[-1].body == body.replace(b'"nova-5.5"', b'"gpt-5.5-2026"')

@@ -469,14 +469,17 @@ def test_hosted_tools_are_refused_when_translating_but_passed_through_natively(
     with pytest.raises(openai.BadRequestError, match="file_search, web_search") as caught:
         client.responses.create(model="nova-5.6-sol", input="news?", tools=tools)
     assert caught.value.param == "tools" and wired.fake.count == 0
-    with pytest.raises(openai.BadRequestError, match="previous_response_id"):
+    # A previous response the key's account never had is a 404, whatever the route.
+    with pytest.raises(openai.NotFoundError, match="resp_1") as missing:
         client.responses.create(model="nova-5.6-sol", input="more", previous_response_id="resp_1")
-    assert wired.fake.count == 0
-    # An OpenAI Responses upstream serves them itself: forwarded untouched.
-    client.responses.create(model="nova-5.5", input="more", tools=tools, previous_response_id="resp_1")
+    assert missing.value.param == "previous_response_id" and wired.fake.count == 0
+    # An OpenAI Responses upstream serves hosted tools and the state it holds itself: forwarded
+    # untouched (the previous response was answered by that upstream).
+    first = client.responses.create(model="nova-5.5", input="news?")
+    client.responses.create(model="nova-5.5", input="more", tools=tools, previous_response_id=first.id)
     sent = wired.fake.requests[-1]
     assert sent.path == "/v1/responses"
-    assert sent.json()["tools"] == tools and sent.json()["previous_response_id"] == "resp_1"
+    assert sent.json()["tools"] == tools and sent.json()["previous_response_id"] == first.id
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
