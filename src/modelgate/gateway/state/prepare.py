@@ -90,7 +90,7 @@ async def admit(services: Services, admitted: Admitted) -> Admitted:
         await _check_room(services, key, own)
     holder = next(iter(holders)) if len(holders) == 1 else ""
     state = RequestState(fields, fields.store, own, admitted.raw, admitted.client, holder, keepers(services))
-    if not history and not resolved:
+    if not fields.refers and not resolved:
         return replace(admitted, state=state)
     raw, facts = await _expanded(services, admitted, history, plan, resolved)
     if facts.invalid is not None:
