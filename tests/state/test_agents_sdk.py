@@ -10,7 +10,6 @@ from typing import Any
 import openai
 import pytest
 from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool
-
 from tests.state.conftest import FINAL, SIMULATED, TRANSLATED, Stateful
 
 

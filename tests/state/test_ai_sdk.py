@@ -21,7 +21,6 @@ from typing import Any
 import openai
 import orjson
 import pytest
-
 from tests.gateway_server import running_gateway
 from tests.state.conftest import BEFORE_CALL, FINAL, TRANSLATED, UPSTREAM_KEY, Stateful
 
@@ -81,8 +80,9 @@ def test_generate_and_stream_text_run_a_tool_loop_on_a_translated_route(
     for run in (result["generate"], result["stream"]):
         first, second = run["responseIds"]
         said = next(i for i in client.responses.retrieve(first).output if i.type == "message")
-        replayed = [i for i in client.responses.input_items.list(second, order="asc").data if i.id == said.id]
-        assert replayed and replayed[0].content[0].text == BEFORE_CALL  # type: ignore[union-attr]
+        listed = client.responses.input_items.list(second, order="asc").data
+        replayed: list[Any] = [i.to_dict() for i in listed if i.id == said.id]
+        assert replayed and replayed[0]["content"][0]["text"] == BEFORE_CALL
     assert len(stateful.usage(key_id, 4)) == 4
 
 

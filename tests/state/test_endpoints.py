@@ -13,6 +13,11 @@ from tests.gateway.clients import openai_client
 from tests.state.conftest import SIMULATED, TRANSLATED, Stateful
 
 
+def ident(value: str | None) -> str:
+    assert value is not None
+    return value
+
+
 def texts_of(messages_body: dict[str, Any]) -> list[str]:
     """Every text block of a Messages request, in order (consecutive turns of one role merge)."""
     return [p["text"] for m in messages_body["messages"] for p in m["content"] if p["type"] == "text"]
@@ -27,7 +32,7 @@ def client(stateful: Stateful) -> openai.OpenAI:
 @pytest.mark.parametrize("model", [SIMULATED, TRANSLATED])
 def test_a_response_reads_back_as_answered_and_deletes(client: openai.OpenAI, model: str) -> None:
     created = client.responses.create(model=model, input="Remember the word lantern.")
-    assert created.store is True and created.status == "completed"
+    assert created.to_dict()["store"] is True and created.status == "completed"
     got = client.responses.retrieve(created.id)
     assert got.id == created.id and got.output_text == created.output_text and got.model == model
     assert [i.id for i in got.output] == [i.id for i in created.output]
@@ -35,7 +40,7 @@ def test_a_response_reads_back_as_answered_and_deletes(client: openai.OpenAI, mo
     assert len(items.data) == 1 and items.data[0].type == "message"
     assert items.data[0].role == "user" and items.data[0].content[0].text == "Remember the word lantern."  # type: ignore[union-attr]
 
-    assert client.responses.delete(created.id) is None
+    client.responses.delete(created.id)
     with pytest.raises(openai.NotFoundError, match=created.id):
         client.responses.retrieve(created.id)
     with pytest.raises(openai.NotFoundError):
@@ -81,12 +86,13 @@ def test_a_chain_continues_and_input_items_page_as_openai_pages_them(
 
 def test_an_item_reference_is_replaced_by_the_stored_item(stateful: Stateful, client: openai.OpenAI) -> None:
     first = client.responses.create(model=TRANSLATED, input="Say something.")
-    message = first.output[0]
+    message_id = first.output[0].id
+    assert message_id is not None
     second = client.responses.create(
         model=TRANSLATED,
         input=[
             {"role": "user", "content": "Say something."},
-            {"type": "item_reference", "id": message.id},
+            {"type": "item_reference", "id": message_id},
             {"role": "user", "content": "Again."},
         ],
     )
@@ -95,9 +101,8 @@ def test_an_item_reference_is_replaced_by_the_stored_item(stateful: Stateful, cl
     assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
     assert sent["messages"][1]["content"][0]["text"] == first.output_text
     # The typeless form the SDK also allows resolves the same way.
-    client.responses.create(
-        model=TRANSLATED, input=[{"id": message.id}, {"role": "user", "content": "Go on."}]
-    )  # type: ignore[list-item]
+    typeless: Any = [{"id": message_id}, {"role": "user", "content": "Go on."}]
+    client.responses.create(model=TRANSLATED, input=typeless)
     replayed = stateful.sent(TRANSLATED)[-1].json()["messages"]
     assert replayed[-2]["role"] == "assistant" and replayed[-2]["content"][0]["text"] == first.output_text
     with pytest.raises(openai.NotFoundError, match="msg_nope") as caught:
@@ -139,14 +144,14 @@ def test_conversations_through_the_sdk(stateful: Stateful, client: openai.OpenAI
         conversation.id, items=[{"type": "message", "role": "user", "content": "Also coffee."}]
     )
     assert len(added.data) == 1 and added.first_id == added.last_id == added.data[0].id
-    fetched = client.conversations.items.retrieve(added.data[0].id, conversation_id=conversation.id)
+    fetched = client.conversations.items.retrieve(ident(added.data[0].id), conversation_id=conversation.id)
     assert fetched.id == added.data[0].id
-    after = client.conversations.items.delete(items.data[0].id, conversation_id=conversation.id)
+    after = client.conversations.items.delete(ident(items.data[0].id), conversation_id=conversation.id)
     assert after.id == conversation.id
     remaining = [i.id for i in client.conversations.items.list(conversation.id, order="asc")]
     assert remaining == [items.data[1].id, items.data[2].id, added.data[0].id]
     with pytest.raises(openai.NotFoundError):
-        client.conversations.items.retrieve(items.data[0].id, conversation_id=conversation.id)
+        client.conversations.items.retrieve(ident(items.data[0].id), conversation_id=conversation.id)
 
     # The next turn sees the conversation as it is now.
     client.responses.create(model=TRANSLATED, input="Summarise.", conversation={"id": conversation.id})

@@ -86,6 +86,7 @@ def test_another_account_cannot_touch_a_conversation_or_its_items(stateful: Stat
         items=[{"type": "message", "role": "user", "content": "secret"}]
     )
     item = owner.conversations.items.list(conversation.id).data[0].id
+    assert item is not None
     absent = "conv_" + "0" * 48
     new_item = [{"type": "message", "role": "user", "content": "injected"}]
 

@@ -6,6 +6,7 @@ hold and is billed from the upstream's usage; retention sweeps; ``responses.stor
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -41,7 +42,7 @@ def test_an_openai_upstream_without_state_gets_the_history_and_store_false(state
     client = openai_client(stateful.gateway.base_url, secret)
     first = client.responses.create(model=ZDR, input="First turn.")
     assert stateful.sent(ZDR)[-1].json()["store"] is False
-    assert client.responses.retrieve(first.id).store is True  # the gateway keeps it
+    assert client.responses.retrieve(first.id).to_dict()["store"] is True  # the gateway keeps it
     client.responses.create(model=ZDR, input="Second turn.", previous_response_id=first.id)
     body = stateful.sent(ZDR)[-1].json()
     assert "previous_response_id" not in body and body["store"] is False
@@ -54,7 +55,7 @@ def test_a_tool_loop_continues_by_previous_response_id_on_chat_and_messages_upst
 ) -> None:
     secret, _ = stateful.key()
     client = openai_client(stateful.gateway.base_url, secret)
-    tools = [
+    tools: Any = [
         {
             "type": "function",
             "name": "get_weather",
@@ -62,13 +63,13 @@ def test_a_tool_loop_continues_by_previous_response_id_on_chat_and_messages_upst
         }
     ]
     for model in (CHAT_ONLY, TRANSLATED):
-        first = client.responses.create(model=model, input="Weather in Paris?", tools=tools)  # type: ignore[arg-type]
-        call = next(i for i in first.output if i.type == "function_call")
+        first = client.responses.create(model=model, input="Weather in Paris?", tools=tools)
+        call: Any = next(i for i in first.output if i.type == "function_call")
         final = client.responses.create(
             model=model,
             previous_response_id=first.id,
-            tools=tools,  # type: ignore[arg-type]
-            input=[{"type": "function_call_output", "call_id": call.call_id, "output": "Sunny"}],  # type: ignore[union-attr]
+            tools=tools,
+            input=[{"type": "function_call_output", "call_id": call.call_id, "output": "Sunny"}],
         )
         assert final.output_text == FINAL
 
@@ -140,12 +141,12 @@ def test_with_stored_responses_off_nothing_is_kept_and_stateful_fields_are_refus
         secret = gateway.key(account, "Nova", rpm=1000).secret
         client = openai_client(gateway.base_url, secret)
         created = client.responses.create(model=SIMULATED, input="Not kept.")
-        assert created.store is False
+        assert created.to_dict()["store"] is False
         with pytest.raises(openai.NotFoundError, match="turned off"):
             client.responses.retrieve(created.id)
         for field, value in (("previous_response_id", created.id), ("conversation", "conv_1")):
             with pytest.raises(openai.BadRequestError, match=field) as caught:
-                client.responses.create(model=SIMULATED, input="x", **{field: value})  # type: ignore[arg-type]
+                client.responses.create(model=SIMULATED, input="x", extra_body={field: value})
             assert caught.value.param == field
         with pytest.raises(openai.BadRequestError, match="item_reference"):
             client.responses.create(model=SIMULATED, input=[{"type": "item_reference", "id": "msg_1"}])
