@@ -35,7 +35,8 @@ FIELDS = {
     "chat": ["model", "messages", "max_tokens", "max_completion_tokens", "stream", "stream_options", "tools",
              "tool_choice", "n", "stop", "response_format", "user", "parallel_tool_calls", "reasoning_effort"],
     "responses": ["model", "input", "instructions", "max_output_tokens", "stream", "tools", "tool_choice",
-                  "text", "reasoning", "previous_response_id", "store", "parallel_tool_calls"],
+                  "text", "reasoning", "previous_response_id", "store", "parallel_tool_calls",
+                  "conversation", "background", "prompt"],
 }  # fmt: skip
 BLOCKS: list[Any] = [
     {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "!!!!"}},
@@ -57,6 +58,8 @@ BLOCKS: list[Any] = [
     {"type": "function_call", "call_id": 5, "name": [], "arguments": {}},
     {"type": "function_call_output", "call_id": None, "output": [5]},
     {"type": "item_reference", "id": "msg_1"},
+    {"type": "item_reference", "id": 5}, {"type": "item_reference"}, {"id": ""}, {"id": ["msg_1"]},
+    {"id": "msg_" + "x" * 3000}, {"type": "item_reference", "id": "msg_%00\u0000"},
     {"type": "reasoning", "summary": 5},
     {"type": "message", "role": "user", "content": 5},
     5, "x", None, [], {},
@@ -339,10 +342,92 @@ def other_requests(keys: dict[str, str], admin: str, rng: random.Random) -> Iter
             )
 
 
+ODD_IDS = [
+    "resp_1",
+    "resp_" + "f" * 48,
+    "%FF",
+    "%00",
+    "..%2F..",
+    "x" * 3000,
+    "conv_%C2%B2",
+    "msg_1",
+    " ",
+    "resp_1%2Fx",
+]
+STATE_QUERIES = [
+    "",
+    "?limit=0",
+    "?limit=101",
+    "?limit=-1",
+    "?limit=1e3",
+    "?limit=" + "9" * 5000,
+    "?order=sideways",
+    "?after=%FF",
+    "?after=" + "a" * 4000,
+    "?include[]=x&stream=true",
+    "?stream=true",
+    "?order=asc&limit=1",
+]
+STATE_BODIES: list[Any] = [
+    {}, {"items": 5}, {"items": [5]}, {"items": [{}]}, {"items": [{"type": "item_reference", "id": "msg_1"}]},
+    {"items": [{"id": 5, "type": "message", "role": "user", "content": "x"}]},
+    {"items": [{"type": "message", "role": "user", "content": "x"}] * 21}, {"items": []},
+    {"items": [{"type": "message", "role": "user", "content": "x", "id": "i" * 300}]},
+    {"metadata": 5}, {"metadata": {"a": 5}}, {"metadata": {str(n): "v" for n in range(17)}},
+    {"metadata": {"k" * 65: "v"}}, {"metadata": {"k": "v" * 513}}, {"metadata": None},
+    {"items": [{"role": "user", "content": [5, {"type": "input_text"}]}], "metadata": {"a": "b"}},
+]  # fmt: skip
+
+
+def state_requests(keys: dict[str, str], rng: random.Random) -> Iterator[Hostile]:
+    """Stored responses and conversations: odd ids, queries, methods and bodies."""
+    while True:
+        key = rng.choice([keys["Nova"], keys["Nova"], keys["Nova"], keys["Basic"], "nonsense"])
+        auth = {"authorization": f"Bearer {key}"}
+        ident = rng.choice(ODD_IDS)
+        roll = rng.randrange(4)
+        if roll == 0:
+            path = rng.choice(
+                [
+                    f"/v1/responses/{ident}",
+                    f"/v1/responses/{ident}/input_items",
+                    f"/v1/responses/{ident}/cancel",
+                    f"/v1/responses/{ident}/x/y",
+                    "/v1/responses/",
+                ]
+            )
+            method = rng.choice(["GET", "DELETE", "POST", "PUT"])
+            yield Hostile(method, path + rng.choice(STATE_QUERIES), auth, tags=["state-responses"])
+        elif roll == 1:
+            path = rng.choice(
+                [
+                    f"/v1/conversations/{ident}",
+                    f"/v1/conversations/{ident}/items",
+                    f"/v1/conversations/{ident}/items/{rng.choice(ODD_IDS)}",
+                    "/v1/conversations/",
+                ]
+            )
+            method = rng.choice(["GET", "DELETE", "POST", "PATCH"])
+            yield Hostile(method, path + rng.choice(STATE_QUERIES), auth, tags=["state-conversations"])
+        else:
+            path = rng.choice(
+                ["/v1/conversations", f"/v1/conversations/{ident}", f"/v1/conversations/{ident}/items"]
+            )
+            body = rng.choice(STATE_BODIES)
+            raw = json.dumps(body).encode()
+            tags = ["state-body"]
+            if rng.random() < 0.3:
+                raw = encode(dict(body), rng, tags)
+            headers = {**auth, "content-type": "application/json"}
+            yield Hostile("POST", path, headers, raw, tags=tags)
+
+
 def hostile_requests(keys: dict[str, str], admin: str, seed: int) -> Iterator[Hostile]:
-    """An endless mix: about four in five aim at the model endpoints."""
+    """An endless mix: three in four aim at the model endpoints, one in ten at stored state."""
     rng = random.Random(seed)
     models = model_requests(keys, rng)
     others = other_requests(keys, admin, rng)
+    state = state_requests(keys, rng)
     while True:
-        yield next(models) if rng.random() < 0.8 else next(others)
+        roll = rng.random()
+        yield next(models) if roll < 0.75 else next(state) if roll < 0.85 else next(others)
