@@ -98,6 +98,26 @@ def accounts_create(
     )
 
 
+@accounts_app.command("forget-responses")
+def accounts_forget_responses(
+    name: str, config: ConfigOpt = None, data_dir: DataDirOpt = None, json: JsonOpt = False
+) -> None:
+    """Delete every stored response and conversation of an account (its keys, balance and usage
+    records stay)."""
+    options = Options(config, data_dir, json)
+
+    async def work(m: Management) -> tuple[Account, int]:
+        account = await m.account(name)
+        return account, await m.store.forget_account_state(account.id)
+
+    account, deleted = with_management(options, work)
+    emit_one(
+        options,
+        {"account": account.name, "deleted": deleted},
+        f"deleted {deleted} stored responses and conversations of account {account.name}",
+    )
+
+
 @accounts_app.command("list")
 def accounts_list(config: ConfigOpt = None, data_dir: DataDirOpt = None, json: JsonOpt = False) -> None:
     """List accounts and balances."""
