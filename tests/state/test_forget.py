@@ -10,7 +10,6 @@ import sys
 
 import openai
 import pytest
-
 from tests.gateway.clients import openai_client
 from tests.gateway_server import GatewayServer
 from tests.state.conftest import SIMULATED

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import openai
 import pytest
-
 from tests.gateway.clients import openai_client
 from tests.gateway_server import GatewayServer, running_gateway
 from tests.state.conftest import SIMULATED
