@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from tests.conformance.upstreams import LoopThread
 from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, Step
 from tests.gateway_server import GatewayServer, ManualClock, running_gateway
+from tests.loop_thread import LoopThread
 
 from modelgate.clock import month_of
 from modelgate.storage.base import UsageRecord
@@ -102,9 +102,8 @@ class Stateful:
 
 @pytest.fixture(scope="session")
 def stateful(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stateful]:
-    loop = LoopThread()
-    fake = FakeUpstream(script=tool_loop)
-    loop.run(fake.start())
+    loop = LoopThread("state-fakes")
+    fake = loop.start(FakeUpstream(script=tool_loop))
     clock = ManualClock(time.time())
     providers = [
         {"name": "simulator", "kind": "simulator"},
@@ -134,5 +133,4 @@ def stateful(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stateful]:
         ) as gateway:
             yield Stateful(gateway, fake, clock)
     finally:
-        loop.run(fake.stop())
         loop.close()

@@ -10,12 +10,15 @@ from typing import Any
 import openai
 import pytest
 from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, function_tool
+from tests.gateway.clients import SdkClients
 from tests.state.conftest import FINAL, SIMULATED, TRANSLATED, Stateful
 
 
-def _agent(stateful: Stateful, secret: str, model: str, executed: list[str]) -> Agent[Any]:
-    client = openai.AsyncOpenAI(base_url=f"{stateful.gateway.base_url}/v1", api_key=secret, max_retries=0)
+def _client(stateful: Stateful, secret: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{stateful.gateway.base_url}/v1", api_key=secret, max_retries=0)
 
+
+def _agent(client: openai.AsyncOpenAI, model: str, executed: list[str]) -> Agent[Any]:
     @function_tool
     def get_weather(city: str) -> str:
         """The weather in a city."""
@@ -39,11 +42,12 @@ async def _run(agent: Agent[Any], prompt: str, **state: Any) -> Any:
 async def test_a_tool_loop_chained_by_previous_response_id(stateful: Stateful, model: str) -> None:
     secret, key_id = stateful.key()
     executed: list[str] = []
-    agent = _agent(stateful, secret, model, executed)
     before = len(stateful.sent(TRANSLATED))
-    result = await _run(
-        agent, "What is the weather in Paris? Use get_weather.", auto_previous_response_id=True
-    )
+    async with _client(stateful, secret) as client:
+        agent = _agent(client, model, executed)
+        result = await _run(
+            agent, "What is the weather in Paris? Use get_weather.", auto_previous_response_id=True
+        )
 
     assert len(executed) == 1
     if model == TRANSLATED:
@@ -62,26 +66,27 @@ async def test_a_tool_loop_chained_by_previous_response_id(stateful: Stateful, m
 
 
 @pytest.mark.parametrize("model", [TRANSLATED, SIMULATED])
-async def test_a_tool_loop_kept_in_a_conversation(stateful: Stateful, model: str) -> None:
+async def test_a_tool_loop_kept_in_a_conversation(stateful: Stateful, sdk: SdkClients, model: str) -> None:
     secret, _ = stateful.key()
-    sync = openai.OpenAI(base_url=f"{stateful.gateway.base_url}/v1", api_key=secret, max_retries=0)
+    sync = sdk.openai(stateful.gateway.base_url, secret)
     conversation = sync.conversations.create()
     executed: list[str] = []
-    agent = _agent(stateful, secret, model, executed)
-    result = await _run(
-        agent, "What is the weather in Paris? Use get_weather.", conversation_id=conversation.id
-    )
-    assert len(executed) == 1
-    if model == TRANSLATED:
-        assert result.final_output == FINAL
-    items = sync.conversations.items.list(conversation.id, order="asc").data
-    kinds = [i.type for i in items]
-    # user prompt, (text,) call, call output, final answer: all appended as the loop ran.
-    assert kinds[0] == "message" and kinds[-1] == "message"
-    assert "function_call" in kinds and "function_call_output" in kinds
-    assert kinds.index("function_call") < kinds.index("function_call_output")
+    async with _client(stateful, secret) as client:
+        agent = _agent(client, model, executed)
+        result = await _run(
+            agent, "What is the weather in Paris? Use get_weather.", conversation_id=conversation.id
+        )
+        assert len(executed) == 1
+        if model == TRANSLATED:
+            assert result.final_output == FINAL
+        items = sync.conversations.items.list(conversation.id, order="asc").data
+        kinds = [i.type for i in items]
+        # user prompt, (text,) call, call output, final answer: all appended as the loop ran.
+        assert kinds[0] == "message" and kinds[-1] == "message"
+        assert "function_call" in kinds and "function_call_output" in kinds
+        assert kinds.index("function_call") < kinds.index("function_call_output")
 
-    # A second run in the same conversation starts from all of it.
-    again = await _run(agent, "And tomorrow? Use get_weather.", conversation_id=conversation.id)
+        # A second run in the same conversation starts from all of it.
+        again = await _run(agent, "And tomorrow? Use get_weather.", conversation_id=conversation.id)
     assert again.final_output
     assert len(sync.conversations.items.list(conversation.id, limit=100).data) > len(items)

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import openai
 import orjson
 import pytest
+from tests.gateway.clients import SdkClients
 from tests.gateway_server import running_gateway
 from tests.state.conftest import BEFORE_CALL, FINAL, TRANSLATED, UPSTREAM_KEY, Stateful
 
@@ -58,7 +58,7 @@ def ai_sdk() -> Iterator[Path]:
 
 
 def test_generate_and_stream_text_run_a_tool_loop_on_a_translated_route(
-    stateful: Stateful, ai_sdk: Path
+    stateful: Stateful, ai_sdk: Path, sdk: SdkClients
 ) -> None:
     secret, key_id = stateful.key()
     env = {**os.environ, "MODELGATE_BASE_URL": stateful.gateway.base_url, "MODELGATE_KEY": secret}
@@ -76,7 +76,7 @@ def test_generate_and_stream_text_run_a_tool_loop_on_a_translated_route(
 
     # Step 2 of each run referred to step 1's text by item_reference: the gateway resolved it from
     # what it stored, so the stored input of step 2 holds step 1's message under its own id.
-    client = openai.OpenAI(base_url=f"{stateful.gateway.base_url}/v1", api_key=secret, max_retries=0)
+    client = sdk.openai(stateful.gateway.base_url, secret)
     for run in (result["generate"], result["stream"]):
         first, second = run["responseIds"]
         said = next(i for i in client.responses.retrieve(first).output if i.type == "message")

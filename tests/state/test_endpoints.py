@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from tests.gateway.clients import openai_client
+from tests.gateway.clients import SdkClients
 from tests.state.conftest import SIMULATED, TRANSLATED, Stateful
 
 
@@ -24,9 +24,9 @@ def texts_of(messages_body: dict[str, Any]) -> list[str]:
 
 
 @pytest.fixture
-def client(stateful: Stateful) -> openai.OpenAI:
+def client(stateful: Stateful, sdk: SdkClients) -> openai.OpenAI:
     secret, _ = stateful.key()
-    return openai_client(stateful.gateway.base_url, secret)
+    return sdk.openai(stateful.gateway.base_url, secret)
 
 
 @pytest.mark.parametrize("model", [SIMULATED, TRANSLATED])
@@ -187,9 +187,9 @@ def test_stateful_fields_that_cannot_be_honoured_are_refused_by_name(client: ope
     assert background.value.param == "background"
 
 
-def test_reads_are_free_and_basic_keys_are_refused(stateful: Stateful) -> None:
+def test_reads_are_free_and_basic_keys_are_refused(stateful: Stateful, sdk: SdkClients) -> None:
     secret, key_id = stateful.key()
-    client = openai_client(stateful.gateway.base_url, secret)
+    client = sdk.openai(stateful.gateway.base_url, secret)
     created = client.responses.create(model=SIMULATED, input="Bill me once.")
     client.responses.retrieve(created.id)
     client.responses.input_items.list(created.id)
@@ -197,7 +197,7 @@ def test_reads_are_free_and_basic_keys_are_refused(stateful: Stateful) -> None:
     assert len(stateful.usage(key_id)) == 1  # only the model request made a usage record
     basic, _ = stateful.key("Basic")
     with pytest.raises(openai.PermissionDeniedError, match="/v1/messages"):
-        openai_client(stateful.gateway.base_url, basic).responses.retrieve(created.id)
+        sdk.openai(stateful.gateway.base_url, basic).responses.retrieve(created.id)
 
 
 def test_unknown_paths_and_methods_answer_in_json(stateful: Stateful) -> None:

@@ -10,14 +10,14 @@ import sys
 
 import openai
 import pytest
-from tests.gateway.clients import openai_client
+from tests.gateway.clients import SdkClients
 from tests.gateway_server import GatewayServer
 from tests.state.conftest import SIMULATED
 
 
-def test_forgetting_an_account_erases_its_state_only(gateway: GatewayServer) -> None:
-    mine = openai_client(gateway.base_url, gateway.key(gateway.account("forget-me"), "Nova").secret)
-    kept = openai_client(gateway.base_url, gateway.key(gateway.account("keep-me"), "Nova").secret)
+def test_forgetting_an_account_erases_its_state_only(gateway: GatewayServer, sdk: SdkClients) -> None:
+    mine = sdk.openai(gateway.base_url, gateway.key(gateway.account("forget-me"), "Nova").secret)
+    kept = sdk.openai(gateway.base_url, gateway.key(gateway.account("keep-me"), "Nova").secret)
     response = mine.responses.create(model=SIMULATED, input="Forget this.")
     conversation = mine.conversations.create()
     other = kept.responses.create(model=SIMULATED, input="Keep this.")

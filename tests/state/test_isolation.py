@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from tests.gateway.clients import openai_client
+from tests.gateway.clients import SdkClients
 from tests.state.conftest import KEEPER, SIMULATED, TRANSLATED, Stateful
 
 Call = Callable[[openai.OpenAI, str], Any]
@@ -40,12 +40,12 @@ def _same_refusal(
 
 @pytest.mark.parametrize("model", [SIMULATED, TRANSLATED, KEEPER])
 def test_another_account_cannot_read_list_delete_or_refer_to_a_response(
-    stateful: Stateful, model: str
+    stateful: Stateful, model: str, sdk: SdkClients
 ) -> None:
     owner_secret, _ = stateful.key()
     other_secret, _ = stateful.key()
-    owner = openai_client(stateful.gateway.base_url, owner_secret)
-    other = openai_client(stateful.gateway.base_url, other_secret)
+    owner = sdk.openai(stateful.gateway.base_url, owner_secret)
+    other = sdk.openai(stateful.gateway.base_url, other_secret)
     created = owner.responses.create(model=model, input="A private note.")
     item = created.output[0].id
     assert item is not None
@@ -77,11 +77,13 @@ def test_another_account_cannot_read_list_delete_or_refer_to_a_response(
     assert owner.responses.retrieve(created.id).output_text == created.output_text
 
 
-def test_another_account_cannot_touch_a_conversation_or_its_items(stateful: Stateful) -> None:
+def test_another_account_cannot_touch_a_conversation_or_its_items(
+    stateful: Stateful, sdk: SdkClients
+) -> None:
     owner_secret, _ = stateful.key()
     other_secret, _ = stateful.key()
-    owner = openai_client(stateful.gateway.base_url, owner_secret)
-    other = openai_client(stateful.gateway.base_url, other_secret)
+    owner = sdk.openai(stateful.gateway.base_url, owner_secret)
+    other = sdk.openai(stateful.gateway.base_url, other_secret)
     conversation = owner.conversations.create(
         items=[{"type": "message", "role": "user", "content": "secret"}]
     )
@@ -112,13 +114,13 @@ def test_another_account_cannot_touch_a_conversation_or_its_items(stateful: Stat
     assert owner.conversations.retrieve(conversation.id).metadata == {}
 
 
-def test_a_second_key_of_the_same_account_shares_its_state(stateful: Stateful) -> None:
+def test_a_second_key_of_the_same_account_shares_its_state(stateful: Stateful, sdk: SdkClients) -> None:
     gateway = stateful.gateway
     account = gateway.account("state-shared")
     first = gateway.key(account, "Nova", rpm=10_000).secret
     second = gateway.key(account, "Nova", rpm=10_000).secret
-    created = openai_client(gateway.base_url, first).responses.create(model=SIMULATED, input="shared")
-    follow = openai_client(gateway.base_url, second).responses.create(
+    created = sdk.openai(gateway.base_url, first).responses.create(model=SIMULATED, input="shared")
+    follow = sdk.openai(gateway.base_url, second).responses.create(
         model=SIMULATED, input="continued", previous_response_id=created.id
     )
     assert follow.previous_response_id == created.id

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from tests.gateway.clients import openai_client
+from tests.gateway.clients import SdkClients
 from tests.gateway_server import GatewayServer, running_gateway
 from tests.state.conftest import SIMULATED
 from tests.storage.engines import create_database, database_url, drop_database
@@ -32,13 +32,13 @@ def pair(tmp_path: Path) -> Iterator[tuple[GatewayServer, GatewayServer]]:
 
 
 def test_two_instances_share_stored_responses_and_conversations(
-    pair: tuple[GatewayServer, GatewayServer],
+    pair: tuple[GatewayServer, GatewayServer], sdk: SdkClients
 ) -> None:
     first, second = pair
     account = first.account("pg-state")
     secret = first.key(account, "Nova", rpm=1000).secret
     second.refresh_keys()
-    one, two = openai_client(first.base_url, secret), openai_client(second.base_url, secret)
+    one, two = sdk.openai(first.base_url, secret), sdk.openai(second.base_url, secret)
 
     with one.responses.stream(model=SIMULATED, input="Kept by the first instance.") as stream:
         kept = stream.get_final_response()
@@ -54,7 +54,7 @@ def test_two_instances_share_stored_responses_and_conversations(
     assert len(one.conversations.items.list(conversation.id).data) == 3
 
     other_account = second.account("pg-other")
-    other = openai_client(second.base_url, second.key(other_account, "Nova", rpm=1000).secret)
+    other = sdk.openai(second.base_url, second.key(other_account, "Nova", rpm=1000).secret)
     first.refresh_keys()
     with pytest.raises(openai.NotFoundError):
         other.responses.retrieve(kept.id)

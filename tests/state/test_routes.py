@@ -12,7 +12,7 @@ import httpx
 import openai
 import orjson
 import pytest
-from tests.gateway.clients import openai_client
+from tests.gateway.clients import SdkClients
 from tests.gateway_server import running_gateway
 from tests.state.conftest import CHAT_ONLY, FINAL, KEEPER, SIMULATED, TRANSLATED, ZDR, Stateful
 
@@ -21,9 +21,11 @@ from modelgate.billing.pricing import bound_uc
 DAY = 86_400.0
 
 
-def test_a_response_held_upstream_is_expanded_where_another_upstream_serves(stateful: Stateful) -> None:
+def test_a_response_held_upstream_is_expanded_where_another_upstream_serves(
+    stateful: Stateful, sdk: SdkClients
+) -> None:
     secret, _ = stateful.key()
-    client = openai_client(stateful.gateway.base_url, secret)
+    client = sdk.openai(stateful.gateway.base_url, secret)
     held = client.responses.create(model=KEEPER, input="Hello keeper.")
     sent = stateful.sent(KEEPER)[-1].json()
     assert "store" not in sent  # the client's body, as it was (the upstream stores by default)
@@ -37,9 +39,11 @@ def test_a_response_held_upstream_is_expanded_where_another_upstream_serves(stat
     assert messages[1]["content"] == held.output_text
 
 
-def test_an_openai_upstream_without_state_gets_the_history_and_store_false(stateful: Stateful) -> None:
+def test_an_openai_upstream_without_state_gets_the_history_and_store_false(
+    stateful: Stateful, sdk: SdkClients
+) -> None:
     secret, _ = stateful.key()
-    client = openai_client(stateful.gateway.base_url, secret)
+    client = sdk.openai(stateful.gateway.base_url, secret)
     first = client.responses.create(model=ZDR, input="First turn.")
     assert stateful.sent(ZDR)[-1].json()["store"] is False
     assert client.responses.retrieve(first.id).to_dict()["store"] is True  # the gateway keeps it
@@ -51,10 +55,10 @@ def test_an_openai_upstream_without_state_gets_the_history_and_store_false(state
 
 
 def test_a_tool_loop_continues_by_previous_response_id_on_chat_and_messages_upstreams(
-    stateful: Stateful,
+    stateful: Stateful, sdk: SdkClients
 ) -> None:
     secret, _ = stateful.key()
-    client = openai_client(stateful.gateway.base_url, secret)
+    client = sdk.openai(stateful.gateway.base_url, secret)
     tools: Any = [
         {
             "type": "function",
@@ -74,12 +78,14 @@ def test_a_tool_loop_continues_by_previous_response_id_on_chat_and_messages_upst
         assert final.output_text == FINAL
 
 
-def test_stored_history_counts_toward_the_hold_like_history_sent_inline(stateful: Stateful) -> None:
+def test_stored_history_counts_toward_the_hold_like_history_sent_inline(
+    stateful: Stateful, sdk: SdkClients
+) -> None:
     """An account that can afford the new turn but not the stored history behind it is refused,
     exactly as if the client had sent that history itself."""
     gateway = stateful.gateway
     secret, key_id = stateful.key(credits=1000)
-    client = openai_client(gateway.base_url, secret)
+    client = sdk.openai(gateway.base_url, secret)
     long_text = "word " * 40_000  # ~200 kB of history: ~200k tokens of input bound
     first = client.responses.create(model=SIMULATED, input=long_text)
     model = gateway.services.catalogue.resolve(SIMULATED)
@@ -106,9 +112,9 @@ def test_stored_history_counts_toward_the_hold_like_history_sent_inline(stateful
     assert chained.value.status_code == inline.value.status_code == 402
 
 
-def test_expanded_input_is_billed_from_the_upstreams_usage(stateful: Stateful) -> None:
+def test_expanded_input_is_billed_from_the_upstreams_usage(stateful: Stateful, sdk: SdkClients) -> None:
     secret, key_id = stateful.key()
-    client = openai_client(stateful.gateway.base_url, secret)
+    client = sdk.openai(stateful.gateway.base_url, secret)
     first = client.responses.create(model=SIMULATED, input="one two three four five")
     second = client.responses.create(model=SIMULATED, input="six", previous_response_id=first.id)
     assert first.usage is not None and second.usage is not None
@@ -118,9 +124,9 @@ def test_expanded_input_is_billed_from_the_upstreams_usage(stateful: Stateful) -
     assert billed == [first.usage.input_tokens, second.usage.input_tokens]
 
 
-def test_expired_state_reads_as_missing_and_is_swept(stateful: Stateful) -> None:
+def test_expired_state_reads_as_missing_and_is_swept(stateful: Stateful, sdk: SdkClients) -> None:
     secret, key_id = stateful.key()
-    client = openai_client(stateful.gateway.base_url, secret)
+    client = sdk.openai(stateful.gateway.base_url, secret)
     created = client.responses.create(model=SIMULATED, input="Short-lived.")
     conversation = client.conversations.create()
     stateful.clock.advance(31 * DAY)
@@ -135,11 +141,13 @@ def test_expired_state_reads_as_missing_and_is_swept(stateful: Stateful) -> None
     assert stateful.gateway.call(services.store.state_bytes(stateful.account_id(key_id))) == 0
 
 
-def test_with_stored_responses_off_nothing_is_kept_and_stateful_fields_are_refused(tmp_path: Path) -> None:
+def test_with_stored_responses_off_nothing_is_kept_and_stateful_fields_are_refused(
+    tmp_path: Path, sdk: SdkClients
+) -> None:
     with running_gateway(tmp_path / "data", responses={"store": "off"}) as gateway:
         account = gateway.account("off")
         secret = gateway.key(account, "Nova", rpm=1000).secret
-        client = openai_client(gateway.base_url, secret)
+        client = sdk.openai(gateway.base_url, secret)
         created = client.responses.create(model=SIMULATED, input="Not kept.")
         assert created.to_dict()["store"] is False
         with pytest.raises(openai.NotFoundError, match="turned off"):
