@@ -384,7 +384,9 @@ def test_codex_style_request_is_answered_with_namespaced_calls(sim: GatewayServe
     assert call.arguments == '{"task":"simulated"}'
 
 
-def test_responses_unknown_previous_response_id_is_a_404_naming_it(sim: GatewayServer, sdk: SdkClients) -> None:
+def test_responses_unknown_previous_response_id_is_a_404_naming_it(
+    sim: GatewayServer, sdk: SdkClients
+) -> None:
     secret, _ = issue_key(sim, "Nova")
     with pytest.raises(openai.NotFoundError, match="resp_123") as caught:
         sdk.openai(sim.base_url, secret).responses.create(

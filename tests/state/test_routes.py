@@ -124,6 +124,28 @@ def test_expanded_input_is_billed_from_the_upstreams_usage(stateful: Stateful, s
     assert billed == [first.usage.input_tokens, second.usage.input_tokens]
 
 
+def test_large_requests_are_planned_and_expanded_in_worker_processes(
+    stateful: Stateful, sdk: SdkClients
+) -> None:
+    """Past ``server.offload_body_bytes`` the input is planned, and the history expanded and
+    checked, in worker processes (counted by the offload pool), never on the event loop."""
+    secret, _ = stateful.key(credits=1000)
+    client = sdk.openai(stateful.gateway.base_url, secret)
+    offload = stateful.gateway.services.offload
+    big = "tide " * 60_000  # 300 kB: above the 256 KiB default
+    before = offload.jobs
+    first = client.responses.create(model=SIMULATED, input=big)
+    assert offload.jobs > before
+    assert first.usage is not None and first.usage.input_tokens == 60_000
+    before = offload.jobs
+    second = client.responses.create(model=SIMULATED, input="and?", previous_response_id=first.id)
+    assert offload.jobs > before  # a small body whose history is large is expanded in a worker
+    assert second.usage is not None and second.usage.input_tokens > 60_000
+    listed = client.responses.input_items.list(second.id, order="asc")
+    first_item: Any = listed.data[0].to_dict()
+    assert first_item["content"][0]["text"] == big
+
+
 def test_expired_state_reads_as_missing_and_is_swept(stateful: Stateful, sdk: SdkClients) -> None:
     secret, key_id = stateful.key()
     client = sdk.openai(stateful.gateway.base_url, secret)

@@ -190,11 +190,6 @@ def expand(
     return out
 
 
-def own_items(plan: InputPlan, resolved: Mapping[str, Json]) -> list[Json]:
-    """The input items to store with the response (references as copies of what they named)."""
-    return [resolved[i.id] if isinstance(i, Reference) else i for i in plan.items]
-
-
 def new_conversation_id() -> str:
     return "conv_" + os.urandom(24).hex()
 
@@ -207,7 +202,6 @@ __all__ = [
     "expand",
     "is_reference",
     "output_items",
-    "own_items",
     "plan_input",
     "replay",
     "state_fields",

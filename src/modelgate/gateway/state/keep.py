@@ -55,7 +55,7 @@ async def keep(services: Services, admitted: Admitted, provider: Provider, respo
         return False
     config = services.settings.responses
     body = orjson.dumps(_echo(state.fields, response, admitted.model.id))
-    inputs = [StoredItem(str(i["id"]), orjson.dumps(i), "input") for i in state.own_items]
+    inputs = list(state.own_items)
     outputs = [StoredItem(str(i["id"]), orjson.dumps(i), "output") for i in wire.output_items(response)]
     size = object_bytes(body, [*inputs, *outputs])
     if size > config.max_object_bytes:

@@ -37,6 +37,7 @@ from modelgate.gateway.bodies import BodyRules, Facts, analyse, analyse_in_worke
 from modelgate.gateway.body import splice_top_level
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord
+from modelgate.storage.responses import StoredItem
 from modelgate.upstream.base import Dialect, Provider
 from modelgate.upstream.config import RESPONSES_STATE_KINDS
 
@@ -49,8 +50,8 @@ class RequestState:
     fields: wire.StateFields
     #: Keep the answer once it completes (``store`` asked, stored responses on).
     keep: bool
-    #: The request's own input items in stored form (references resolved to copies).
-    own_items: tuple[Json, ...]
+    #: The request's own input items as they are stored (references resolved to copies).
+    own_items: tuple[StoredItem, ...]
     #: The client's body as sent, for an upstream that holds everything it refers to.
     original_raw: bytes
     original_client: ClientRequest
@@ -60,13 +61,23 @@ class RequestState:
     keepers: frozenset[str]
 
 
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """The request's own input, planned: its items, and each one's stored JSON (None for a
+    reference, resolved later). Made in a worker for a large body, so nothing proportional to
+    the body's size runs on the event loop."""
+
+    plan: wire.InputPlan
+    encoded: tuple[bytes | None, ...]
+
+
 def keepers(services: Services) -> frozenset[str]:
     return frozenset(p.name for p in services.settings.providers if p.keeps_responses)
 
 
 def _not_found(what: str, ident: str, param: str) -> errors.NotFound:
     # One message for "never existed", "expired", "deleted" and "another account's".
-    return errors.NotFound(f"{what} with id '{ident}' not found.", param=param, code="not_found")
+    return errors.NotFound(f"{what} with id '{ident[:256]}' not found.", param=param, code="not_found")
 
 
 async def admit(services: Services, admitted: Admitted) -> Admitted:
@@ -82,17 +93,17 @@ async def admit(services: Services, admitted: Admitted) -> Admitted:
         )
     if config.store == "off" or not (fields.store or fields.refers or _may_refer(admitted)):
         return admitted
-    plan = await _plan(services, admitted)
+    planned = await _plan(services, admitted)
     history, holders = await _history(services, key, fields)
-    resolved = await _resolve(services, key, plan.references, holders)
-    own = tuple(wire.own_items(plan, resolved))
+    resolved = await _resolve(services, key, planned.plan.references, holders)
+    own = _own_items(planned, resolved)
     if fields.store:
         await _check_room(services, key, own)
     holder = next(iter(holders)) if len(holders) == 1 else ""
     state = RequestState(fields, fields.store, own, admitted.raw, admitted.client, holder, keepers(services))
     if not fields.refers and not resolved:
         return replace(admitted, state=state)
-    raw, facts = await _expanded(services, admitted, history, plan, resolved)
+    raw, facts = await _expanded(services, admitted, history, planned.plan, resolved)
     if facts.invalid is not None:
         raise facts.invalid
     client = ClientRequest(admitted.client.codec, facts.body, admitted.model.id, facts.request)
@@ -107,23 +118,29 @@ def _may_refer(admitted: Admitted) -> bool:
     return isinstance(items, list) and any(isinstance(i, dict) and wire.is_reference(i) for i in items)
 
 
-async def _plan(services: Services, admitted: Admitted) -> wire.InputPlan:
+async def _plan(services: Services, admitted: Admitted) -> Planned:
     if admitted.facts.offloaded:
         return await services.offload.run(plan_in_worker, admitted.raw)
-    return wire.plan_input(admitted.facts.body)
+    return plan_body(admitted.facts.body)
 
 
-def plan_in_worker(raw: bytes) -> wire.InputPlan:
-    """``plan_input`` for a large body (runs in a worker process)."""
-    return wire.plan_input(orjson.loads(raw))
+def plan_body(body: Json) -> Planned:
+    plan = wire.plan_input(body)
+    encoded = tuple(None if isinstance(i, wire.Reference) else orjson.dumps(i) for i in plan.items)
+    return Planned(plan, encoded)
+
+
+def plan_in_worker(raw: bytes) -> Planned:
+    """``plan_body`` for a large body (runs in a worker process)."""
+    return plan_body(orjson.loads(raw))
 
 
 async def _history(
     services: Services, key: KeyRecord, fields: wire.StateFields
-) -> tuple[list[Json], set[str]]:
-    """Stored items that precede the request's own input, and who holds them upstream."""
+) -> tuple[list[bytes], set[str]]:
+    """Stored items (JSON) that precede the request's own input, and who holds them upstream."""
     store, now = services.store, services.clock.time()
-    history: list[Json] = []
+    history: list[bytes] = []
     holders: set[str] = set()
     previous = fields.previous_response_id
     if previous is not None:
@@ -132,22 +149,22 @@ async def _history(
         if chain is None:
             raise _not_found("Previous response", previous, "previous_response_id")
         for stored in chain:
-            history.extend(orjson.loads(i.body) for i in (*stored.input_items, *stored.output_items))
+            history.extend(i.body for i in (*stored.input_items, *stored.output_items))
         holders.add(chain[-1].holder)
     conversation = fields.conversation_id
     if conversation is not None:
         items = await store.conversation_items(key.account_id, conversation, now)
         if items is None:
             raise _not_found("Conversation", conversation, "conversation")
-        history.extend(orjson.loads(i.body) for i in items)
+        history.extend(i.body for i in items)
         holders.add("")  # gateway conversations are unknown upstream: always expanded
     return history, holders
 
 
 async def _resolve(
     services: Services, key: KeyRecord, references: Sequence[wire.Reference], holders: set[str]
-) -> dict[str, Json]:
-    resolved: dict[str, Json] = {}
+) -> dict[str, StoredItem]:
+    resolved: dict[str, StoredItem] = {}
     now = services.clock.time()
     for ref in references:
         if ref.id in resolved:
@@ -155,15 +172,25 @@ async def _resolve(
         found = await services.store.find_item(key.account_id, ref.id, now)
         if found is None:
             raise _not_found("Item", ref.id, f"input[{ref.position}]")
-        resolved[ref.id] = orjson.loads(found.item.body)
+        resolved[ref.id] = found.item
         holders.add(found.holder)
     return resolved
 
 
-async def _check_room(services: Services, key: KeyRecord, own: Sequence[Json]) -> None:
+def _own_items(planned: Planned, resolved: dict[str, StoredItem]) -> tuple[StoredItem, ...]:
+    own: list[StoredItem] = []
+    for item, encoded in zip(planned.plan.items, planned.encoded, strict=True):
+        if isinstance(item, wire.Reference):
+            own.append(StoredItem(item.id, resolved[item.id].body, "input"))
+        elif encoded is not None:
+            own.append(StoredItem(str(item["id"]), encoded, "input"))
+    return tuple(own)
+
+
+async def _check_room(services: Services, key: KeyRecord, own: Sequence[StoredItem]) -> None:
     """Refuse, before anything is spent, a request whose answer could not be stored."""
     config = services.settings.responses
-    size = sum(len(orjson.dumps(item)) for item in own)
+    size = sum(len(item.body) for item in own)
     if size > config.max_object_bytes:
         raise errors.InvalidRequest(
             f"store: this request's input ({size} bytes) is larger than a stored response may be "
@@ -184,31 +211,43 @@ async def _check_room(services: Services, key: KeyRecord, own: Sequence[Json]) -
 async def _expanded(
     services: Services,
     admitted: Admitted,
-    history: list[Json],
+    history: list[bytes],
     plan: wire.InputPlan,
-    resolved: dict[str, Json],
+    resolved: dict[str, StoredItem],
 ) -> tuple[bytes, Facts]:
     server = services.settings.server
     rules = BodyRules(server.max_json_depth, services.settings.billing.media_rules())
     fmt = admitted.client.codec.name
-    stored_bytes = sum(len(orjson.dumps(h)) for h in history)
+    references = {ident: item.body for ident, item in resolved.items()}
+    stored_bytes = sum(len(h) for h in history) + sum(len(r) for r in references.values())
     if admitted.facts.offloaded or len(admitted.raw) + stored_bytes > server.offload_body_bytes:
         # Large: expanded, parsed and checked in a worker, as any large body is.
-        return await services.offload.run(expand_in_worker, admitted.raw, history, plan, resolved, fmt, rules)
-    raw = orjson.dumps(wire.expand(admitted.facts.body, history, plan, resolved))
+        return await services.offload.run(
+            expand_in_worker, admitted.raw, history, plan, references, fmt, rules
+        )
+    raw = orjson.dumps(wire.expand(admitted.facts.body, _parsed(history), plan, _parsed_map(references)))
     return raw, analyse(raw, fmt, False, rules)
+
+
+def _parsed(items: list[bytes]) -> list[Json]:
+    return [orjson.loads(i) for i in items]
+
+
+def _parsed_map(items: dict[str, bytes]) -> dict[str, Json]:
+    return {k: orjson.loads(v) for k, v in items.items()}
 
 
 def expand_in_worker(
     raw: bytes,
-    history: list[Json],
+    history: list[bytes],
     plan: wire.InputPlan,
-    resolved: dict[str, Json],
+    references: dict[str, bytes],
     fmt: WireFormat,
     rules: BodyRules,
 ) -> tuple[bytes, Facts]:
     """The expanded body and its analysis, for a large one (runs in a worker process)."""
-    expanded = orjson.dumps(wire.expand(orjson.loads(raw), history, plan, resolved))
+    body = orjson.loads(raw)
+    expanded = orjson.dumps(wire.expand(body, _parsed(history), plan, _parsed_map(references)))
     return expanded, analyse_in_worker(expanded, fmt, False, rules)
 
 
