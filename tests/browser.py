@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import connect
+from websockets.sync.connection import Connection
 
 BROWSER = shutil.which("chromium-headless-shell") or shutil.which("chromium")
 #: CSS pixels of the two layouts the dashboard must work at.
@@ -62,7 +63,7 @@ def end_group(pgid: int, grace: float = 10.0) -> None:
 class Page:
     """One tab: commands, JavaScript evaluation, waiting for the DOM, keyboard input, screenshots."""
 
-    def __init__(self, ws: ClientConnection) -> None:
+    def __init__(self, ws: Connection) -> None:
         self.ws = ws
         self.counter = 0
         self.events: list[dict[str, Any]] = []
