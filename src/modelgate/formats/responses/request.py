@@ -4,9 +4,10 @@ Decoding is lenient where real clients need it (Codex sends ``store:false``, ``i
 ``prompt_cache_key``, ``client_metadata``, a hosted ``web_search`` tool and ``namespace`` tools with
 every request): unknown fields are ignored, hosted tools are dropped (``hosted_tools`` lists them
 for the caller) and ``reasoning`` input items are dropped (their encrypted content is
-upstream-specific). It is strict where silently guessing would change meaning: ``file_id`` inputs, and stateful fields
-that reach decoding (``refuse_stateful``: the gateway expands stored state before decoding, so
-only a gateway with stored responses turned off gets here with them), are 400s.
+upstream-specific). It is strict where silently guessing would change meaning: ``file_id``
+inputs, and stateful fields that reach decoding (``refuse_stateful``: the gateway expands stored
+state before decoding, so only a gateway with stored responses turned off gets here with them),
+are 400s.
 
 Namespace tools (``{"type":"namespace","name":ns,"tools":[...]}``) are flattened to function tools
 named ``<ns>__<name>``; ``tool_namespaces(body)`` returns the reverse map, which the encoders use
