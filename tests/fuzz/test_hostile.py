@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,11 @@ def test_hostile_requests_are_answered_in_format_and_never_charged(
         end_rss = rss_kib(gateway.proc.pid)
         statuses = Counter(status for _, status, _ in results)
         print(f"fuzz: statuses {dict(sorted(statuses.items()))}; RSS {start_rss} -> {end_rss} KiB")
+        # A stream is settled after its last byte (and a kept Responses answer takes a write just
+        # before it): let the last ones settle before the hard stop, which would strand them.
+        deadline = time.monotonic() + 15
+        while gateway.ledger(seeded.account_id)["pending"] and time.monotonic() < deadline:
+            time.sleep(0.05)
         gateway.kill()
         loop.close()  # stops both fakes; their request logs stay readable
         translated = len(chat.requests) + len(messages.requests)
