@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from modelgate.billing.input_bound import MediaRules
 from modelgate.upstream.config import DeploymentConfig, ProviderConfig, RoutingConfig, SimulatorConfig
 
 ENV_PREFIX = "MODELGATE_"
 MIB = 1024 * 1024
+#: The most serving processes one ``modelgate serve`` runs.
+MAX_WORKERS = 256
 
 
 class ConfigError(ValueError):
@@ -62,6 +64,26 @@ class ServerConfig(_Section):
     max_large_bodies: int = Field(8, ge=1)
     #: Deepest JSON nesting accepted in a request body (400 "nested too deeply" beyond).
     max_json_depth: int = Field(128, ge=8, le=512)
+    #: Serving processes on the one port (``auto``: one per core this process may run on). With
+    #: more than one, a parent process supervises them (``server.workers`` in docs/operations.md).
+    workers: int | Literal["auto"] = Field(1)
+    #: A worker that dies is restarted at once; one that dies again within 10 s of its start waits
+    #: 0.5 s, then twice as long for each further quick death, up to this many seconds.
+    worker_restart_max_delay_seconds: float = Field(30.0, ge=0)
+
+    @field_validator("workers")
+    @classmethod
+    def _check_workers(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and not 1 <= value <= MAX_WORKERS:
+            raise ValueError(f"must be between 1 and {MAX_WORKERS}, or \"auto\"")
+        return value
+
+    @property
+    def worker_count(self) -> int:
+        """``workers`` as a number: ``auto`` is the cores this process may run on."""
+        if self.workers == "auto":
+            return max(1, min(MAX_WORKERS, len(os.sched_getaffinity(0))))
+        return self.workers
 
 
 class KeysConfig(_Section):

@@ -134,6 +134,8 @@ class Services:
     key_broadcast: KeyChangeBroadcast | None = None
     #: Metrics, the request log and traces (``modelgate.telemetry``).
     telemetry: Telemetry = field(default_factory=Telemetry)
+    #: This process's index among the workers of ``modelgate serve --workers N`` (None: one process).
+    worker: int | None = None
 
     @classmethod
     def build(

@@ -86,12 +86,14 @@ class GatewayProcess:
 
         return with_management(Options(self.config, self.data_dir), work)
 
-    def start(self) -> GatewayProcess:
+    def command(self) -> list[str]:
         command = [sys.executable, "-m", "modelgate", "serve", "--config", str(self.config)]
-        command += ["--data-dir", str(self.data_dir), "--no-bootstrap"]
+        return [*command, "--data-dir", str(self.data_dir), "--no-bootstrap"]
+
+    def start(self) -> GatewayProcess:
         # The child writes through its own copies of the descriptors.
         with self.log.open("ab") as log, self.stderr.open("ab") as err:
-            self.proc = subprocess.Popen(command, stdout=log, stderr=err, start_new_session=True)
+            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=err, start_new_session=True)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
@@ -23,7 +22,8 @@ from modelgate.cli.context import Options, console, fail, with_management
 from modelgate.config import ConfigError, Settings
 from modelgate.management import Management
 from modelgate.server.app import create_app
-from modelgate.server.runner import serve
+from modelgate.server.runner import serve, tune_garbage_collector
+from modelgate.server.supervisor import supervise
 from modelgate.telemetry.logs import configure_logging
 
 
@@ -39,20 +39,6 @@ def _first_start(
             fail(str(exc))
 
     return run
-
-
-def tune_garbage_collector() -> None:
-    """Keep the cycle collector off the request path.
-
-    Everything loaded at start (modules, the catalogue, pydantic models, clients) lives as long
-    as the process; ``gc.freeze`` moves it out of the collector's generations, so a full
-    collection no longer walks tens of megabytes of objects that can never be garbage (such a
-    walk was a periodic multi-millisecond stall). Request objects are freed by reference counting;
-    the collector runs less often for the few cycles they leave (asyncio exceptions, tracebacks).
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(10_000, 20, 20)
 
 
 def is_loopback(host: str) -> bool:
@@ -82,6 +68,10 @@ def serve_command(
     data_dir: Annotated[
         Path | None, typer.Option("--data-dir", help="Data directory (default ./data).")
     ] = None,
+    workers: Annotated[
+        str | None,
+        typer.Option("--workers", help="Serving processes on the port: a number, or 'auto' (one per core)."),
+    ] = None,
     no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="Skip first-start demo data.")] = False,
     bootstrap_file: Annotated[
         Path | None,
@@ -98,6 +88,8 @@ def serve_command(
         server["host"] = host
     if port is not None:
         server["port"] = port
+    if workers is not None:
+        server["workers"] = int(workers) if workers.strip().isdigit() else workers.strip()
     settings = options.settings(server=server or None)
     request_writer = configure_logging(settings.log_level, settings.log_format, requests=settings.request_log)
     # Build (and so validate) everything before the first-start bootstrap: a bad config must not
@@ -116,10 +108,13 @@ def serve_command(
         highlight=False,
         soft_wrap=True,
     )
-    tune_garbage_collector()
     warn_if_metrics_public(settings)
     if any(p.kind == "simulator" for p in settings.providers):
         logging.getLogger("modelgate").info(
             "the 'simulator' provider is the built-in simulator, not a real model"
         )
+    if settings.server.worker_count > 1:
+        # A parent that supervises the serving processes; each builds its own gateway.
+        raise typer.Exit(supervise(settings, app))
+    tune_garbage_collector()
     serve(settings, app)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from starlette.requests import Request
@@ -70,6 +71,8 @@ async def health(services: Services, request: Request) -> Response:
         "large_bodies_in_flight": services.large_bodies.in_flight,
         "edge": services.edge.as_dict(),
     }
+    if services.worker is not None:  # one of several serving processes (``server.workers``)
+        body["worker"] = {"index": services.worker, "pid": os.getpid()}
     return json_reply(body, 200 if ok and not draining else 503)
 
 

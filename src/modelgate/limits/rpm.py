@@ -8,6 +8,7 @@ they consume no units. Memory is O(limit) per active key.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import math
 from collections import deque
@@ -72,7 +73,12 @@ class RollingWindowLimiter:
             # Admission needs fewer than `limit` entries in the window, so the entry at
             # len - limit must leave it (after a lowered limit, older ones go first).
             return Decision(False, limit, 0, self.seconds_until_out(log[len(log) - limit], now))
-        log.append(now)
+        if log and now < log[-1]:
+            # Times from several processes (``limits.shared_rpm``) may arrive slightly out of
+            # order: keep the log sorted, so trimming from the left stays exact.
+            bisect.insort(log, now)
+        else:
+            log.append(now)
         return Decision(True, limit, limit - len(log), max(log[0] + self._window - now, 0.0), token=now)
 
     async def refund(self, key_id: str, decision: Decision) -> None:

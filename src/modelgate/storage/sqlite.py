@@ -181,6 +181,10 @@ class SqliteStore(SqliteAdminTokens, SqliteReports, SqliteResponses):
             if not entry.name.endswith(".sql") or version in done:
                 continue
             with self._write() as tx:
+                # Checked again under the write lock: another process (a worker of the same
+                # instance, the CLI) may have applied it since the list above was read.
+                if tx.execute("SELECT 1 FROM schema_migrations WHERE version = ?", (version,)).fetchone():
+                    continue
                 for statement in entry.read_text("utf-8").split(";\n"):
                     if statement.strip():
                         tx.execute(statement)

@@ -1,0 +1,130 @@
+"""One serving process of ``modelgate serve --workers N``, started by ``server.supervisor``.
+
+A worker is a whole gateway: it builds its own services in its own interpreter (``spawn``: no
+sockets, threads or pools copied from the parent), with its own event loop, upstream connection
+pools, key view and SQLite connections, and serves on the listening socket the parent bound. What
+the workers of one instance share is the database (the ledger is exact across processes, see
+``storage.sqlite``), the rate-limit window (``limits.shared_rpm``, or Redis when configured) and
+the in-flight cap (``limits.inflight.SharedInFlight``).
+
+Signals: the parent forwards SIGTERM (first: drain, second: cut, as ``server.runner`` describes).
+A terminal's Ctrl-C reaches every process of the group; workers ignore SIGINT, so it counts once,
+through the parent. A worker whose parent dies gets SIGTERM from the kernel and drains too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from types import FrameType
+
+import uvicorn
+
+from modelgate.clock import Clock
+from modelgate.config import Settings
+from modelgate.limits.inflight import Counters, SharedInFlight
+from modelgate.limits.shared_rpm import SharedWindowLimiter
+from modelgate.server.app import EdgeApp, create_app
+from modelgate.server.runner import (
+    DrainingServer,
+    configure_logging,
+    raise_open_file_limit,
+    tune_garbage_collector,
+    uvicorn_config,
+)
+
+log = logging.getLogger("modelgate")
+#: ``prctl`` option: the signal this process gets when its parent dies (Linux).
+PR_SET_PDEATHSIG = 1
+#: The exit code of a worker whose start-up failed (uvicorn's own code for it).
+STARTUP_FAILURE = 3
+
+
+@dataclass
+class WorkerSpec:
+    """Everything a worker needs, pickled to it by ``multiprocessing`` (sockets and the shared
+    counters travel as file descriptors)."""
+
+    index: int
+    settings: Settings
+    listener: socket.socket
+    parent_pid: int
+    #: The worker sends its index here once it serves.
+    ready: Connection
+    inflight: Counters
+    #: The parent's end of the shared rate-limit window (None when Redis shares it).
+    window: socket.socket | None
+    #: Tests inject a clock all workers share (``None``: the system clock).
+    clock: Clock | None = None
+
+
+class WorkerServer(DrainingServer):
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        app: EdgeApp,
+        grace: float,
+        *,
+        ready: Connection,
+        index: int,
+        window: SharedWindowLimiter | None,
+    ) -> None:
+        super().__init__(config, app, grace)
+        self._ready = ready
+        self._index = index
+        self._window = window
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig == signal.SIGINT:
+            return  # the parent turns Ctrl-C into a SIGTERM for every worker
+        super().handle_exit(sig, frame)
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._window is not None:
+            await self._window.connect()
+        await super().startup(sockets)
+        if self.started:
+            with contextlib.suppress(OSError):
+                self._ready.send(self._index)
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel for SIGTERM when the parent dies; leave at once if it already has."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent_pid:
+        raise SystemExit(0)
+
+
+def run_worker(spec: WorkerSpec) -> None:
+    """The worker's whole life: build the gateway, serve until told to stop, then exit."""
+    die_with_parent(spec.parent_pid)
+    settings = spec.settings
+    configure_logging(settings, worker=spec.index)
+    raise_open_file_limit()
+    app = create_app(settings, clock=spec.clock)
+    services = app.services
+    services.worker = spec.index
+    services.inflight = SharedInFlight(settings.server.max_in_flight, spec.inflight, spec.index)
+    window = SharedWindowLimiter(spec.window) if spec.window is not None else None
+    if window is not None:
+        services.rate_limiter = window
+    tune_garbage_collector()
+    config = uvicorn_config(settings, app)
+    server = WorkerServer(
+        config,
+        app,
+        settings.server.shutdown_grace_seconds,
+        ready=spec.ready,
+        index=spec.index,
+        window=window,
+    )
+    server.run(sockets=[spec.listener])
+    if not server.started:
+        raise SystemExit(STARTUP_FAILURE)

@@ -1,0 +1,136 @@
+"""Per-key requests per minute across the workers of one instance (no Redis): one exact window.
+
+The unit tests connect limiters the way workers do (a socket pair each to one ``WindowService``);
+the gateway tests drive ``modelgate serve --workers 2`` with a shared clock moved by the test."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from modelgate.cli.context import Options, with_management
+from modelgate.limits.rpm import RollingWindowLimiter
+from modelgate.limits.shared_rpm import SharedWindowLimiter, WindowService
+from modelgate.management import Management
+from tests.billing.helpers import body_for, headers_for
+from tests.hardening.process import run
+from tests.workers.harness import WorkersGateway, pinned_clients
+
+NOW = 1_790_000_000.123456
+
+
+@asynccontextmanager
+async def workers_of(service: WindowService, count: int) -> AsyncIterator[list[SharedWindowLimiter]]:
+    limiters = []
+    for _ in range(count):
+        ours, theirs = socket.socketpair()
+        await service.serve(ours)
+        limiter = SharedWindowLimiter(theirs)
+        await limiter.connect()
+        limiters.append(limiter)
+    try:
+        yield limiters
+    finally:
+        for limiter in limiters:
+            await limiter.aclose()
+
+
+async def test_shared_window_decides_exactly_like_one_process() -> None:
+    """Random traffic (bursts, ties, gaps, a lowered limit, refunds) from two workers: the same
+    decisions, remaining counts and retry-after as one in-process limiter."""
+    local = RollingWindowLimiter()
+    rng = random.Random(5)
+    now = NOW
+    async with workers_of(WindowService(), 2) as limiters:
+        for step in range(2_000):
+            now += rng.choice([0.0, 0.0, 0.001, 0.25, 1.7, 13.0, 59.999, 60.0])
+            key = rng.choice(["key_a", "key_b", "key_c"])
+            limit = 4 if key == "key_a" and step > 1_000 else rng.choice([5, 5, 8])
+            expected = local.admit_now(key, limit, now)
+            got = await limiters[step % 2].admit(key, limit, now)
+            assert (got.admitted, got.limit, got.remaining) == (
+                expected.admitted,
+                expected.limit,
+                expected.remaining,
+            )
+            assert got.reset_after == expected.reset_after and got.retry_after == expected.retry_after
+            if got.admitted and rng.random() < 0.1:  # a later step refused it: the unit goes back
+                local.refund_now(key, expected)
+                await limiters[(step + 1) % 2].refund(key, got)
+        assert all(limiter.connected for limiter in limiters)
+
+
+async def test_two_workers_admit_exactly_the_limit_together() -> None:
+    async with workers_of(WindowService(), 2) as limiters:
+        decisions = await asyncio.gather(*(limiters[i % 2].admit("key", 120, NOW) for i in range(300)))
+        assert sum(d.admitted for d in decisions) == 120
+        assert all(d.retry_after == 60 for d in decisions if not d.admitted)
+        later = await asyncio.gather(*(limiters[i % 2].admit("key", 120, NOW + 60) for i in range(300)))
+        assert sum(d.admitted for d in later) == 120
+
+
+async def test_a_worker_whose_link_is_gone_limits_on_its_own() -> None:
+    service = WindowService()
+    async with workers_of(service, 1) as (limiter,):
+        assert (await limiter.admit("key", 2, NOW)).admitted
+        await limiter.aclose()  # what a worker sees when its parent dies
+        limiter.lost()
+        decisions = [await limiter.admit("key", 2, NOW + 1) for _ in range(3)]
+        assert [d.admitted for d in decisions] == [True, True, False]
+
+
+def test_120_per_minute_offered_1200_per_minute_across_two_workers(tmp_path: Path) -> None:
+    """Two simulated minutes at 10x the limit through both workers: no rolling 60 s window
+    holds more than 120 admissions, both workers admitted and refused, and every retry-after is
+    exact."""
+    limit, tick, per_worker, ticks = 120, 0.5, 5, 240
+    with WorkersGateway(tmp_path, clocked=True, server={"keep_alive_seconds": 120}) as gateway:
+        gateway.seed(groups=("Basic",))
+        gateway.start()
+        assert gateway.clock is not None
+        clock = gateway.clock
+
+        async def limited(m: Management) -> str:
+            return (await m.create_key(await m.account("load"), "Basic", rpm=limit)).secret
+
+        secret = with_management(Options(gateway.config, gateway.data_dir), limited)
+        url, body, headers = "/v1/messages", body_for("messages", "haiku", "hi", 5), headers_for("messages", secret)
+        start = clock.time()
+        admitted: list[tuple[float, int]] = []
+        refused: list[tuple[float, int, int]] = []
+        statuses: set[int] = set()
+
+        async def drive() -> None:
+            clients = await pinned_clients(gateway, per_worker)
+            await asyncio.sleep(0.5)  # every worker's key view has the new key
+            try:
+                for k in range(ticks):
+                    now = start + k * tick
+                    clock.set(now)
+                    batch = await asyncio.gather(*(c.post(url, json=body, headers=headers) for _, c in clients))
+                    for (worker, _), response in zip(clients, batch, strict=True):
+                        statuses.add(response.status_code)
+                        if response.status_code == 200:
+                            admitted.append((now, worker))
+                        elif response.status_code == 429:
+                            refused.append((now, worker, int(response.headers["retry-after"])))
+            finally:
+                for _, client in clients:
+                    await client.aclose()
+
+        run(drive())
+        assert statuses <= {200, 429}, statuses
+        times = sorted(t for t, _ in admitted)
+        assert len(times) == 2 * limit  # the limit, used in full in each of the two minutes
+        for t in times:
+            assert sum(1 for a in times if t - 60 < a <= t) <= limit
+        for t, _, retry_after in refused:
+            window = [a for a in times if t - 60 < a <= t]
+            assert len(window) == limit
+            assert retry_after == max(1, math.ceil(min(window) + 60 - t))
+        assert {w for _, w in admitted} == {0, 1} and {w for _, w, _ in refused} == {0, 1}
