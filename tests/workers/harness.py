@@ -33,6 +33,9 @@ class WorkersGateway(GatewayProcess):
         args = [str(self.config), str(self.data_dir), str(self.clock.path)]
         return [sys.executable, "-m", "tests.workers.serve_with_clock", *args]
 
+    def __enter__(self) -> WorkersGateway:
+        return self
+
     def start(self) -> WorkersGateway:
         super().start()
         self.wait_for_workers()
@@ -85,7 +88,9 @@ async def pinned_clients(gateway: WorkersGateway, per_worker: int) -> list[tuple
     deadline = time.monotonic() + 30
     while min(counts.values()) < per_worker:
         assert time.monotonic() < deadline, f"connections per worker: {counts}"
-        client = httpx.AsyncClient(base_url=gateway.base_url, limits=httpx.Limits(max_connections=1), timeout=30)
+        client = httpx.AsyncClient(
+            base_url=gateway.base_url, limits=httpx.Limits(max_connections=1), timeout=30
+        )
         index = (await client.get("/health")).json()["worker"]["index"]
         if counts[index] < per_worker:
             counts[index] += 1

@@ -99,7 +99,11 @@ def test_120_per_minute_offered_1200_per_minute_across_two_workers(tmp_path: Pat
             return (await m.create_key(await m.account("load"), "Basic", rpm=limit)).secret
 
         secret = with_management(Options(gateway.config, gateway.data_dir), limited)
-        url, body, headers = "/v1/messages", body_for("messages", "haiku", "hi", 5), headers_for("messages", secret)
+        url, body, headers = (
+            "/v1/messages",
+            body_for("messages", "haiku", "hi", 5),
+            headers_for("messages", secret),
+        )
         start = clock.time()
         admitted: list[tuple[float, int]] = []
         refused: list[tuple[float, int, int]] = []
@@ -112,7 +116,9 @@ def test_120_per_minute_offered_1200_per_minute_across_two_workers(tmp_path: Pat
                 for k in range(ticks):
                     now = start + k * tick
                     clock.set(now)
-                    batch = await asyncio.gather(*(c.post(url, json=body, headers=headers) for _, c in clients))
+                    batch = await asyncio.gather(
+                        *(c.post(url, json=body, headers=headers) for _, c in clients)
+                    )
                     for (worker, _), response in zip(clients, batch, strict=True):
                         statuses.add(response.status_code)
                         if response.status_code == 200:
