@@ -8,6 +8,7 @@ run time (nanoseconds, so short windows of light load are measured exactly); RSS
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -25,7 +26,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def pinned(cmd: Sequence[str], core: int) -> list[str]:
+def pinned(cmd: Sequence[str], core: int | str) -> list[str]:
     if shutil.which("taskset") is None:
         raise SystemExit("bench: taskset (util-linux) is required to pin processes to cores")
     return ["taskset", "-c", str(core), *cmd]
@@ -72,6 +73,20 @@ class Proc:
                     return
                 time.sleep(0.1)
         raise SystemExit(f"bench: {self.name} did not answer {url} within {timeout:.0f}s:\n{self.tail()}")
+
+    def wait_workers(self, url: str, workers: int, timeout: float) -> None:
+        """Until each of ``workers`` serving processes has answered ``/health`` (new connections)."""
+        seen: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while len(seen) < workers:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"bench: {self.name}: only workers {sorted(seen)} answered:\n{self.tail()}")
+            with (
+                contextlib.suppress(OSError, ValueError, KeyError),
+                urllib.request.urlopen(url, timeout=2) as reply,
+            ):
+                seen.add(int(json.loads(reply.read())["worker"]["index"]))
+            time.sleep(0.02)
 
     def stop(self) -> None:
         if self.popen.poll() is None:
@@ -125,6 +140,24 @@ def cpu_ns(pids: Sequence[int]) -> int:
             except (OSError, IndexError, ValueError):
                 continue
     return total
+
+
+def reaped_children_ns(pid: int) -> int:
+    """CPU time of ``pid``'s children that have exited and been reaped (``cutime + cstime``):
+    short-lived processes (PostgreSQL's autovacuum workers, a restarted gateway worker) that a
+    sum over the live tree would miss. Clock-tick resolution."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return 0
+    ticks = int(fields[13]) + int(fields[14])  # cutime, cstime (fields 16 and 17 of stat)
+    return ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_ns(pid: int) -> int:
+    """CPU of a process, its live descendants and its reaped children."""
+    return cpu_ns(tree(pid)) + reaped_children_ns(pid)
 
 
 def rss_kib(pids: Sequence[int]) -> int:

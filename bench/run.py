@@ -34,6 +34,14 @@ from typing import Any
 from bench import load as lg
 from bench.floors import KINDS as FLOOR_KINDS
 from bench.large import bench_large_bodies, print_large
+from bench.modes import (
+    bench_mode,
+    mode_budget,
+    parts_of,
+    print_mode_budget,
+    print_modes,
+    start_postgresql_mode,
+)
 from bench.procs import Proc, cpu_ns, free_port, pinned, rss_kib, tree
 from bench.targets import GATEWAY_CORE, ROOT, Target, direct_endpoints, start_litellm, start_modelgate
 
@@ -343,6 +351,7 @@ async def main_async(args: argparse.Namespace) -> None:
         upstream = Upstream(workdir)
         results: dict[str, Any] = {}
         floors: dict[str, Any] = {}
+        modes: dict[str, Any] = {}
         try:
             targets = [("modelgate", start_modelgate)]
             if args.peer == "litellm":
@@ -351,9 +360,40 @@ async def main_async(args: argparse.Namespace) -> None:
                 print(f"starting {name} on core {0} ...")
                 target = start(upstream.port, workdir)
                 try:
-                    results[name] = await bench_target(target, upstream, args)
-                    if name == "modelgate" and args.large_seconds > 0:
+                    if not args.modes_only:
+                        results[name] = await bench_target(target, upstream, args)
+                    if name == "modelgate" and args.large_seconds > 0 and not args.modes_only:
                         results[name]["large"] = await bench_large_bodies(target, args.large_seconds)
+                    if name == "modelgate" and (args.workers or args.store):
+                        modes["sqlite"] = await bench_mode(
+                            "sqlite", target, parts_of(target), upstream, args.seconds, args.endpoints
+                        )
+                finally:
+                    target.stop()
+            for workers in args.workers:
+                cores = ",".join(str(c) for c in range(min(workers, os.cpu_count() or 1)))
+                print(f"starting modelgate --workers {workers} on cores {cores} ...")
+                target = start_modelgate(
+                    upstream.port, workdir, name=f"modelgate-w{workers}", workers=workers, cores=cores
+                )
+                try:
+                    modes[f"workers {workers}"] = await bench_mode(
+                        f"workers {workers}", target, parts_of(target), upstream, args.seconds, args.endpoints
+                    )
+                finally:
+                    target.stop()
+            if args.store == "postgresql":
+                print("starting modelgate on PostgreSQL + Redis ...")
+                target, pids = await start_postgresql_mode(upstream.port, workdir)
+                try:
+                    modes["postgresql + redis"] = await bench_mode(
+                        "postgresql + redis",
+                        target,
+                        parts_of(target, pids),
+                        upstream,
+                        args.seconds,
+                        args.endpoints,
+                    )
                 finally:
                     target.stop()
             for kind in FLOOR_KINDS if args.floors else ():
@@ -365,21 +405,29 @@ async def main_async(args: argparse.Namespace) -> None:
         print_target(r)
         if "large" in r:
             print_large(r["large"])
-    print_budget(results["modelgate"], results.get("litellm"))
+    if "modelgate" in results:
+        print_budget(results["modelgate"], results.get("litellm"))
     if floors:
-        print_floors(results["modelgate"], floors)
+        print_floors(results.get("modelgate"), floors)
         results["floors"] = floors
+    if modes:
+        print_modes(list(modes.values()))
+        results["modes"] = modes
+    floor_chunk = floors.get("uvicorn+aiohttp", {}).get("cpu_us_per_chunk")
+    print_mode_budget(mode_budget(modes, floor_chunk, results.get("modelgate")))
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / time.strftime("bench-%Y%m%d-%H%M%S.json")
     path.write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
     print(f"\nraw results: {path.relative_to(ROOT)}")
 
 
-def print_floors(ours: dict[str, Any], floors: dict[str, Any]) -> None:
+def print_floors(ours: dict[str, Any] | None, floors: dict[str, Any]) -> None:
     print("\n== floors: relays with no gateway work, same load (bench/floors.py) ==")
     print(f"{'relay':18} {'chat req/s/core c=16':>21} {'CPU µs/chunk (chat)':>20}")
     for kind, f in floors.items():
         print(f"{kind:18} {_f(f['rps_per_core_c16'], 0):>21} {_f(f['cpu_us_per_chunk'], 1):>20}")
+    if ours is None:
+        return
     whole = ours["whole"].get("chat", {}).get("16", {})
     stream = ours["stream"].get("chat", {})
     print(
@@ -405,6 +453,23 @@ def main() -> None:
         type=float,
         default=30.0,
         help="seconds of the large-bodies phase (bench/large.py); 0 skips it",
+    )
+    parser.add_argument(
+        "--workers",
+        nargs="*",
+        type=int,
+        default=[],
+        help="also measure `serve --workers N` on SQLite (bench/modes.py), e.g. --workers 2",
+    )
+    parser.add_argument(
+        "--store",
+        choices=["postgresql"],
+        help="also measure the ledger in PostgreSQL with Redis windows (started by bench/run.sh)",
+    )
+    parser.add_argument(
+        "--modes-only",
+        action="store_true",
+        help="skip the single-process latency/memory bench; measure the deployment modes (and floors)",
     )
     args = parser.parse_args()
     if (os.cpu_count() or 1) < 2:

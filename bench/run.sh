@@ -11,4 +11,12 @@ if [ "$(nproc)" -lt 2 ]; then
   echo "bench: needs 2 cores (gateway pinned to core 0, load generator and fake upstream to core 1)" >&2
   exit 1
 fi
-exec .venv/bin/python -m bench.run "$@"
+# --store postgresql: a throwaway PostgreSQL and Redis from the test suite's script (installed from
+# Debian's packages when missing), stopped when the bench ends.
+if [[ " $* " == *" --store postgresql "* ]]; then
+  # shellcheck disable=SC1091
+  source scripts/services.sh
+  start_databases
+  trap stop_services EXIT
+fi
+.venv/bin/python -m bench.run "$@"

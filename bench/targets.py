@@ -88,6 +88,7 @@ def _env() -> dict[str, str]:
 
 
 GATEWAY_CONFIG = """\
+{top}
 log_level = "warning"
 default_provider = ""
 unrouted = "hide"
@@ -97,6 +98,7 @@ host = "127.0.0.1"
 port = {port}
 max_in_flight = 1000000
 access_log = false
+workers = {workers}
 
 [[providers]]
 name = "fake-anthropic"
@@ -127,11 +129,25 @@ def _cli(args: list[str], config: Path, data_dir: Path) -> dict[str, object]:
     return answer
 
 
-def start_modelgate(upstream_port: int, workdir: Path) -> Target:
+def start_modelgate(
+    upstream_port: int,
+    workdir: Path,
+    *,
+    name: str = "modelgate",
+    workers: int = 1,
+    cores: str = str(GATEWAY_CORE),
+    database_url: str | None = None,
+    redis_url: str | None = None,
+) -> Target:
+    """The gateway with ``workers`` serving processes pinned to ``cores``; SQLite in a temp data
+    dir unless ``database_url`` (then ``redis_url`` shares the rate-limit windows)."""
     port = free_port()
-    data_dir = workdir / "modelgate-data"
-    config = workdir / "modelgate.toml"
-    config.write_text(GATEWAY_CONFIG.format(port=port, upstream=upstream_port))
+    data_dir = workdir / f"{name}-data"
+    config = workdir / f"{name}.toml"
+    top = [f'database_url = "{database_url}"'] if database_url else []
+    top += [f'redis_url = "{redis_url}"'] if redis_url else []
+    text = GATEWAY_CONFIG.format(top="\n".join(top), port=port, upstream=upstream_port, workers=workers)
+    config.write_text(text)
     _cli(["accounts", "create", "bench", "--credits", "1000000000"], config, data_dir)
     keys = {}
     for family, group in (("aria", "Pro"), ("nova", "Nova")):
@@ -141,9 +157,11 @@ def start_modelgate(upstream_port: int, workdir: Path) -> Target:
         keys[family] = str(issued["secret"])
     cmd = [sys.executable, "-m", "modelgate", "serve", "--config", str(config)]
     cmd += ["--data-dir", str(data_dir), "--no-bootstrap"]
-    proc = Proc("modelgate", pinned(cmd, GATEWAY_CORE), env=_env(), log=workdir / "modelgate.log")
+    proc = Proc(name, pinned(cmd, cores), env=_env(), log=workdir / f"{name}.log")
     proc.wait_http(f"http://127.0.0.1:{port}/healthz", 30)
-    return Target("modelgate", proc, port, endpoints(keys))
+    if workers > 1:
+        proc.wait_workers(f"http://127.0.0.1:{port}/health", workers, 60)
+    return Target(name, proc, port, endpoints(keys))
 
 
 # --- LiteLLM -------------------------------------------------------------------------------------

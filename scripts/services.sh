@@ -3,8 +3,9 @@
 # headless Chromium for the dashboard's browser test and Debian's Prometheus for the metrics test
 # (exported as MODELGATE_TEST_PROMETHEUS).
 #
-#   start_services   initdb + pg_ctl on a temp dir and a loopback port, redis-server on another;
-#                    exports MODELGATE_TEST_DATABASE_URL, MODELGATE_TEST_REDIS_URL and
+#   start_services   initdb + pg_ctl on a temp dir and a loopback port, redis-server on another
+#                    (start_databases: those two alone), Chromium and Prometheus; exports
+#                    MODELGATE_TEST_DATABASE_URL, MODELGATE_TEST_REDIS_URL and
 #                    MODELGATE_TEST_REDIS_SERVER (the binary, for tests that stop and restart a Redis)
 #   stop_services    stops both and removes the temp dir
 #
@@ -132,6 +133,11 @@ _mg_svc_ensure_prometheus() {
 start_services() {
     _mg_svc_ensure_chromium
     _mg_svc_ensure_prometheus
+    start_databases
+}
+
+# PostgreSQL and Redis only (what `make bench ARGS="--store postgresql"` needs).
+start_databases() {
     if [ -n "${MODELGATE_TEST_DATABASE_URL:-}" ] && [ -n "${MODELGATE_TEST_REDIS_URL:-}" ]; then
         _mg_svc_log "using the PostgreSQL and Redis named by MODELGATE_TEST_DATABASE_URL / MODELGATE_TEST_REDIS_URL"
         export MODELGATE_TEST_REDIS_SERVER="${MODELGATE_TEST_REDIS_SERVER:-$(command -v redis-server || true)}"

@@ -75,7 +75,7 @@ class ServerConfig(_Section):
     @classmethod
     def _check_workers(cls, value: int | str) -> int | str:
         if isinstance(value, int) and not 1 <= value <= MAX_WORKERS:
-            raise ValueError(f"must be between 1 and {MAX_WORKERS}, or \"auto\"")
+            raise ValueError(f'must be between 1 and {MAX_WORKERS}, or "auto"')
         return value
 
     @property

@@ -3,16 +3,14 @@
 Every instance holds an asyncpg pool; every ledger operation is one transaction whose checks and
 writes are serialised by row locks, so the invariants of ``storage.base`` hold across instances:
 
-- ``reserve`` locks the account row (``SELECT … FOR UPDATE``) and then the key's month-spend row,
-  computes what is affordable from the locked values and writes the hold before committing. Two
-  instances reserving against one account queue on the account row; nothing is read and then
-  written without a lock.
-- ``settle``/``release`` claim the reservation with ``DELETE … RETURNING`` (a reservation row lives
-  only while its request is in flight; the usage record is the permanent trace): of two concurrent
-  attempts (a request finishing while a sweeper on another instance releases it) exactly one sees
-  the row, the other changes nothing. The returned row (key, account, month, amount, endpoint,
-  model, start) is what gets charged and recorded. Lock order is always reservation → account →
-  month spend, and reserve takes account → month spend, so they cannot deadlock.
+- Reserves, settles and releases are group-committed (``storage.postgres_ledger``): what the
+  instance has ready together runs as one call of the ``modelgate_ledger`` function (migration
+  0005), which locks the reservations being finished, then the accounts, then the key-months, each
+  in sorted order, and applies the rules of ``storage.base`` to the locked rows. Instances
+  reserving against the same account queue on its row; no batch can deadlock another. A
+  settlement claims its reservation with ``DELETE … RETURNING``: of a settle, a replay and a
+  sweeper on another instance exactly one sees the row. The returned row (key, account, month,
+  amount, endpoint, model, start) is what gets charged and recorded.
 - Key versions come from a sequence. A sequence alone hands out numbers in call order but
   transactions commit in any order: a poller that saw version 7 could miss a version 6 committed
   just after. Key writers therefore hold a transaction-scoped advisory lock from ``nextval`` to
@@ -50,9 +48,8 @@ from modelgate.storage.base import (
     StorageError,
     UsageRecord,
     UsageSummary,
-    decide_charge,
-    decide_hold,
 )
+from modelgate.storage.postgres_ledger import LedgerBatches
 from modelgate.storage.postgres_reports import PostgresReports
 from modelgate.storage.postgres_responses import PostgresResponses
 from modelgate.storage.postgres_tokens import PostgresAdminTokens
@@ -82,7 +79,8 @@ class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
         # before the server's loop runs).
         self._pool: Any = None
         self._pool_lock = asyncio.Lock()
-        self._ledger_observer: LedgerObserver | None = None
+        #: Reserves, settles and releases, group-committed (``storage.postgres_ledger``).
+        self._ledger = LedgerBatches(self._get_pool)
 
     # plumbing -----------------------------------------------------------------------------
 
@@ -331,121 +329,13 @@ class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
     # ledger -------------------------------------------------------------------------------
 
     async def reserve(self, request: ReserveRequest) -> Reservation | Refusal:
-        r = request
-        async with self._ledger_tx() as conn:
-            row = await conn.fetchrow(
-                "SELECT a.balance_uc - a.reserved_uc, k.monthly_cap_uc FROM accounts a, api_keys k "
-                "WHERE a.id = $1 AND k.id = $2 FOR UPDATE OF a",
-                r.account_id,
-                r.key_id,
-            )
-            if row is None:
-                return Refusal("balance", 0)
-            balance_free, cap = int(row[0]), row[1]
-            spend_sql = "SELECT spent_uc, reserved_uc FROM key_month_spend WHERE key_id = $1 AND month = $2 FOR UPDATE"
-            spend = await conn.fetchrow(spend_sql, r.key_id, r.month)
-            if spend is None:  # first request of the month
-                await conn.execute(
-                    "INSERT INTO key_month_spend (key_id, month) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-                    r.key_id,
-                    r.month,
-                )
-                spend = await conn.fetchrow(spend_sql, r.key_id, r.month)
-            decision = decide_hold(r, balance_free, cap, int(spend[0]) + int(spend[1]))
-            if isinstance(decision, Refusal):
-                return decision
-            granted = decision.granted_uc
-            await conn.execute(
-                "WITH hold AS (INSERT INTO reservations (request_id, key_id, account_id, month, amount_uc, "
-                "created_at, expires_at, endpoint, model) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)), "
-                "acct AS (UPDATE accounts SET reserved_uc = reserved_uc + $5 WHERE id = $3) "
-                "UPDATE key_month_spend SET reserved_uc = reserved_uc + $5 WHERE key_id = $2 AND month = $4",
-                r.request_id,
-                r.key_id,
-                r.account_id,
-                r.month,
-                granted,
-                r.now,
-                r.expires_at,
-                r.endpoint,
-                r.model,
-            )
-            return decision
+        return await self._ledger.reserve(request)
 
     async def settle(self, usage: UsageRecord) -> Settlement:
-        return await self._finish(usage, True)
+        return await self._ledger.finish(usage, charge=True)
 
     async def release(self, usage: UsageRecord) -> Settlement:
-        return await self._finish(usage, False)
-
-    async def _finish(self, usage: UsageRecord, charge: bool) -> Settlement:
-        async with self._ledger_tx() as conn:
-            held = await conn.fetchrow(
-                "DELETE FROM reservations WHERE request_id = $1 "
-                "RETURNING amount_uc, month, key_id, account_id, endpoint, model, created_at",
-                usage.request_id,
-            )
-            if held is None:  # unknown, or already settled or released: nothing changes
-                return Settlement(
-                    False, 0, *await self._remaining(conn, usage.account_id, usage.key_id, usage.month)
-                )
-            amount, month, key_id, account_id = int(held[0]), held[1], held[2], int(held[3])
-            # A true upper bound was reserved, so the real cost fits; should an upstream ever report
-            # more, only what is free is charged beyond the hold (a cap or balance is never
-            # overshot). The reservation is the authority on whose money and which month this is.
-            charged = shortfall = 0
-            if charge:
-                cost = usage.charged_uc
-                free = await self._remaining(conn, account_id, key_id, month) if cost > amount else (0, None)
-                charged, shortfall = decide_charge(cost, amount, *free)
-            usage.charged_uc = charged
-            usage.shortfall_uc = shortfall
-            usage.month = month
-            usage.key_id = key_id
-            usage.account_id = account_id
-            usage.endpoint, usage.model, usage.created_at = held[4], held[5], float(held[6])
-            row = await conn.fetchrow(
-                "WITH acct AS (UPDATE accounts SET reserved_uc = reserved_uc - $1, balance_uc = balance_uc - $2 "
-                "WHERE id = $3 RETURNING balance_uc - reserved_uc AS available), "
-                "spend AS (UPDATE key_month_spend SET reserved_uc = reserved_uc - $1, spent_uc = spent_uc + $2 "
-                "WHERE key_id = $4 AND month = $5 RETURNING spent_uc + reserved_uc AS used), "
-                f"rec AS (INSERT INTO usage_records ({_USAGE_COLUMNS}) "
-                "VALUES ($6, $4, $3, $7, $8, $5, $9, $10, $11, $12, $13, $14, $15, $2, $16)) "
-                "SELECT (SELECT available FROM acct), (SELECT used FROM spend), "
-                "(SELECT monthly_cap_uc FROM api_keys WHERE id = $4)",
-                amount,
-                charged,
-                account_id,
-                key_id,
-                month,
-                usage.request_id,
-                usage.endpoint,
-                usage.model,
-                usage.status,
-                usage.created_at,
-                usage.finished_at,
-                usage.input_tokens,
-                usage.output_tokens,
-                usage.cache_creation_tokens,
-                usage.cache_read_tokens,
-                shortfall,
-            )
-            available, used, cap = row[0], row[1], row[2]
-            cap_left = None if cap is None else max(0, cap - (used or 0))
-            return Settlement(True, charged, int(available or 0), cap_left)
-
-    @staticmethod
-    async def _remaining(conn: Any, account_id: int, key_id: str, month: str) -> tuple[int, int | None]:
-        row = await conn.fetchrow(
-            "SELECT (SELECT balance_uc - reserved_uc FROM accounts WHERE id = $1), "
-            "(SELECT monthly_cap_uc FROM api_keys WHERE id = $2), "
-            "(SELECT spent_uc + reserved_uc FROM key_month_spend WHERE key_id = $2 AND month = $3)",
-            account_id,
-            key_id,
-            month,
-        )
-        balance, cap, used = row[0], row[1], row[2]
-        return int(balance or 0), (None if cap is None else max(0, cap - (used or 0)))
+        return await self._ledger.finish(usage, charge=False)
 
     async def expired_reservations(self, now: float, limit: int = 100) -> list[tuple[str, str, int, str]]:
         async with self._conn() as conn:
@@ -476,18 +366,7 @@ class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
         return int(row[0]), None if row[1] is None else float(row[1])
 
     def observe_ledger(self, observer: LedgerObserver | None) -> None:
-        self._ledger_observer = observer
-
-    @asynccontextmanager
-    async def _ledger_tx(self) -> AsyncIterator[Any]:
-        """A ledger write transaction (one reserve, settle or release), timed for the observer."""
-        began = time.perf_counter()
-        try:
-            async with self._tx() as conn:
-                yield conn
-        finally:
-            if self._ledger_observer is not None:
-                self._ledger_observer.ledger_committed(time.perf_counter() - began, 1)
+        self._ledger.observer = observer
 
     # usage --------------------------------------------------------------------------------
 

@@ -1,0 +1,168 @@
+"""PostgreSQL ledger writes that an instance has ready together share one transaction
+(storage.postgres_ledger), and sharing never changes an outcome: each operation still succeeds or
+fails alone, a replay applies once, and batches of several instances racing for the same rows
+never deadlock."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from modelgate.storage.base import Conflict, NewKey, Refusal, Reservation, ReserveRequest, UsageRecord
+from modelgate.storage.postgres import PostgresStore
+from tests.storage.engines import fresh_database
+
+MONTH = "2026-11"
+
+
+@pytest.fixture
+async def url() -> AsyncIterator[str]:
+    async with fresh_database("mggroup") as database:
+        yield database
+
+
+async def _store(url: str, accounts: int = 1) -> tuple[PostgresStore, list[int]]:
+    store = PostgresStore(url)
+    await store.migrate()
+    ids = []
+    for a in range(accounts):
+        account = await store.create_account(f"a{a}", 1_000_000, time.time())
+        ids.append(account.id)
+        key = NewKey(
+            f"key_{a}", account.id, "", "Basic", 60, None, None, bytes([a]) * 32, "sk-cs4-abcd", "wxyz"
+        )
+        await store.create_key(key, time.time())
+    return store, ids
+
+
+def _hold(account_id: int, request_id: str, amount: int = 1_000, key: str | None = None) -> ReserveRequest:
+    now = time.time()
+    key_id = key or f"key_{account_id - 1}"
+    return ReserveRequest(request_id, key_id, account_id, MONTH, amount, 1, now, now + 60)
+
+
+def _usage(account_id: int, request_id: str, charged: int) -> UsageRecord:
+    now = time.time()
+    return UsageRecord(
+        request_id,
+        f"key_{account_id - 1}",
+        account_id,
+        "chat",
+        "m",
+        MONTH,
+        "ok",
+        now,
+        now,
+        1,
+        1,
+        0,
+        0,
+        charged,
+    )
+
+
+async def _next_xid(url: str) -> int:
+    """The next transaction id PostgreSQL will hand out (reading it assigns none)."""
+    conn = await asyncpg.connect(url)
+    try:
+        return int(await conn.fetchval("SELECT pg_snapshot_xmax(pg_current_snapshot())::text"))
+    finally:
+        await conn.close()
+
+
+async def test_concurrent_writes_commit_once_and_a_failing_one_fails_alone(url: str) -> None:
+    store, (account_id,) = await _store(url)
+    await store.reserve(_hold(account_id, "req_first"))
+    before = await _next_xid(url)
+    outcomes = await asyncio.gather(
+        *(store.reserve(_hold(account_id, f"req_{i}")) for i in range(20)),
+        store.reserve(_hold(account_id, "req_first")),  # a duplicate request id
+        store.settle(_usage(account_id, "req_first", 300)),
+        return_exceptions=True,
+    )
+    # 22 writes, one transaction (the first batch leaves alone; what follows it shares at most a few).
+    assert await _next_xid(url) - before <= 2
+    assert all(isinstance(o, Reservation) and o.granted_uc == 1_000 for o in outcomes[:20])
+    assert isinstance(outcomes[20], Conflict)
+    assert outcomes[21].applied and outcomes[21].charged_uc == 300  # type: ignore[union-attr]
+    account = await store.get_account(account_id)
+    assert account is not None and account.reserved_uc == 20_000 and account.balance_uc == 1_000_000 - 300
+    assert await store.pending_reservations() == 20
+    assert await store.month_spend(f"key_{account_id - 1}", MONTH) == (300, 20_000)
+    await store.close()
+
+
+async def test_operations_of_one_batch_see_the_ones_before_them(url: str) -> None:
+    store, (account_id,) = await _store(url)
+    # 1,000,000 µc free: the first three holds fit whole, the fourth gets the rest, the fifth nothing.
+    outcomes = await asyncio.gather(
+        *(store.reserve(_hold(account_id, f"req_{i}", 300_000)) for i in range(5))
+    )
+    assert [o.granted_uc for o in outcomes[:4]] == [300_000, 300_000, 300_000, 100_000]  # type: ignore[union-attr]
+    assert outcomes[4] == Refusal("balance", 0)
+    await store.close()
+
+
+async def test_a_replayed_settle_in_the_same_batch_applies_once(url: str) -> None:
+    store, (account_id,) = await _store(url)
+    await store.reserve(_hold(account_id, "req_1"))
+    first, replay, release = await asyncio.gather(
+        store.settle(_usage(account_id, "req_1", 400)),
+        store.settle(_usage(account_id, "req_1", 400)),
+        store.release(_usage(account_id, "req_1", 0)),
+    )
+    assert (first.applied, replay.applied, release.applied) == (True, False, False)
+    account = await store.get_account(account_id)
+    assert account is not None and account.balance_uc == 1_000_000 - 400 and account.reserved_uc == 0
+    summary = await store.usage_summary(MONTH, account_id=account_id)
+    assert summary.requests == 1 and summary.charged_uc == 400
+    await store.close()
+
+
+async def test_a_write_cancelled_before_its_batch_leaves_is_never_applied(url: str) -> None:
+    store, (account_id,) = await _store(url)
+    kept = asyncio.ensure_future(store.reserve(_hold(account_id, "req_kept")))
+    dropped = asyncio.ensure_future(store.reserve(_hold(account_id, "req_dropped")))
+    await asyncio.sleep(0)  # both are queued for the next turn's batch
+    dropped.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await dropped
+    assert isinstance(await kept, Reservation)
+    assert await store.pending_reservations() == 1
+    await store.close()
+
+
+async def test_batches_of_several_instances_crossing_accounts_never_deadlock(url: str) -> None:
+    """Three instances, each sending batches that touch five accounts in shuffled orders, with
+    settles and releases mixed in: every operation completes, and the money adds up."""
+    first, ids = await _store(url, accounts=5)
+    stores = [first, PostgresStore(url), PostgresStore(url)]
+    rng = random.Random(3)
+
+    async def instance(s: int) -> None:
+        store = stores[s]
+        for round_ in range(15):
+            order = ids[:]
+            rng.shuffle(order)
+            held = [f"req_{s}_{round_}_{a}" for a in order]
+            await asyncio.gather(*(store.reserve(_hold(a, r, 500)) for a, r in zip(order, held, strict=True)))
+            await asyncio.gather(
+                *(
+                    store.settle(_usage(a, r, 200)) if i % 2 else store.release(_usage(a, r, 0))
+                    for i, (a, r) in enumerate(zip(order, held, strict=True))
+                )
+            )
+
+    await asyncio.wait_for(asyncio.gather(*(instance(s) for s in range(3))), timeout=60)
+    for account_id in ids:
+        account = await first.get_account(account_id)
+        summary = await first.usage_summary(MONTH, account_id=account_id)
+        assert account is not None and account.reserved_uc == 0
+        assert summary.requests == 45 and account.balance_uc == 1_000_000 - summary.charged_uc
+    for store in stores:
+        await store.close()
