@@ -40,8 +40,10 @@ async def _race(cluster: Cluster, secrets: list[str], account_id: int) -> dict[s
 
         async def one(i: int) -> httpx.Response:
             async with gate:
-                server = cluster[i % 3]  # round robin over the instances
-                return await post_chat(client, server, secrets[i % len(secrets)], max_tokens=1000)
+                # Round robin over the instances, and on each over the keys: every instance's
+                # group-committed batch holds requests of the capped key and of the free ones.
+                server = cluster[i % 3]
+                return await post_chat(client, server, secrets[(i // 3) % len(secrets)], max_tokens=1000)
 
         async def top_ups() -> None:
             for i in range(3):  # operators top up on every instance while the race runs

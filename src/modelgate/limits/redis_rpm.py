@@ -5,7 +5,8 @@ admissions lie in ``(now - 60, now]``; refused with the wait until the entry at 
 leaves the window; refusals log nothing), kept in one sorted set per key: members are admissions,
 scores their times. Times are the ``now`` the gateway passes (its clock), never Redis's, so an
 injected clock drives the shared window exactly as it drives the in-process one. One Lua script
-trims, counts and admits atomically, so N instances admitting at once cannot overshoot.
+trims, counts and admits atomically, so N instances admitting at once cannot overshoot. The
+admissions of one event-loop turn travel to Redis together (``limits.redis_batch``).
 
 Redis is never in the money path, and a dead or slow Redis must not fail or slow requests:
 
@@ -37,6 +38,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from modelgate.limits.redis_batch import ScriptBatches
 from modelgate.limits.rpm import WINDOW_SECONDS, Decision, RollingWindowLimiter
 
 log = logging.getLogger("modelgate.limits")
@@ -94,7 +96,8 @@ class RedisRateLimiter:
         prefix: str = "modelgate:rpm:",
     ) -> None:
         self._redis = redis_client(url, timeout)
-        self._script = self._redis.register_script(_ADMIT)
+        #: Admissions of one loop turn go to Redis as one write (``limits.redis_batch``).
+        self._admissions = ScriptBatches(self._redis.connection_pool, _ADMIT, timeout)
         self._window = window
         self._timeout = timeout
         self._cooldown = cooldown
@@ -149,8 +152,7 @@ class RedisRateLimiter:
     async def _admit_shared(self, key_id: str, limit: int, now: float) -> Decision:
         member = f"{now!r}:{secrets.token_hex(6)}"
         args: list[str | int] = [repr(now), repr(now - self._window), repr(self._window), limit, member]
-        async with asyncio.timeout(self._timeout):
-            admitted, remaining, score = await self._script(keys=[self._prefix + key_id], args=args)
+        admitted, remaining, score = await self._admissions.call([self._prefix + key_id], args)
         entry = float(score)
         if not admitted:
             return Decision(False, limit, 0, self.local.seconds_until_out(entry, now))
@@ -184,6 +186,7 @@ class RedisRateLimiter:
         self._probing = False
 
     async def aclose(self) -> None:
+        await self._admissions.aclose()
         await self._redis.aclose()
 
 

@@ -13,10 +13,10 @@ Nothing is weakened (the semantics are those of ``storage.base``):
   and runs the operations one after another in submission order, each seeing the ones before;
 - settling claims the reservation with ``DELETE … RETURNING`` as before: of a settle, a replay
   and a sweeper racing (in any batches, on any instances) exactly one applies;
-- an operation's outcome reaches its caller only after the batch's transaction committed; an
-  operation that fails alone (a duplicate request id) is reported as a ``Conflict`` to its caller
-  only, without failing the others. Should the whole statement fail on a constraint (a race the
-  function's checks cannot see), each operation is retried alone, so only its own caller sees it.
+- an operation's outcome reaches its caller only after the batch's transaction committed. One
+  that breaks a constraint (a duplicate request id) fails the whole statement, which changes
+  nothing; each operation of that batch is then sent alone, so only the culprit's caller gets the
+  ``Conflict`` and the others their outcomes.
 - A caller that is cancelled before its batch leaves is taken out of it.
 """
 
@@ -79,8 +79,6 @@ def _columns(batch: list[_Op]) -> list[list[Any]]:
 
 def _outcome(op: _Op, row: Any) -> Any:
     outcome = row["outcome"]
-    if outcome == "conflict":
-        return Conflict(f"request id already used: {(op.reserve or op.usage).request_id}")  # type: ignore[union-attr]
     if op.reserve is not None:
         if outcome == "granted":
             return Reservation(
