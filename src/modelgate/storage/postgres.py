@@ -71,6 +71,13 @@ def _key(row: Sequence[Any]) -> KeyRecord:
     return rows.key_record(row, tuple(row[5]) if row[5] is not None else None)
 
 
+async def _nothing_to_reset(conn: Any) -> None:
+    """What a connection back in the pool needs beyond asyncpg's own clean-up (which rolls back an
+    open transaction): nothing. The store leaves no session state behind (no LISTEN, SET or
+    cursor; advisory locks are transaction-scoped, the migrations' session lock is released in a
+    ``finally``), and asyncpg's default reset would cost a round trip on every release."""
+
+
 class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
     def __init__(self, url: str, *, pool_max_size: int = POOL_MAX_SIZE) -> None:
         self.url = url
@@ -93,6 +100,7 @@ class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
                         min_size=1,
                         max_size=self._pool_max_size,
                         command_timeout=COMMAND_TIMEOUT_SECONDS,
+                        reset=_nothing_to_reset,
                     )
         return self._pool
 

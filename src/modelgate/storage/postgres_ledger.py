@@ -8,9 +8,10 @@ the next one, so the busier the instance the larger its batches.
 
 Nothing is weakened (the semantics are those of ``storage.base``):
 
-- the function locks what a batch touches in one fixed order (reservations being finished, then
-  accounts, then key-months, each sorted), so batches of any number of instances never deadlock,
-  and runs the operations one after another in submission order, each seeing the ones before;
+- a batch first takes an advisory lock on each reservation it finishes, account and key-month it
+  touches, all in one global order (``_locks``, sorted), so batches touching the same rows queue
+  and batches of any number of instances never deadlock; then the function runs the operations
+  one after another in submission order, each seeing the ones before;
 - settling claims the reservation with ``DELETE … RETURNING`` as before: of a settle, a replay
   and a sweeper racing (in any batches, on any instances) exactly one applies;
 - an operation's outcome reaches its caller only after the batch's transaction committed. One
@@ -23,11 +24,13 @@ Nothing is weakened (the semantics are those of ``storage.base``):
 from __future__ import annotations
 
 import asyncio
+import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
+import orjson
 
 from modelgate.storage.base import (
     Conflict,
@@ -43,9 +46,9 @@ from modelgate.storage.base import (
 MAX_BATCHES_IN_FLIGHT = 4
 #: Operations in one batch at most (a larger queue leaves in several).
 MAX_BATCH = 256
-_CALL = (
-    "SELECT * FROM modelgate_ledger($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)"
-)
+_CALL = "SELECT * FROM modelgate_ledger($1::jsonb, $2::jsonb)"
+#: Advisory lock classes, in the order a batch takes them (migration 0005).
+RESERVATION, ACCOUNT, KEY_MONTH = 1, 2, 3
 
 
 @dataclass(slots=True)
@@ -56,25 +59,67 @@ class _Op:
     done: asyncio.Future[Any] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
-def _columns(batch: list[_Op]) -> list[list[Any]]:
-    cols: list[list[Any]] = [[] for _ in range(16)]
+def _arguments(batch: list[_Op]) -> tuple[str, str]:
+    """The function's two arguments: the operations and the locks, as JSON (one text parameter
+    each: far cheaper for the driver to send than a column of parameters per field)."""
+    ops: list[dict[str, Any]] = []
     for op in batch:
         r, u = op.reserve, op.usage
         if r is not None:
-            row = [
-                "r", r.request_id, r.key_id, r.account_id, r.month, r.amount_uc, r.minimum_uc, r.now,
-                r.expires_at, r.endpoint, r.model, None, 0, 0, 0, 0,
-            ]  # fmt: skip
+            ops.append(
+                {
+                    "kind": "r",
+                    "request_id": r.request_id,
+                    "key_id": r.key_id,
+                    "account_id": r.account_id,
+                    "month": r.month,
+                    "amount": r.amount_uc,
+                    "minimum": r.minimum_uc,
+                    "at": r.now,
+                    "expires": r.expires_at,
+                    "endpoint": r.endpoint,
+                    "model": r.model,
+                }
+            )
         else:
             assert u is not None
-            row = [
-                op.kind, u.request_id, u.key_id, u.account_id, u.month, u.charged_uc, 0, u.finished_at,
-                0.0, None, None, u.status, u.input_tokens, u.output_tokens, u.cache_creation_tokens,
-                u.cache_read_tokens,
-            ]  # fmt: skip
-        for column, value in zip(cols, row, strict=True):
-            column.append(value)
-    return cols
+            ops.append(
+                {
+                    "kind": op.kind,
+                    "request_id": u.request_id,
+                    "key_id": u.key_id,
+                    "account_id": u.account_id,
+                    "month": u.month,
+                    "amount": u.charged_uc,
+                    "at": u.finished_at,
+                    "status": u.status,
+                    "input_tokens": u.input_tokens,
+                    "output_tokens": u.output_tokens,
+                    "cache_creation_tokens": u.cache_creation_tokens,
+                    "cache_read_tokens": u.cache_read_tokens,
+                }
+            )
+    locks = [{"c": c, "k": k} for c, k in sorted(_locks(batch))]
+    return orjson.dumps(ops).decode(), orjson.dumps(locks).decode()
+
+
+def _lock_key(text: str) -> int:
+    """A stable 32-bit advisory lock key for a text id (collisions only serialise more)."""
+    return zlib.crc32(text.encode()) - 2**31
+
+
+def _locks(batch: list[_Op]) -> set[tuple[int, int]]:
+    """(class, key) of every advisory lock the batch takes. A settlement's account and key-month
+    are those its request reserved under (the reservation row is the authority and says the same)."""
+    locks: set[tuple[int, int]] = set()
+    for op in batch:
+        subject = op.reserve or op.usage
+        assert subject is not None
+        if op.usage is not None:
+            locks.add((RESERVATION, _lock_key(subject.request_id)))
+        locks.add((ACCOUNT, subject.account_id % 2**31))
+        locks.add((KEY_MONTH, _lock_key(f"{subject.key_id}/{subject.month}")))
+    return locks
 
 
 def _outcome(op: _Op, row: Any) -> Any:
@@ -160,7 +205,7 @@ class LedgerBatches:
     async def _call(self, batch: list[_Op]) -> list[Any]:
         pool = await self._pool()
         async with pool.acquire() as conn:
-            rows: list[Any] = await conn.fetch(_CALL, *_columns(batch))
+            rows: list[Any] = await conn.fetch(_CALL, *_arguments(batch))
         return rows
 
 
