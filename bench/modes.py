@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
 from bench import load as lg
-from bench.procs import tree, tree_cpu_ns
+from bench.procs import cpu_ns, tree, tree_cpu_ns
 from bench.targets import Target, start_modelgate
 
 MARKER = b"w0000"
@@ -47,9 +47,17 @@ class Part:
     cpu: Callable[[], int]
 
 
-def parts_of(target: Target, services: dict[str, int] | None = None) -> list[Part]:
+def parts_of(target: Target, services: dict[str, int] | None = None, *, workers: bool = False) -> list[Part]:
+    """The gateway's process tree (with ``workers``: the supervising parent and its workers
+    apart), then each service's."""
     pid = target.proc.pid
-    parts = [Part("gateway", lambda: tree_cpu_ns(pid))]
+    if workers:
+        parts = [
+            Part("supervisor", lambda: cpu_ns([pid])),
+            Part("workers", lambda: tree_cpu_ns(pid) - cpu_ns([pid])),
+        ]
+    else:
+        parts = [Part("gateway", lambda: tree_cpu_ns(pid))]
     for name, service_pid in (services or {}).items():
         parts.append(Part(name, lambda p=service_pid: tree_cpu_ns(p)))  # type: ignore[misc]
     return parts

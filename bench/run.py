@@ -371,14 +371,21 @@ async def main_async(args: argparse.Namespace) -> None:
                 finally:
                     target.stop()
             for workers in args.workers:
-                cores = ",".join(str(c) for c in range(min(workers, os.cpu_count() or 1)))
+                cores = args.worker_cores or ",".join(
+                    str(c) for c in range(min(workers, os.cpu_count() or 1))
+                )
                 print(f"starting modelgate --workers {workers} on cores {cores} ...")
                 target = start_modelgate(
                     upstream.port, workdir, name=f"modelgate-w{workers}", workers=workers, cores=cores
                 )
                 try:
                     modes[f"workers {workers}"] = await bench_mode(
-                        f"workers {workers}", target, parts_of(target), upstream, args.seconds, args.endpoints
+                        f"workers {workers}",
+                        target,
+                        parts_of(target, workers=True),
+                        upstream,
+                        args.seconds,
+                        args.endpoints,
                     )
                 finally:
                     target.stop()
@@ -460,6 +467,10 @@ def main() -> None:
         type=int,
         default=[],
         help="also measure `serve --workers N` on SQLite (bench/modes.py), e.g. --workers 2",
+    )
+    parser.add_argument(
+        "--worker-cores",
+        help="cores for --workers (taskset list, e.g. 0); default 0..N-1, shared with the load on a 2-core machine",
     )
     parser.add_argument(
         "--store",
