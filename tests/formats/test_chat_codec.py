@@ -18,6 +18,7 @@ from modelgate.formats.chat import response as chat_response
 from modelgate.formats.chat import stream as chat_stream
 from modelgate.formats.chat import tap as chat_tap
 from modelgate.formats.messages import request as messages_request
+from modelgate.formats.passthrough import DEFERRED_CHARS
 from modelgate.formats.sse import SSEParser
 
 
@@ -758,3 +759,17 @@ def test_tap_records_in_band_error() -> None:
     )
     assert tap.feed(raw) == raw
     assert tap.error == ir.StreamError("overloaded", "busy") and not tap.finished
+
+
+def test_tap_counts_deferred_deltas_exactly_across_folds() -> None:
+    """Deltas wait uncounted until the estimate is read or DEFERRED_CHARS of text wait; either
+    way the estimate is the sum of the per-delta estimates."""
+    pieces = [f"word{i} " * (i % 7 + 1) for i in range(3_000)]  # far more than DEFERRED_CHARS
+    tap = chat_tap.StreamTap("gpt-5.1", "gpt-5.1", DELTA_ESTIMATOR)
+    for piece in pieces[:1_500]:
+        tap.feed(chunk({"content": piece}))
+    assert tap.output_tokens == sum(text_tokens(p) for p in pieces[:1_500])
+    for piece in pieces[1_500:]:
+        tap.feed(chunk({"content": piece}))
+    assert tap.output_tokens == sum(text_tokens(p) for p in pieces)
+    assert sum(len(p) for p in pieces) > 3 * DEFERRED_CHARS

@@ -66,11 +66,14 @@ class StreamTap(Protocol):
     #: An in-band error the upstream sent (already relayed to the client).
     error: ir.StreamError | None
     malformed: bool
-    #: Output tokens relayed so far, estimated per delta; exact for the simulator.
-    output_tokens: int
     #: The upstream's final response object (model id as the upstream sent it), once its final
     #: event passed, for formats whose responses can be fetched again (Responses); else None.
     completed: Json | None
+
+    @property
+    def output_tokens(self) -> int:
+        """Output tokens relayed so far, estimated per delta; exact for the simulator."""
+        ...
 
     def feed(self, chunk: bytes) -> bytes: ...
     def finish(self) -> bytes: ...

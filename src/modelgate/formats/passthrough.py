@@ -21,6 +21,8 @@ from modelgate.formats.sse import EventBuffer, frame, model_rewrites
 
 #: ``_event`` may return this to drop the event (the Chat usage chunk the client did not ask for).
 DROP = b""
+#: Characters of delta text a tap holds uncounted (``PassthroughTap._delta``).
+DEFERRED_CHARS = 16_384
 
 
 def event_data(block: bytes) -> bytes:
@@ -42,15 +44,17 @@ class PassthroughTap:
     ``_rewrite`` (the model-id rewrite of forwarded bytes)."""
 
     __slots__ = (
+        "_counted",
+        "_deltas",
         "_estimate",
         "_events",
+        "_held",
         "_redact",
         "_rewrites",
         "completed",
         "error",
         "finished",
         "malformed",
-        "output_tokens",
         "stop_reason",
         "usage",
     )
@@ -72,8 +76,33 @@ class PassthroughTap:
         self.finished = False
         self.error: ir.StreamError | None = None
         self.malformed = False
-        self.output_tokens = 0
         self.completed: Any = None
+        self._counted = 0
+        self._deltas: list[str] = []
+        self._held = 0
+
+    @property
+    def output_tokens(self) -> int:
+        """Output tokens relayed so far, estimated per delta (``formats.base.StreamTap``)."""
+        if self._deltas:
+            self._count_deltas()
+        return self._counted
+
+    def _delta(self, text: str) -> None:
+        """One delta of generated text. It is counted only if the estimate is read (the stream
+        ended without the upstream's usage: a disconnect, a cut) or once ``DEFERRED_CHARS`` wait:
+        most streams end with the upstream's usage and never need it, so their deltas cost an
+        append instead of a tokenizer pass each."""
+        self._deltas.append(text)
+        self._held += len(text)
+        if self._held > DEFERRED_CHARS:
+            self._count_deltas()
+
+    def _count_deltas(self) -> None:
+        estimate = self._estimate.text
+        self._counted += sum(estimate(text) for text in self._deltas)
+        self._deltas.clear()
+        self._held = 0
 
     def feed(self, chunk: bytes) -> bytes:
         if self.malformed:

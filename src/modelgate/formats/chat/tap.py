@@ -67,21 +67,26 @@ class StreamTap(PassthroughTap):
         for name in _TEXT_FIELDS:
             text = delta.get(name)
             if isinstance(text, str) and text:
-                self.output_tokens += self._estimate.text(text)
+                self._delta(text)
         calls = delta.get("tool_calls")
         if isinstance(calls, list):
             for call in calls:
                 function = call.get("function") if isinstance(call, dict) else None
                 arguments = function.get("arguments") if isinstance(function, dict) else None
                 if isinstance(arguments, str) and arguments:
-                    self.output_tokens += self._estimate.text(arguments)
+                    self._delta(arguments)
 
     def _done_marker(self) -> None:
         self.finished = True
 
     def _rewrite(self, out: bytes) -> bytes:
-        if self._strip_usage and b'"usage"' in out:
-            out = _USAGE_NULL.sub(b"", out)
+        if self._strip_usage:
+            # The compact form every known upstream writes, by plain replacement (valid JSON has
+            # only ``,`` ``}`` or space after ``null``, and quotes inside strings are escaped);
+            # any other spacing by the pattern.
+            out = out.replace(b',"usage":null', b"")
+            if b'"usage"' in out:
+                out = _USAGE_NULL.sub(b"", out)
         return super()._rewrite(out)
 
     def error_frame(self, err: GatewayError) -> bytes:

@@ -42,7 +42,7 @@ class StreamTap(PassthroughTap):
                 field = _DELTA_TEXT.get(str(delta.get("type")))
                 text = delta.get(field) if field is not None else None
                 if isinstance(text, str):
-                    self.output_tokens += self._estimate.text(text)
+                    self._delta(text)
         elif kind == "message_start":
             message = value.get("message")
             self.usage = decode_usage(message.get("usage") if isinstance(message, dict) else None)

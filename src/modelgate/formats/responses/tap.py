@@ -49,7 +49,7 @@ class StreamTap(PassthroughTap):
         if kind in _DELTA_TYPES:
             delta = value.get("delta")
             if isinstance(delta, str):
-                self.output_tokens += self._estimate.text(delta)
+                self._delta(delta)
             return block
         response = value.get("response")
         if self.response_id is None and isinstance(response, dict) and isinstance(response.get("id"), str):
