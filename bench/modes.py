@@ -18,6 +18,7 @@ over the same calls.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import os
 import secrets
@@ -59,16 +60,17 @@ def parts_of(target: Target, services: dict[str, int] | None = None, *, workers:
     else:
         parts = [Part("gateway", lambda: tree_cpu_ns(pid))]
     for name, service_pid in (services or {}).items():
-        parts.append(Part(name, lambda p=service_pid: tree_cpu_ns(p)))  # type: ignore[misc]
+        parts.append(Part(name, functools.partial(tree_cpu_ns, service_pid)))
     return parts
 
 
 async def _measured(
-    parts: list[Part], run: Callable[[Callable[[], int]], Any]
-) -> tuple[Any, dict[str, float]]:
-    """``run(total_cpu)`` and each part's share of the CPU spent meanwhile."""
+    parts: list[Part], make: Callable[[Callable[[], int]], lg.Load], concurrency: int, seconds: float
+) -> tuple[lg.Stats, dict[str, float]]:
+    """The load ``make(total_cpu)`` run at ``concurrency``, and each part's share of the CPU
+    spent meanwhile."""
     before = {p.name: p.cpu() for p in parts}
-    result = await run(lambda: sum(p.cpu() for p in parts))
+    (result,) = await lg.interleaved([make(lambda: sum(p.cpu() for p in parts))], concurrency, seconds)
     spent = {p.name: p.cpu() - before[p.name] for p in parts}
     total = sum(spent.values()) or 1
     return result, {name: value / total for name, value in spent.items()}
@@ -87,9 +89,7 @@ async def bench_mode(
     upstream.configure()
     for ep in eps:
         print(f"[mode {name}] {ep.name} whole c=16")
-        (st,), shares = await _measured(
-            parts, lambda cpu, ep=ep: lg.interleaved([load(ep, False, cpu)], 16, seconds)
-        )
+        st, shares = await _measured(parts, functools.partial(load, ep, False), 16, seconds)
         per_request = st.cpu_ns / 1000 / max(st.completed, 1)
         out["whole"][ep.name] = {
             "rps": st.rps,
@@ -103,9 +103,7 @@ async def bench_mode(
         per_stream: dict[int, tuple[float, dict[str, float]]] = {}
         for chunks in (50, 2):
             upstream.configure(chunks=chunks, delay_ms=2)
-            (st,), shares = await _measured(
-                parts, lambda cpu, ep=ep: lg.interleaved([load(ep, True, cpu)], 2, seconds)
-            )
+            st, shares = await _measured(parts, functools.partial(load, ep, True), 2, seconds)
             total = st.cpu_ns / 1000 / max(st.completed, 1)
             per_stream[chunks] = (total, {part: share * total for part, share in shares.items()})
         upstream.configure()

@@ -353,7 +353,7 @@ async def main_async(args: argparse.Namespace) -> None:
         floors: dict[str, Any] = {}
         modes: dict[str, Any] = {}
         try:
-            targets = [("modelgate", start_modelgate)]
+            targets: list[tuple[str, Callable[[int, Path], Target]]] = [("modelgate", start_modelgate)]
             if args.peer == "litellm":
                 targets.append(("litellm", start_litellm))
             for name, start in targets:

@@ -234,6 +234,16 @@ class Settings(_Section):
             raise ValueError(f"default_provider: {self.default_provider!r} is not a configured provider")
         return self
 
+    @model_validator(mode="after")
+    def _check_worker_metrics_ports(self) -> Settings:
+        last = self.metrics.port + self.server.worker_count - 1
+        if self.metrics.port and last > 65535:
+            raise ValueError(
+                f"metrics.port: with {self.server.worker_count} workers, worker i serves metrics on "
+                f"metrics.port + i, and {last} is not a port"
+            )
+        return self
+
     @property
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.data_dir / 'modelgate.db'}"

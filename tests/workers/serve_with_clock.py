@@ -8,15 +8,15 @@ from pathlib import Path
 
 from modelgate.cli.context import Options
 from modelgate.server.app import create_app
-from modelgate.server.runner import configure_logging
 from modelgate.server.supervisor import supervise
+from modelgate.telemetry.logs import configure_logging
 from tests.workers.clock import FileClock
 
 
 def main() -> int:
     config, data_dir, clock_file = (Path(arg) for arg in sys.argv[1:4])
     settings = Options(config, data_dir).settings()
-    configure_logging(settings)
+    configure_logging(settings.log_level, settings.log_format, requests=settings.request_log)
     return supervise(settings, create_app(settings), clock=FileClock(clock_file))
 
 

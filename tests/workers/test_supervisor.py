@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from modelgate.config import ConfigError, load_settings
+from tests.gateway_server import free_port
 from tests.hardening.process import assert_ledger_invariant, run
 from tests.hardening.test_shutdown import ask, headers, stream_ending
 from tests.workers.harness import WorkersGateway, pinned_clients
@@ -184,3 +185,49 @@ def test_workers_setting() -> None:
     for bad in ("0", "-2", "100000", "many"):
         with pytest.raises(ConfigError, match=r"server\.workers"):
             load_settings(None, environ={"MODELGATE_SERVER__WORKERS": bad})
+
+
+def _requests_total(port: int) -> float:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("modelgate_requests_total{")
+    )
+
+
+def test_each_worker_serves_its_own_metrics_port(tmp_path: Path) -> None:
+    port = free_port()
+    while not _port_free(port + 1):
+        port = free_port()
+    sections: dict[str, Any] = {"metrics": {"port": port}, "server": {"keep_alive_seconds": 60}}
+    with WorkersGateway(tmp_path, **sections) as gateway:
+        seeded = gateway.seed()
+        gateway.start()
+
+        async def scenario() -> None:
+            clients = await pinned_clients(gateway, 1)
+            path, body = ask("messages", stream=False, max_tokens=5)
+            try:
+                worker0 = next(c for w, c in clients if w == 0)
+                for _ in range(3):
+                    response = await worker0.post(path, json=body, headers=headers("messages", seeded.keys))
+                    assert response.status_code == 200
+            finally:
+                for _, client in clients:
+                    await client.aclose()
+
+        run(scenario())
+        # Worker i counts what it served, on metrics.port + i.
+        assert _requests_total(port) == 3 and _requests_total(port + 1) == 0
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True

@@ -26,7 +26,6 @@ from modelgate.server.app import EdgeApp
 from modelgate.server.protocol import guarded_protocol
 
 log = logging.getLogger("modelgate")
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 #: Seconds between the end of the grace and uvicorn cancelling what is still running (a backstop:
 #: cut requests end in milliseconds).
@@ -43,12 +42,6 @@ def raise_open_file_limit() -> tuple[int, int]:
             return soft, hard
         soft = hard
     return soft, hard
-
-
-def configure_logging(settings: Settings, *, worker: int | None = None) -> None:
-    """Log lines of the process at ``settings.log_level``; a worker's name its index."""
-    fmt = LOG_FORMAT if worker is None else LOG_FORMAT.replace("%(name)s", f"%(name)s[worker {worker}]")
-    logging.basicConfig(level=settings.log_level.upper(), format=fmt)
 
 
 def tune_garbage_collector() -> None:

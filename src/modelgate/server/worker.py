@@ -33,11 +33,11 @@ from modelgate.limits.shared_rpm import SharedWindowLimiter
 from modelgate.server.app import EdgeApp, create_app
 from modelgate.server.runner import (
     DrainingServer,
-    configure_logging,
     raise_open_file_limit,
     tune_garbage_collector,
     uvicorn_config,
 )
+from modelgate.telemetry.logs import configure_logging
 
 log = logging.getLogger("modelgate")
 #: ``prctl`` option: the signal this process gets when its parent dies (Linux).
@@ -102,11 +102,23 @@ def die_with_parent(parent_pid: int) -> None:
         raise SystemExit(0)
 
 
+def for_worker(settings: Settings, index: int) -> Settings:
+    """The settings worker ``index`` serves with: its own ``metrics.port`` (``port + index``), so
+    each worker's metrics can be scraped (the main port's ``/metrics`` answers for the worker
+    that took the connection)."""
+    if not settings.metrics.port or not index:
+        return settings
+    metrics = settings.metrics.model_copy(update={"port": settings.metrics.port + index})
+    return settings.model_copy(update={"metrics": metrics})
+
+
 def run_worker(spec: WorkerSpec) -> None:
     """The worker's whole life: build the gateway, serve until told to stop, then exit."""
     die_with_parent(spec.parent_pid)
-    settings = spec.settings
-    configure_logging(settings, worker=spec.index)
+    settings = for_worker(spec.settings, spec.index)
+    configure_logging(
+        settings.log_level, settings.log_format, requests=settings.request_log, worker=spec.index
+    )
     raise_open_file_limit()
     app = create_app(settings, clock=spec.clock)
     services = app.services

@@ -23,7 +23,6 @@ writes are serialised by row locks, so the invariants of ``storage.base`` hold a
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources

@@ -25,6 +25,7 @@ Nothing is weakened (the semantics are those of ``storage.base``):
 from __future__ import annotations
 
 import asyncio
+import time
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ import orjson
 
 from modelgate.storage.base import (
     Conflict,
+    LedgerObserver,
     Refusal,
     Reservation,
     ReserveRequest,
@@ -150,6 +152,8 @@ class LedgerBatches:
         self._queue: list[_Op] = []
         self._in_flight = 0
         self._scheduled = False
+        #: Told each batch's duration and size (the ledger metrics).
+        self.observer: LedgerObserver | None = None
 
     async def reserve(self, request: ReserveRequest) -> Reservation | Refusal:
         result: Reservation | Refusal = await self._submit(_Op("r", reserve=request))
@@ -184,6 +188,7 @@ class LedgerBatches:
         self._schedule()
 
     async def _send(self, batch: list[_Op]) -> None:
+        began = time.perf_counter()
         try:
             rows = await self._call(batch)
         except asyncpg.IntegrityConstraintViolationError as exc:
@@ -201,6 +206,9 @@ class LedgerBatches:
             for op in batch:
                 _resolve(op, exc)
             return
+        finally:
+            if self.observer is not None:
+                self.observer.ledger_committed(time.perf_counter() - began, len(batch))
         for op, row in zip(batch, rows, strict=True):
             _resolve(op, _outcome(op, row))
 

@@ -125,14 +125,19 @@ class RequestLineWriter:
     FLUSH_BYTES = 64 * 1024
     FLUSH_SECONDS = 0.25
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, *, worker: int | None = None) -> None:
         self._stream = stream
+        #: The index of the worker process writing (``server.workers``), on every line.
+        self._worker = worker
         self._pending: list[str] = []
         self._size = 0
         self._timer: asyncio.TimerHandle | None = None
 
     def __call__(self, record: RequestRecord) -> None:
-        head = {"ts": _timestamp(time.time()), "level": "info", "logger": request_log.name, "msg": "request"}
+        head: dict[str, Any] = {"ts": _timestamp(time.time()), "level": "info", "logger": request_log.name}
+        head["msg"] = "request"
+        if self._worker is not None:
+            head["worker"] = self._worker
         line = orjson.dumps(head | request_fields(record)).decode() + "\n"
         self._pending.append(line)
         self._size += len(line)
@@ -168,6 +173,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        worker = getattr(record, "worker", None)
+        if worker is not None:
+            out["worker"] = worker
         request_id = request_id_of(record)
         if request_id is not None:
             out["request_id"] = request_id
@@ -188,6 +196,9 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         extra = []
+        worker = getattr(record, "worker", None)
+        if worker is not None:
+            extra.append(f"worker={worker}")
         fields: Mapping[str, Any] | None = getattr(record, "fields", None)
         request_id = request_id_of(record)
         if request_id is not None and not fields:
@@ -200,18 +211,31 @@ class TextFormatter(logging.Formatter):
         return f"{head} {' '.join(extra)}{newline}{rest}"
 
 
+class _WorkerTag(logging.Filter):
+    def __init__(self, worker: int) -> None:
+        super().__init__()
+        self._worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self._worker
+        return True
+
+
 def default_format() -> LogFormat:
     return "text" if sys.stderr.isatty() else "json"
 
 
 def configure_logging(
-    level: str, fmt: LogFormat | None, *, requests: bool
+    level: str, fmt: LogFormat | None, *, requests: bool, worker: int | None = None
 ) -> Callable[[RequestRecord], None] | None:
     """Every log line to stderr in ``fmt``; the request record on or off (``request_log``).
-    Returns the request-record writer to use instead of the logging path (JSON), or None."""
+    Returns the request-record writer to use instead of the logging path (JSON), or None. With
+    ``worker`` (one of the processes of ``server.workers``) every line carries its index."""
     json_lines = (fmt or default_format()) == "json"
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
+    if worker is not None:
+        handler.addFilter(_WorkerTag(worker))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
@@ -219,4 +243,4 @@ def configure_logging(
     root.setLevel(level.upper())
     request_log.setLevel(logging.INFO if requests else logging.WARNING)
     request_log.disabled = not requests
-    return RequestLineWriter(sys.stderr) if requests and json_lines else None
+    return RequestLineWriter(sys.stderr, worker=worker) if requests and json_lines else None
