@@ -9,7 +9,7 @@ gathers; the busier the instance, the larger the batches.
 
 A batch either gets every reply or fails as a whole (timeout, refused or broken connection): each
 caller then sees the same error and decides what to do (``limits.redis_rpm`` falls back to its
-local window). After a failure the connection is dropped and the next batch makes a new one.
+local window), and so do the calls that queued behind it, so none waits longer than one timeout. After a failure the connection is dropped and the next batch makes a new one.
 After a Redis restart the script is gone (``NOSCRIPT``): it is loaded again and the refused calls
 are sent once more.
 """
@@ -72,7 +72,10 @@ class ScriptBatches:
                         replies[i] = reply
         except (RedisError, OSError, TimeoutError) as exc:
             await self._drop()
-            for _, done in batch:
+            # The calls that queued meanwhile would go to the same Redis: they fail now too, so no
+            # request waits for a dead Redis longer than one timeout.
+            waiting, self._queue = self._queue, []
+            for _, done in [*batch, *waiting]:
                 if not done.done():
                     done.set_exception(exc)
             return
