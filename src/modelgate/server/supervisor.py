@@ -40,7 +40,7 @@ from modelgate.limits.shared_rpm import WindowService
 from modelgate.server.app import EdgeApp
 from modelgate.server.runner import CUT_MARGIN, uvicorn_config
 from modelgate.server.worker import WorkerSpec, run_worker
-from modelgate.storage import open_store
+from modelgate.storage import StorageError, open_store
 
 log = logging.getLogger("modelgate")
 #: A worker that lived this long before dying is restarted at once.
@@ -90,10 +90,11 @@ class Supervisor:
 
     def run(self) -> int:
         """Serve until stopped; the exit code of the whole instance."""
-        listener = uvicorn_config(self._settings, self._app).bind_socket()
+        config = uvicorn_config(self._settings, self._app)
+        listener = config.bind_socket()
         # Listening from now on: connections made while no worker is up (at start, or while the
         # only one restarts) wait in the backlog instead of being refused.
-        listener.listen(2048)
+        listener.listen(config.backlog)
         try:
             return _run_loop(self._run(listener))
         finally:
@@ -102,7 +103,11 @@ class Supervisor:
     async def _run(self, listener: socket.socket) -> int:
         loop = asyncio.get_running_loop()
         self._done = asyncio.Event()
-        await _migrate(self._settings)
+        try:
+            await _migrate(self._settings)
+        except StorageError as exc:
+            log.error("cannot start: the database: %s", exc)
+            return EXIT_FAILED
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal)
         for index in range(self.count):
