@@ -11,6 +11,10 @@ with that pair of libraries.
 - ``raw``: uvloop protocols forwarding bytes between the two sockets (no HTTP parsing): what the
   kernel, loopback TCP and the event loop cost per chunk, the floor under any Python stack.
 
+With ``--workers N`` the uvicorn+aiohttp relay is also run as N processes on one port
+(SO_REUSEPORT), on the cores the gateway's workers get: what N processes cost this machine before
+any gateway work (bench/modes.py compares it with the one-process relay).
+
 Run one relay: ``python -m bench.floors KIND PORT UPSTREAM_PORT``.
 """
 
@@ -24,6 +28,8 @@ import aiohttp
 import uvloop
 
 KINDS = ("uvicorn+aiohttp", "aiohttp+aiohttp", "raw")
+#: The uvicorn+aiohttp relay as one of several processes on a port (``--workers N --floors``).
+PROCESSES = "uvicorn+aiohttp/reuseport"
 UPSTREAM_HEADERS = {"authorization": "Bearer sk-bench-upstream", "content-type": "application/json"}
 
 
@@ -41,7 +47,9 @@ class _Client:
         return self._session
 
 
-def run_uvicorn(port: int, upstream_port: int) -> None:
+def run_uvicorn(port: int, upstream_port: int, *, reuse_port: bool = False) -> None:
+    import socket
+
     import uvicorn
 
     client = _Client(upstream_port)
@@ -71,7 +79,15 @@ def run_uvicorn(port: int, upstream_port: int) -> None:
         reply.release()
         await send({"type": "http.response.body", "body": b""})
 
-    uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", log_level="warning", access_log=False)
+    if not reuse_port:
+        uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", log_level="warning", access_log=False)
+        return
+    # One of several processes on one port (SO_REUSEPORT): the floor of `serve --workers N`.
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(("127.0.0.1", port))
+    config = uvicorn.Config(app, loop="uvloop", log_level="warning", access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
 
 
 def run_aiohttp(port: int, upstream_port: int) -> None:
@@ -159,6 +175,9 @@ def run_raw(port: int, upstream_port: int) -> None:
 def main() -> None:
     kind, port, upstream_port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     runners = {"uvicorn+aiohttp": run_uvicorn, "aiohttp+aiohttp": run_aiohttp, "raw": run_raw}
+    if kind == PROCESSES:
+        run_uvicorn(port, upstream_port, reuse_port=True)
+        return
     runners[kind](port, upstream_port)
 
 

@@ -216,11 +216,18 @@ def print_modes(modes: list[dict[str, Any]]) -> None:
 
 
 def mode_budget(
-    modes: dict[str, dict[str, Any]], floor_chunk_us: float | None, main: dict[str, Any] | None
+    modes: dict[str, dict[str, Any]], floors: dict[str, Any], main: dict[str, Any] | None
 ) -> list[tuple[str, float, str, bool]]:
-    """(line, ratio, budget, met) for the budget of issue 16 (worst endpoint where several)."""
+    """(line, ratio, budget, met) for the budget of issue 16 (worst endpoint where several); with
+    floors of N relay processes, what N processes cost the machine before any gateway work."""
     lines: list[tuple[str, float, str, bool]] = []
     base = modes.get("sqlite")
+    floor_chunk_us = floors.get("uvicorn+aiohttp", {}).get("cpu_us_per_chunk")
+    one = floors.get("uvicorn+aiohttp", {}).get("rps_per_core_c16")
+    for name, floor in floors.items():
+        if name.startswith("uvicorn+aiohttp x") and one:
+            ratio = floor["rps_per_core_c16"] / one
+            lines.append((f"floor {name}: req/s per busy core / 1 process", ratio, "(machine)", True))
     if floor_chunk_us:
         source = main if main is not None else base
         chunk = (source or {}).get("stream", {}).get("chat", {}).get("cpu_us_per_chunk", math.nan)
@@ -248,4 +255,5 @@ def print_mode_budget(lines: list[tuple[str, float, str, bool]]) -> None:
         return
     print("\n== budget (issue 16) ==")
     for line, ratio, budget, met in lines:
-        print(f"{line:48} {_f(ratio, 2):>6}  {budget:>8}  {'yes' if met else 'NO'}")
+        verdict = "" if budget.startswith("(") else "yes" if met else "NO"
+        print(f"{line:52} {_f(ratio, 2):>6}  {budget:>9}  {verdict}")

@@ -33,6 +33,7 @@ from typing import Any
 
 from bench import load as lg
 from bench.floors import KINDS as FLOOR_KINDS
+from bench.floors import PROCESSES as FLOOR_PROCESSES
 from bench.large import bench_large_bodies, print_large
 from bench.modes import (
     bench_mode,
@@ -207,19 +208,35 @@ def cpu_per_chunk(paced: dict[int, lg.Stats]) -> tuple[float, float, float]:
 
 
 async def bench_floor(
-    kind: str, upstream: Upstream, workdir: Path, args: argparse.Namespace
+    kind: str,
+    upstream: Upstream,
+    workdir: Path,
+    args: argparse.Namespace,
+    *,
+    processes: int = 1,
+    cores: str = "",
 ) -> dict[str, Any]:
     """A relay with no gateway work (bench.floors), measured like the gateway: chat req/s per busy
-    core at c = 16 and CPU per chunk of paced streams."""
+    core at c = 16 and CPU per chunk of paced streams. With ``processes``, that many copies share
+    the port (SO_REUSEPORT) on ``cores``."""
     port = free_port()
     cmd = [sys.executable, "-m", "bench.floors", kind, str(port), str(upstream.port)]
-    proc = Proc(f"floor {kind}", pinned(cmd, GATEWAY_CORE), log=workdir / f"floor-{kind}.log")
+    name = kind.replace("/", "-")
+    procs = [
+        Proc(f"floor {kind}", pinned(cmd, cores or GATEWAY_CORE), log=workdir / f"floor-{name}-{i}.log")
+        for i in range(processes)
+    ]
     try:
-        proc.wait_http(f"http://127.0.0.1:{port}/health", 20)
+        for each in procs:
+            each.wait_http(f"http://127.0.0.1:{port}/health", 20)
+        if processes > 1:
+            # Any of them answers the probe: give the others time to listen before connecting,
+            # so the kernel spreads the load's connections over all of them.
+            await asyncio.sleep(3)
         chat = next(ep for ep in direct_endpoints() if ep.name == "chat")
 
         def cpu() -> int:
-            return cpu_ns(tree(proc.pid))
+            return sum(cpu_ns(tree(each.pid)) for each in procs)
 
         def load(stream: bool) -> lg.Load:
             req = lg.build_request("127.0.0.1", port, chat.path, chat.headers, chat.body(stream))
@@ -235,7 +252,8 @@ async def bench_floor(
             "errors": whole.errors + sum(st.errors for st in paced.values()),
         }
     finally:
-        proc.stop()
+        for each in procs:
+            each.stop()
 
 
 # --- reporting ---------------------------------------------------------------------------------
@@ -406,6 +424,14 @@ async def main_async(args: argparse.Namespace) -> None:
             for kind in FLOOR_KINDS if args.floors else ():
                 print(f"floor {kind} on core 0 ...")
                 floors[kind] = await bench_floor(kind, upstream, workdir, args)
+            for workers in args.workers if args.floors else ():
+                cores = args.worker_cores or ",".join(
+                    str(c) for c in range(min(workers, os.cpu_count() or 1))
+                )
+                print(f"floor uvicorn+aiohttp x{workers} on cores {cores} ...")
+                floors[f"uvicorn+aiohttp x{workers}"] = await bench_floor(
+                    FLOOR_PROCESSES, upstream, workdir, args, processes=workers, cores=cores
+                )
         finally:
             upstream.stop()
     for r in results.values():
@@ -420,8 +446,7 @@ async def main_async(args: argparse.Namespace) -> None:
     if modes:
         print_modes(list(modes.values()))
         results["modes"] = modes
-    floor_chunk = floors.get("uvicorn+aiohttp", {}).get("cpu_us_per_chunk")
-    print_mode_budget(mode_budget(modes, floor_chunk, results.get("modelgate")))
+    print_mode_budget(mode_budget(modes, floors, results.get("modelgate")))
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / time.strftime("bench-%Y%m%d-%H%M%S.json")
     path.write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
