@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 
 from modelgate.config import ConfigError, load_settings
@@ -220,6 +221,11 @@ def test_each_worker_serves_its_own_metrics_port(tmp_path: Path) -> None:
         run(scenario())
         # Worker i counts what it served, on metrics.port + i.
         assert _requests_total(port) == 3 and _requests_total(port + 1) == 0
+        # And its request records and log lines say which worker wrote them.
+        records = [
+            orjson.loads(line) for line in gateway.log.read_text().splitlines() if '"msg":"request"' in line
+        ]
+        assert [r["worker"] for r in records if r["endpoint"] == "messages"] == [0, 0, 0]
 
 
 def _port_free(port: int) -> bool:

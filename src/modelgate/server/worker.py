@@ -116,12 +116,14 @@ def run_worker(spec: WorkerSpec) -> None:
     """The worker's whole life: build the gateway, serve until told to stop, then exit."""
     die_with_parent(spec.parent_pid)
     settings = for_worker(spec.settings, spec.index)
-    configure_logging(
+    request_writer = configure_logging(
         settings.log_level, settings.log_format, requests=settings.request_log, worker=spec.index
     )
     raise_open_file_limit()
     app = create_app(settings, clock=spec.clock)
     services = app.services
+    if request_writer is not None:
+        services.telemetry.write_request = request_writer
     services.worker = spec.index
     services.inflight = SharedInFlight(settings.server.max_in_flight, spec.inflight, spec.index)
     window = SharedWindowLimiter(spec.window) if spec.window is not None else None
