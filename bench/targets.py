@@ -98,7 +98,7 @@ host = "127.0.0.1"
 port = {port}
 max_in_flight = 1000000
 access_log = false
-workers = {workers}
+{workers}
 
 [[providers]]
 name = "fake-anthropic"
@@ -146,7 +146,9 @@ def start_modelgate(
     config = workdir / f"{name}.toml"
     top = [f'database_url = "{database_url}"'] if database_url else []
     top += [f'redis_url = "{redis_url}"'] if redis_url else []
-    text = GATEWAY_CONFIG.format(top="\n".join(top), port=port, upstream=upstream_port, workers=workers)
+    # ``workers`` only when several: the config stays valid for a tree without the key (bench.ab).
+    line = f"workers = {workers}" if workers > 1 else ""
+    text = GATEWAY_CONFIG.format(top="\n".join(top), port=port, upstream=upstream_port, workers=line)
     config.write_text(text)
     _cli(["accounts", "create", "bench", "--credits", "1000000000"], config, data_dir)
     keys = {}
