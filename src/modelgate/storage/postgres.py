@@ -5,7 +5,7 @@ writes are serialised by row locks, so the invariants of ``storage.base`` hold a
 
 - Reserves, settles and releases are group-committed (``storage.postgres_ledger``): what the
   instance has ready together runs as one call of the ``modelgate_ledger`` function (migration
-  0005), which locks the reservations being finished, then the accounts, then the key-months, each
+  0006), which locks the reservations being finished, then the accounts, then the key-months, each
   in sorted order, and applies the rules of ``storage.base`` to the locked rows. Instances
   reserving against the same account queue on its row; no batch can deadlock another. A
   settlement claims its reservation with ``DELETE … RETURNING``: of a settle, a replay and a

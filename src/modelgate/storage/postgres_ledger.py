@@ -1,7 +1,7 @@
 """Group commit for PostgreSQL ledger writes: what one instance has ready together shares a transaction.
 
 Reserves, settles and releases submitted in the same turn of the event loop go to the database as
-ONE call of ``modelgate_ledger`` (migration 0005): one statement, so one transaction, one commit
+ONE call of ``modelgate_ledger`` (migration 0006): one statement, so one transaction, one commit
 and one round trip for all of them, instead of four or five round trips and a commit each. While
 a batch is at the database (``MAX_BATCHES_IN_FLIGHT``), new operations wait and leave together in
 the next one, so the busier the instance the larger its batches (measured: at 16 requests in
@@ -51,7 +51,7 @@ MAX_BATCHES_IN_FLIGHT = 1
 #: Operations in one batch at most (a larger queue leaves in several).
 MAX_BATCH = 256
 _CALL = "SELECT * FROM modelgate_ledger($1::jsonb, $2::jsonb)"
-#: Advisory lock classes, in the order a batch takes them (migration 0005).
+#: Advisory lock classes, in the order a batch takes them (migration 0006).
 RESERVATION, ACCOUNT, KEY_MONTH = 1, 2, 3
 
 
