@@ -11,7 +11,7 @@ PORT ?=
 HOST ?=
 SERVE_ARGS := $(if $(PORT),--port $(PORT)) $(if $(HOST),--host $(HOST))
 
-.PHONY: install serve test lint fuzz bench bench-edge bench-profile screenshots clean
+.PHONY: install serve test lint fuzz bench bench-edge bench-ab bench-profile screenshots clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -49,6 +49,11 @@ bench: $(TEST_STAMP)
 # Normal requests while 2,000 connections trickle and 2,000 idle for 60 s (bench/edge.py).
 bench-edge: $(TEST_STAMP)
 	$(BIN)/python -m bench.edge $(ARGS)
+
+# This tree against another commit, both on the gateway's core in alternating slices (bench/ab.py):
+# make bench-ab REF=HEAD~3 [THIS=<commit>] [ARGS="--endpoints chat --seconds 15"]
+bench-ab: $(TEST_STAMP)
+	$(BIN)/python -m bench.ab --ref $(REF) $(if $(THIS),--this $(THIS)) $(ARGS)
 
 bench-profile: $(TEST_STAMP)
 	$(BIN)/python -m bench.profile $(ARGS)

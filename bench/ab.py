@@ -1,4 +1,5 @@
-"""``make bench-ab REF=<commit>``: this working tree against another commit, in one run.
+"""``make bench-ab REF=<commit>``: this working tree against another commit, in one run
+(``THIS=<commit>`` puts a second commit in the working tree's place: two commits of the past).
 
 Both gateways run on core 0 at once, from their own source trees (the other commit is checked out
 into a temporary git worktree and put first on its ``PYTHONPATH``), against the same fake upstream
@@ -103,28 +104,31 @@ async def compare(
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory(prefix="modelgate-bench-ab-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="modelgate-bench-ab-") as tmp, contextlib.ExitStack() as trees:
         work = Path(tmp)
-        with checkout(args.ref, work / "ref") as ref_tree:
-            upstream = Upstream(work)
-            started: list[Target] = []
-            try:
-                ref_target = start_from(ref_tree / "src", upstream.port, work / "a")
-                started.append(ref_target)
-                ours = start_from(None, upstream.port, work / "b")
-                started.append(ours)
-                rows = await compare(ref_target, ours, upstream, args)
-            finally:
-                for target in started:
-                    target.stop()
-                upstream.stop()
-    print(f"\n== this tree vs {args.ref}, interleaved on core {GATEWAY_CORE} ==")
+        ref_tree = trees.enter_context(checkout(args.ref, work / "ref"))
+        this_tree = trees.enter_context(checkout(args.this, work / "this")) / "src" if args.this else None
+        upstream = Upstream(work)
+        started: list[Target] = []
+        try:
+            ref_target = start_from(ref_tree / "src", upstream.port, work / "a")
+            started.append(ref_target)
+            ours = start_from(this_tree, upstream.port, work / "b")
+            started.append(ours)
+            rows = await compare(ref_target, ours, upstream, args)
+        finally:
+            for target in started:
+                target.stop()
+            upstream.stop()
+    this = args.this or "this tree"
+    print(f"\n== {this} (this) vs {args.ref} (ref), interleaved on core {GATEWAY_CORE} ==")
     print("\n".join(rows))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="this tree against another commit (bench/ab.py)")
     parser.add_argument("--ref", required=True, help="the commit to compare with (e.g. HEAD~3)")
+    parser.add_argument("--this", help="a commit to run instead of the working tree")
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds per target per point")
     parser.add_argument("--endpoints", nargs="+", default=["messages", "chat", "responses"])
     parser.add_argument("--concurrency", nargs="+", type=int, default=[16, 64])
