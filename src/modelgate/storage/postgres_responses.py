@@ -12,15 +12,15 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from modelgate.storage.responses import (
+    OBJECT_COLUMNS,
     FoundItem,
     NewResponse,
     StoredConversation,
     StoredItem,
     StoredResponse,
     object_bytes,
+    stored_response,
 )
-
-_OBJECT = "id, account_id, body, previous_id, conversation_id, holder, created_at"
 
 
 class PostgresResponses:
@@ -71,7 +71,7 @@ class PostgresResponses:
         conn: Any, kind: str, account_id: int, object_id: str, now: float, *, lock: bool = False
     ) -> Any:
         return await conn.fetchrow(
-            f"SELECT {_OBJECT}, bytes FROM stored_objects "
+            f"SELECT {OBJECT_COLUMNS}, bytes FROM stored_objects "
             "WHERE id = $1 AND account_id = $2 AND kind = $3 AND expires_at > $4"
             + (" FOR UPDATE" if lock else ""),
             object_id,
@@ -90,17 +90,7 @@ class PostgresResponses:
     @classmethod
     async def _response(cls, conn: Any, row: Any) -> StoredResponse:
         items = await cls._items(conn, row[0])
-        return StoredResponse(
-            id=row[0],
-            account_id=int(row[1]),
-            body=bytes(row[2]),
-            previous_id=row[3],
-            conversation_id=row[4],
-            holder=row[5],
-            created_at=float(row[6]),
-            input_items=tuple(i for i in items if i.section == "input"),
-            output_items=tuple(i for i in items if i.section == "output"),
-        )
+        return stored_response(row, items)
 
     @classmethod
     async def _delete_object(cls, conn: Any, kind: str, account_id: int, object_id: str) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 ObjectKind = Literal["response", "conversation"]
 #: ``input``/``output`` items of a response; ``item`` items of a conversation.
@@ -170,3 +170,22 @@ class ResponseStore(Protocol):
 def object_bytes(body: bytes, items: Sequence[StoredItem]) -> int:
     """What an object counts toward its account's limit."""
     return len(body) + sum(len(item.body) for item in items)
+
+
+#: The columns of ``stored_objects`` that ``stored_response`` reads, in its order (both engines).
+OBJECT_COLUMNS = "id, account_id, body, previous_id, conversation_id, holder, created_at"
+
+
+def stored_response(row: Sequence[Any], items: Sequence[StoredItem]) -> StoredResponse:
+    """A response from its ``OBJECT_COLUMNS`` row and its items in position order."""
+    return StoredResponse(
+        id=row[0],
+        account_id=int(row[1]),
+        body=bytes(row[2]),
+        previous_id=row[3],
+        conversation_id=row[4],
+        holder=row[5],
+        created_at=float(row[6]),
+        input_items=tuple(i for i in items if i.section == "input"),
+        output_items=tuple(i for i in items if i.section == "output"),
+    )

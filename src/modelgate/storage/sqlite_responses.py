@@ -15,16 +15,17 @@ from typing import Any, TypeVar
 
 from modelgate.storage.base import StorageError
 from modelgate.storage.responses import (
+    OBJECT_COLUMNS,
     FoundItem,
     NewResponse,
     StoredConversation,
     StoredItem,
     StoredResponse,
     object_bytes,
+    stored_response,
 )
 
 T = TypeVar("T")
-_OBJECT = "id, account_id, body, previous_id, conversation_id, holder, created_at"
 
 
 class SqliteResponses:
@@ -81,7 +82,7 @@ class SqliteResponses:
     @staticmethod
     def _live(db: sqlite3.Connection, kind: str, account_id: int, object_id: str, now: float) -> Any:
         return db.execute(
-            f"SELECT {_OBJECT}, bytes FROM stored_objects "
+            f"SELECT {OBJECT_COLUMNS}, bytes FROM stored_objects "
             "WHERE id = ? AND account_id = ? AND kind = ? AND expires_at > ?",
             (object_id, account_id, kind, now),
         ).fetchone()
@@ -97,17 +98,7 @@ class SqliteResponses:
     @classmethod
     def _response(cls, db: sqlite3.Connection, row: Any) -> StoredResponse:
         items = cls._items(db, row[0])
-        return StoredResponse(
-            id=row[0],
-            account_id=int(row[1]),
-            body=bytes(row[2]),
-            previous_id=row[3],
-            conversation_id=row[4],
-            holder=row[5],
-            created_at=float(row[6]),
-            input_items=tuple(i for i in items if i.section == "input"),
-            output_items=tuple(i for i in items if i.section == "output"),
-        )
+        return stored_response(row, items)
 
     @staticmethod
     def _delete_object(db: sqlite3.Connection, kind: str, account_id: int, object_id: str) -> bool:
