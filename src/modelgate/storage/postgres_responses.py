@@ -123,27 +123,16 @@ class PostgresResponses:
     # responses ----------------------------------------------------------------------------
 
     async def save_response(self, response: NewResponse, max_account_bytes: int) -> bool:
+        # One statement (migration 0007): the conversation check and lock, the charge against the
+        # account's limit and every insert run in one round trip and one commit.
         r = response
         items = [*r.input_items, *r.output_items]
         size = object_bytes(r.body, items)
-        async with self._tx() as conn:
-            appended: list[StoredItem] = []
-            if r.conversation_id is not None:
-                # Locked: appends to one conversation take their positions one after another.
-                found = await self._live(
-                    conn, "conversation", r.account_id, r.conversation_id, r.created_at, lock=True
-                )
-                if found is None:
-                    return False
-                appended = [StoredItem(i.id, i.body, "item") for i in items]
-            if not await self._charge(
-                conn, r.account_id, size + object_bytes(b"", appended), max_account_bytes
-            ):
-                return False
-            await conn.execute(
-                "INSERT INTO stored_objects (id, account_id, kind, key_id, previous_id, conversation_id, "
-                "holder, body, bytes, created_at, expires_at) "
-                "VALUES ($1, $2, 'response', $3, $4, $5, $6, $7, $8, $9, $10)",
+        appended = object_bytes(b"", items) if r.conversation_id is not None else 0
+        async with self._conn() as conn:
+            saved = await conn.fetchval(
+                "SELECT modelgate_save_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, "
+                "$13::text[], $14::text[], $15::bytea[])",
                 r.id,
                 r.account_id,
                 r.key_id,
@@ -152,13 +141,15 @@ class PostgresResponses:
                 r.holder,
                 r.body,
                 size,
+                appended,
                 r.created_at,
                 r.expires_at,
+                max_account_bytes,
+                [item.id for item in items],
+                [item.section for item in items],
+                [item.body for item in items],
             )
-            await self._insert_items(conn, r.id, r.account_id, 0, items)
-            if r.conversation_id is not None:
-                await self._append(conn, r.conversation_id, r.account_id, appended, r.expires_at)
-            return True
+        return bool(saved)
 
     async def get_response(self, account_id: int, response_id: str, now: float) -> StoredResponse | None:
         async with self._conn() as conn:
