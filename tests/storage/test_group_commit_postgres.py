@@ -180,3 +180,54 @@ async def test_batches_of_several_instances_crossing_accounts_never_deadlock(url
         assert summary.requests == 45 and account.balance_uc == 1_000_000 - summary.charged_uc
     for store in stores:
         await store.close()
+
+
+async def test_settles_beyond_their_holds_in_one_batch_share_what_is_free(url: str) -> None:
+    """Each settle of a batch charges beyond its hold only what the ones before it left free (the
+    batch's running totals), and the account and key-month rows end with the sums."""
+    store, (account_id,) = await _store(url)
+    for i in range(3):
+        await store.reserve(_hold(account_id, f"req_{i}", 300_000))  # 100,000 µc left free
+    settled = await asyncio.gather(*(store.settle(_usage(account_id, f"req_{i}", 360_000)) for i in range(3)))
+    # Free beyond the holds: 100,000; the first two take 60,000 and 40,000, the third nothing more.
+    assert [s.charged_uc for s in settled] == [360_000, 340_000, 300_000]
+    # What is free after each: the other holds stay reserved until their own settle.
+    assert [s.balance_uc for s in settled] == [40_000, 0, 0]
+    account = await store.get_account(account_id)
+    assert account is not None and account.balance_uc == 0 and account.reserved_uc == 0
+    assert await store.month_spend("key_0", MONTH) == (1_000_000, 0)
+    summary = await store.usage_summary(MONTH, account_id=account_id)
+    assert summary.requests == 3 and summary.charged_uc == 1_000_000
+    await store.close()
+
+
+async def test_top_ups_racing_ledger_batches_are_never_lost(url: str) -> None:
+    """The batch writes its sums as deltas: top-ups committed by another connection while batches
+    run all stay in the balance."""
+    store, (account_id,) = await _store(url)
+    other = PostgresStore(url)
+
+    async def ledger() -> int:
+        charged = 0
+        for round_ in range(30):
+            held = [f"req_{round_}_{i}" for i in range(8)]
+            await asyncio.gather(*(store.reserve(_hold(account_id, r, 5_000)) for r in held))
+            done = await asyncio.gather(
+                *(store.settle(_usage(account_id, r, 1_000 + i)) for i, r in enumerate(held))
+            )
+            charged += sum(d.charged_uc for d in done)
+        return charged
+
+    async def top_ups() -> int:
+        for _ in range(60):
+            await other.top_up(account_id, 7, "race", time.time())
+            await asyncio.sleep(0)
+        return 60 * 7
+
+    charged, added = await asyncio.gather(ledger(), top_ups())
+    account = await store.get_account(account_id)
+    assert account is not None and account.reserved_uc == 0
+    assert account.balance_uc == 1_000_000 + added - charged
+    assert charged == 30 * sum(1_000 + i for i in range(8))
+    await store.close()
+    await other.close()
