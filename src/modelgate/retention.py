@@ -7,11 +7,10 @@ instance may run it: each round deletes a bounded batch in one transaction per b
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
 from modelgate.clock import Clock
+from modelgate.periodic import Periodic
 from modelgate.storage.responses import ResponseStore
 
 log = logging.getLogger("modelgate.state")
@@ -21,9 +20,8 @@ class StateSweeper:
     def __init__(self, store: ResponseStore, clock: Clock, interval: float, batch: int = 500) -> None:
         self._store = store
         self._clock = clock
-        self._interval = interval
         self._batch = batch
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic("stored-state sweep", self._round, interval, log)
 
     async def sweep(self) -> int:
         """Delete every object expired now; the number deleted."""
@@ -34,23 +32,13 @@ class StateSweeper:
             if done < self._batch:
                 return deleted
 
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="modelgate-state-sweeper")
+    async def _round(self) -> None:
+        deleted = await self.sweep()
+        if deleted:
+            log.info("deleted %d expired stored responses and conversations", deleted)
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                deleted = await self.sweep()
-                if deleted:
-                    log.info("deleted %d expired stored responses and conversations", deleted)
-            except Exception:  # a database hiccup: keep the loop alive, the next round retries
-                log.warning("stored-state sweep failed; retrying next interval", exc_info=True)
-            await asyncio.sleep(self._interval)
+    def start(self) -> None:
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._loop.stop()

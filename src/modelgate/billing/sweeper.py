@@ -20,12 +20,11 @@ reservation being ``pending`` in one transaction (see ``storage.base``), so exac
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 
 from modelgate.billing.ledger import UsageStatus
 from modelgate.clock import Clock
+from modelgate.periodic import Periodic
 from modelgate.storage.base import LedgerStore, UsageRecord
 
 log = logging.getLogger("modelgate.billing")
@@ -39,9 +38,8 @@ class Sweeper:
     def __init__(self, store: LedgerStore, clock: Clock, interval: float, batch: int = 100) -> None:
         self._store = store
         self._clock = clock
-        self._interval = interval
         self._batch = batch
-        self._task: asyncio.Task[None] | None = None
+        self._loop = Periodic("reservation sweep", self.sweep, interval, log)
         #: Reservations this sweeper released, since start (metrics).
         self.released = 0
 
@@ -73,20 +71,7 @@ class Sweeper:
                 return released
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="modelgate-reservation-sweeper")
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.sweep()
-            except Exception:  # a database hiccup: keep the loop alive, the next round retries
-                log.warning("reservation sweep failed; retrying next interval", exc_info=True)
-            await asyncio.sleep(self._interval)
+        self._loop.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await self._loop.stop()
