@@ -51,6 +51,7 @@ from modelgate.storage.base import (
 from modelgate.storage.postgres_ledger import LedgerBatches
 from modelgate.storage.postgres_reports import PostgresReports
 from modelgate.storage.postgres_responses import PostgresResponses
+from modelgate.storage.postgres_saves import ResponseSaves
 from modelgate.storage.postgres_tokens import PostgresAdminTokens
 
 #: Advisory lock ids ("modelgat" in ASCII, then +1): migrations, and key-version ordering.
@@ -87,6 +88,8 @@ class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
         self._pool_lock = asyncio.Lock()
         #: Reserves, settles and releases, group-committed (``storage.postgres_ledger``).
         self._ledger = LedgerBatches(self._get_pool)
+        #: Stored Responses answers, group-committed (``storage.postgres_saves``).
+        self._saves = ResponseSaves(self._get_pool, self._save_alone)
 
     # plumbing -----------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+from modelgate.storage.postgres_saves import ResponseSaves
 from modelgate.storage.responses import (
     OBJECT_COLUMNS,
     FoundItem,
@@ -24,6 +25,9 @@ from modelgate.storage.responses import (
 
 
 class PostgresResponses:
+    #: Stored answers, group-committed (made by PostgresStore with ``_save_alone``).
+    _saves: ResponseSaves
+
     # Provided by PostgresStore.
     def _conn(self) -> AbstractAsyncContextManager[Any]:
         raise NotImplementedError
@@ -123,6 +127,10 @@ class PostgresResponses:
     # responses ----------------------------------------------------------------------------
 
     async def save_response(self, response: NewResponse, max_account_bytes: int) -> bool:
+        # Group-committed with the other answers of this loop turn (storage.postgres_saves).
+        return await self._saves.save(response, max_account_bytes)
+
+    async def _save_alone(self, response: NewResponse, max_account_bytes: int) -> bool:
         # One statement (migration 0007): the conversation check and lock, the charge against the
         # account's limit and every insert run in one round trip and one commit.
         r = response

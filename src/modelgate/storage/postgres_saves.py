@@ -1,0 +1,162 @@
+"""Group commit for stored Responses answers on PostgreSQL: what one instance keeps together
+shares one statement.
+
+Every completed Responses answer that asks to be stored (the default) is kept before it is
+returned (``gateway.state.keep``). The answers submitted in one turn of the event loop go to the
+database as ONE call of ``modelgate_save_responses`` (migration 0009): one statement, one
+transaction, one commit and one round trip for all of them, each account's byte count written once.
+While a batch is at the database the next one gathers, as for the ledger (``postgres_ledger``).
+
+Nothing is weakened: the function applies the rules of ``modelgate_save_response`` (0007) to each
+answer in submission order, under the conversation and account locks, so the account limit is
+exact and each answer is kept or not exactly as if saved alone. A batch the database refuses as a
+whole for one answer (a duplicate id, an account that is gone) or aborts to break a deadlock
+(a concurrent sweep locking two accounts in the other order) is sent again one answer at a time
+(``save_one``), so only the culprit's caller gets the error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from modelgate.storage.base import StorageError
+from modelgate.storage.responses import NewResponse, object_bytes
+
+_CALL = (
+    "SELECT modelgate_save_responses($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], "
+    "$6::text[], $7::bytea[], $8::bigint[], $9::bigint[], $10::float8[], $11::float8[], $12, "
+    "$13::int[], $14::text[], $15::text[], $16::bytea[])"
+)
+#: Answers in one batch at most (a larger queue leaves in several).
+MAX_BATCH = 64
+
+
+@dataclass(slots=True)
+class _Save:
+    response: NewResponse
+    limit: int
+    done: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+def arguments(batch: list[_Save]) -> tuple[Any, ...]:
+    """The function's arguments: one array per field, items flattened with their answer's index."""
+    columns: list[list[Any]] = [[] for _ in range(11)]
+    owners: list[int] = []
+    item_ids: list[str] = []
+    sections: list[str] = []
+    item_bodies: list[bytes] = []
+    for index, save in enumerate(batch, start=1):
+        r = save.response
+        items = [*r.input_items, *r.output_items]
+        appended = object_bytes(b"", items) if r.conversation_id is not None else 0
+        row = (
+            r.id,
+            r.account_id,
+            r.key_id,
+            r.previous_id,
+            r.conversation_id,
+            r.holder,
+            r.body,
+            object_bytes(r.body, items),
+            appended,
+            r.created_at,
+            r.expires_at,
+        )
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
+        for item in items:
+            owners.append(index)
+            item_ids.append(item.id)
+            sections.append(item.section)
+            item_bodies.append(item.body)
+    # One limit per batch: every caller passes the instance's responses.max_account_bytes.
+    return (*columns, batch[0].limit, owners, item_ids, sections, item_bodies)
+
+
+class ResponseSaves:
+    def __init__(
+        self,
+        pool: Callable[[], Awaitable[Any]],
+        save_one: Callable[[NewResponse, int], Awaitable[bool]],
+    ) -> None:
+        self._pool = pool
+        self._save_one = save_one
+        self._queue: list[_Save] = []
+        self._busy = False
+        self._scheduled = False
+
+    async def save(self, response: NewResponse, max_account_bytes: int) -> bool:
+        save = _Save(response, max_account_bytes)
+        self._queue.append(save)
+        self._schedule()
+        return await save.done
+
+    def _schedule(self) -> None:
+        if not self._scheduled and not self._busy and self._queue:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        queue = [s for s in self._queue if not s.done.cancelled()]
+        if not queue:
+            self._queue = []
+            return
+        # Only answers under the same limit share a batch (one instance: always the same).
+        limit = queue[0].limit
+        batch = [s for s in queue if s.limit == limit][:MAX_BATCH]
+        chosen = {id(s) for s in batch}
+        self._queue = [s for s in queue if id(s) not in chosen]
+        self._busy = True
+        sent = asyncio.ensure_future(self._send(batch))
+        sent.add_done_callback(self._sent)
+
+    def _sent(self, _: asyncio.Future[None]) -> None:
+        self._busy = False
+        self._schedule()
+
+    async def _send(self, batch: list[_Save]) -> None:
+        try:
+            if len(batch) == 1:
+                kept = [await self._save_one(batch[0].response, batch[0].limit)]
+            else:
+                kept = await self._call(batch)
+        except (asyncpg.IntegrityConstraintViolationError, asyncpg.DeadlockDetectedError):
+            for save in batch:  # find the answer the database refused; the others are kept
+                await self._send_alone(save)
+            return
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+            _fail(batch, StorageError(f"postgresql: {exc}"))
+            return
+        except Exception as exc:  # a callback must resolve every future, whatever went wrong
+            _fail(batch, exc)
+            return
+        for save, was_kept in zip(batch, kept, strict=True):
+            if not save.done.done():
+                save.done.set_result(bool(was_kept))
+
+    async def _send_alone(self, save: _Save) -> None:
+        try:
+            kept = await self._save_one(save.response, save.limit)
+        except Exception as exc:
+            _fail([save], exc if isinstance(exc, StorageError) else StorageError(f"postgresql: {exc}"))
+        else:
+            if not save.done.done():
+                save.done.set_result(kept)
+
+    async def _call(self, batch: list[_Save]) -> list[bool]:
+        pool = await self._pool()
+        async with pool.acquire() as conn:
+            kept: list[bool] = await conn.fetchval(_CALL, *arguments(batch))
+        return kept
+
+
+def _fail(batch: list[_Save], exc: BaseException) -> None:
+    for save in batch:
+        if not save.done.done():
+            save.done.set_exception(exc)

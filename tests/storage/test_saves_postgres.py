@@ -1,0 +1,117 @@
+"""Stored Responses answers that a PostgreSQL instance keeps together share one statement
+(storage.postgres_saves), and sharing never changes an outcome: each answer is kept or refused
+exactly as if saved alone, under the account limit, in submission order."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from modelgate.storage.base import Conflict
+from modelgate.storage.postgres import PostgresStore
+from modelgate.storage.responses import StoredConversation, object_bytes
+from tests.storage.engines import fresh_database
+from tests.storage.test_contract import NOW
+from tests.storage.test_contract_responses import DAY, LIMIT, item, response
+from tests.storage.test_group_commit_postgres import _next_xid
+
+
+@pytest.fixture
+async def url() -> AsyncIterator[str]:
+    async with fresh_database("mgsaves") as database:
+        yield database
+
+
+async def _store(url: str) -> PostgresStore:
+    store = PostgresStore(url)
+    await store.migrate()
+    return store
+
+
+async def test_answers_kept_together_commit_once_with_their_items_in_order(url: str) -> None:
+    store = await _store(url)
+    account = await store.create_account("saves", 0, NOW)
+    answers = [
+        response(
+            f"resp_{n}",
+            account.id,
+            inputs=(item(f"in_{n}_a", "q"), item(f"in_{n}_b", "q2")),
+            outputs=(item(f"out_{n}", "a", "output"),),
+        )
+        for n in range(12)
+    ]
+    before = await _next_xid(url)
+    assert await asyncio.gather(*(store.save_response(a, LIMIT) for a in answers)) == [True] * 12
+    assert await _next_xid(url) - before == 1  # twelve answers, one transaction
+    for n, answer in enumerate(answers):
+        got = await store.get_response(account.id, f"resp_{n}", NOW)
+        assert got is not None and got.body == answer.body
+        assert [i.id for i in got.input_items] == [f"in_{n}_a", f"in_{n}_b"]
+        assert [i.id for i in got.output_items] == [f"out_{n}"]
+    expected = sum(object_bytes(a.body, [*a.input_items, *a.output_items]) for a in answers)
+    assert await store.state_bytes(account.id) == expected
+    await store.close()
+
+
+async def test_in_one_batch_an_answer_over_the_limit_is_refused_alone_and_later_ones_may_fit(
+    url: str,
+) -> None:
+    store = await _store(url)
+    account = await store.create_account("saves-limit", 0, NOW)
+    smalls = [response(f"resp_{n}", account.id, inputs=(item(f"i{n}", "x" * 10),)) for n in range(1, 5)]
+    big = response("resp_big", account.id, inputs=(item("b", "x" * 1000),))
+    sizes = [object_bytes(r.body, r.input_items) for r in smalls]
+    limit = sum(sizes[:3])  # the first three small ones fit, the big one never
+    answers = [smalls[0], big, smalls[1], smalls[2], smalls[3]]
+    kept = await asyncio.gather(*(store.save_response(a, limit) for a in answers))
+    assert kept == [True, False, True, True, False]
+    assert await store.get_response(account.id, "resp_big", NOW) is None
+    assert await store.state_bytes(account.id) == limit
+    await store.close()
+
+
+async def test_a_duplicate_id_in_a_batch_fails_alone(url: str) -> None:
+    store = await _store(url)
+    account = await store.create_account("saves-dup", 0, NOW)
+    assert await store.save_response(response("resp_taken", account.id), LIMIT)
+    outcomes = await asyncio.gather(
+        store.save_response(response("resp_a", account.id, inputs=(item("a", "a"),)), LIMIT),
+        store.save_response(response("resp_taken", account.id), LIMIT),
+        store.save_response(response("resp_b", account.id, inputs=(item("b", "b"),)), LIMIT),
+        return_exceptions=True,
+    )
+    assert outcomes[0] is True and outcomes[2] is True
+    assert isinstance(outcomes[1], Conflict)
+    assert await store.get_response(account.id, "resp_a", NOW) is not None
+    assert await store.get_response(account.id, "resp_b", NOW) is not None
+    kept = [response("resp_taken", account.id), response("resp_a", account.id, inputs=(item("a", "a"),))]
+    kept.append(response("resp_b", account.id, inputs=(item("b", "b"),)))
+    sizes = [object_bytes(r.body, r.input_items) for r in kept]
+    assert await store.state_bytes(account.id) == sum(sizes)
+    await store.close()
+
+
+async def test_answers_of_one_batch_append_to_a_conversation_one_after_another(url: str) -> None:
+    store = await _store(url)
+    account = await store.create_account("saves-conv", 0, NOW)
+    conversation = StoredConversation("conv_b", account.id, b"{}", NOW)
+    assert await store.create_conversation(conversation, [item("c0", "first", "item")], NOW + DAY, LIMIT)
+    answers = [
+        response(
+            f"resp_c{n}",
+            account.id,
+            conversation="conv_b",
+            inputs=(item(f"q{n}", "q"),),
+            outputs=(item(f"a{n}", "a", "output"),),
+        )
+        for n in range(4)
+    ]
+    gone = response("resp_gone", account.id, conversation="conv_missing", inputs=(item("g", "g"),))
+    kept = await asyncio.gather(*(store.save_response(a, LIMIT) for a in [*answers, gone]))
+    assert kept == [True, True, True, True, False]
+    items = await store.conversation_items(account.id, "conv_b", NOW)
+    assert items is not None
+    assert [i.id for i in items] == ["c0", "q0", "a0", "q1", "a1", "q2", "a2", "q3", "a3"]
+    await store.close()
