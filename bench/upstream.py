@@ -28,6 +28,9 @@ PATHS = {"/v1/messages": "messages", "/v1/chat/completions": "chat", "/v1/respon
 #: bench): the fake upstream's own parse would only slow the load generator on its core.
 UNPARSED_BODY = 1024 * 1024
 WHOLE_TEXT = " ".join(f"w{i:04d}" for i in range(24))
+#: The Responses id in the prebuilt bodies; each answer gets its own id of the same length (as a
+#: real upstream's), so a gateway that keeps answers (``store`` defaults to true) stores each one.
+RESPONSE_ID = b"resp_bench000001"
 
 
 class Behaviour:
@@ -115,7 +118,7 @@ def _output_item(text: str, status: str = "completed") -> dict[str, Any]:
 def _response(model: str, status: str, output: list[dict[str, Any]], words: int) -> dict[str, Any]:
     done = status == "completed"
     return {
-        "id": "resp_bench000001",
+        "id": RESPONSE_ID.decode(),
         "object": "response",
         "created_at": 1700000000,
         "status": status,
@@ -241,6 +244,7 @@ END = b"0\r\n\r\n"
 class Upstream:
     def __init__(self) -> None:
         self.behaviour = Behaviour()
+        self._answers = 0
         self._whole: dict[tuple[str, str], bytes] = {}
         self._streams: dict[tuple[str, str, int, bool], tuple[list[bytes], int]] = {}
 
@@ -252,6 +256,14 @@ class Upstream:
             out = self._whole[key] = JSON_HEAD % len(body) + body
         return out
 
+    def fresh_id(self, dialect: str) -> bytes | None:
+        """A new Responses id (same length as ``RESPONSE_ID``) for one answer; None for the other
+        dialects, whose ids nothing keeps."""
+        if dialect != "responses":
+            return None
+        self._answers += 1
+        return b"resp_b%010d" % self._answers
+
     def stream(self, dialect: str, model: str, include_usage: bool) -> tuple[list[bytes], int]:
         key = (dialect, model, self.behaviour.chunks, include_usage)
         out = self._streams.get(key)
@@ -259,6 +271,10 @@ class Upstream:
             events, first = stream_events(dialect, model, self.behaviour.chunks, include_usage)
             out = self._streams[key] = ([_frame(e) for e in events], first)
         return out
+
+
+def _with_id(data: bytes, answer_id: bytes | None) -> bytes:
+    return data if answer_id is None else data.replace(RESPONSE_ID, answer_id)
 
 
 def _reply(status: str, body: bytes) -> bytes:
@@ -327,8 +343,9 @@ class Connection(asyncio.Protocol):
         if dialect is None:
             self.transport.write(_reply("404 Not Found", b'{"error":"no such path"}'))
             return
+        answer_id = self.upstream.fresh_id(dialect)
         if len(body) > UNPARSED_BODY:
-            self.transport.write(self.upstream.whole(dialect, "fake-model"))
+            self.transport.write(_with_id(self.upstream.whole(dialect, "fake-model"), answer_id))
             return
         try:
             req = orjson.loads(body)
@@ -337,10 +354,12 @@ class Connection(asyncio.Protocol):
             return
         model = str(req.get("model") or "fake-model")
         if not req.get("stream"):
-            self.transport.write(self.upstream.whole(dialect, model))
+            self.transport.write(_with_id(self.upstream.whole(dialect, model), answer_id))
             return
         include_usage = bool((req.get("stream_options") or {}).get("include_usage"))
         frames, first = self.upstream.stream(dialect, model, include_usage)
+        if answer_id is not None:
+            frames = [_with_id(frame, answer_id) for frame in frames]
         behaviour = self.upstream.behaviour
         if not behaviour.delay and not behaviour.hold:
             self.transport.write(b"".join([SSE_HEAD, *frames, END]))
