@@ -371,6 +371,19 @@ async def test_settle_charges_releases_the_rest_and_is_idempotent(store: Store) 
     await assert_ledger_invariants(store, account.id, cap_keys=[key])
 
 
+async def test_a_reserve_and_its_settle_submitted_together_apply_in_order(store: Store) -> None:
+    """Never sent by the gateway (a settle follows its reserve's answer), but a batch holding both
+    must treat them in order: the hold is made, then settled; nothing stays held."""
+    account, key = await setup_key(store, balance=1_000)
+    request = hold(key, 400)
+    reserved, settled = await asyncio.gather(store.reserve(request), store.settle(usage_of(request, 150)))
+    assert isinstance(reserved, Reservation) and reserved.granted_uc == 400
+    assert settled.applied and settled.charged_uc == 150 and settled.balance_uc == 850
+    assert (await account_of(store, account.id)).reserved_uc == 0
+    assert await store.pending_reservations() == 0
+    assert await store.month_spend(key.id, MONTH) == (150, 0)
+
+
 async def test_settlement_reports_the_available_balance_and_free_cap(store: Store) -> None:
     _, key = await setup_key(store, balance=1_000, monthly_cap_uc=800)
     first, second = hold(key, 300), hold(key, 200)
