@@ -113,3 +113,37 @@ async def test_writes_wait_off_the_loop_while_another_writer_holds_the_lock(tmp_
     assert await store.pending_reservations() == 1
     other.close()
     await store.close()
+
+
+class _Batches:
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def ledger_committed(self, seconds: float, operations: int) -> None:
+        self.sizes.append(operations)
+
+
+async def test_a_batch_meeting_a_short_lock_retries_on_the_loop_and_gathers_what_comes_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """Another process (a second worker) holding the write lock for a moment: the batch is tried
+    again on the loop, never on the worker thread, and the writes submitted while it waits commit
+    with it in one transaction."""
+    store, account_id = await _store(tmp_path)
+    batches = _Batches()
+    store.observe_ledger(batches)
+    other = sqlite3.connect(tmp_path / "db.sqlite", isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    first = asyncio.ensure_future(store.reserve(_hold(account_id, "req_0", 100)))
+    await asyncio.sleep(0.005)  # the first batch has met the lock and waits on the loop
+    later = [asyncio.ensure_future(store.reserve(_hold(account_id, f"req_{n}", 100))) for n in range(1, 6)]
+    await asyncio.sleep(0.005)
+    other.execute("COMMIT")
+    outcomes = await asyncio.wait_for(asyncio.gather(first, *later), 5)
+    assert all(isinstance(o, Reservation) and o.granted_uc == 100 for o in outcomes)
+    committed = [size for size in batches.sizes if size]
+    assert committed[-1] == 6  # the waiting batch and the five that came meanwhile, together
+    assert store._worker_ident is None  # the worker thread never ran a write
+    assert await store.pending_reservations() == 6
+    other.close()
+    await store.close()

@@ -9,8 +9,15 @@ when several operations are submitted in the same turn of the event loop they ru
 Nothing is weakened: each operation runs inside its own ``SAVEPOINT``, so one that fails (a
 duplicate request id, a constraint) is rolled back alone and only its caller sees the error; an
 operation's result is handed to its caller only after the shared ``COMMIT`` succeeded; and one
-operation submitted alone (no concurrency) commits on the next loop turn as before. When another
-process holds the write lock, the whole batch runs on the store's worker thread, which waits for it.
+operation submitted alone (no concurrency) commits on the next loop turn as before.
+
+When another process holds the write lock (another worker of ``server.workers``: each of their
+transactions holds it for a fraction of a millisecond), the batch is tried again on the loop, at
+the next turn and then every millisecond, and what is submitted meanwhile joins it, so a worker
+that met the lock commits more at once next time. Only after ``LOOP_RETRY_SECONDS`` (a long
+writer: the CLI, an admin command, a migration) does the batch go to the store's worker thread,
+which waits for the lock. (Handing every conflict to the thread, whose SQLite busy handler sleeps
+a millisecond and more, cost two workers on two cores a dozen context switches per request.)
 """
 
 from __future__ import annotations
@@ -29,6 +36,11 @@ T = TypeVar("T")
 Operation = Callable[[sqlite3.Connection], Any]
 #: SQLite's "database is locked" answers (another connection holds the write lock).
 BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+#: How long a batch that meets another process's write lock is retried on the loop before it
+#: waits on the worker thread instead.
+LOOP_RETRY_SECONDS = 0.05
+#: The pause between those retries after the first (at the next loop turn).
+RETRY_PAUSE_SECONDS = 0.001
 
 
 class GroupCommit:
@@ -40,6 +52,8 @@ class GroupCommit:
         self._transaction = transaction
         self._on_worker = on_worker
         self._queue: list[tuple[Operation, asyncio.Future[Any]]] = []
+        #: Loop time the batch now waiting for another process's lock first met it (None: not waiting).
+        self._locked_since: float | None = None
         #: Told the time and size of every transaction (metrics); set by ``observe_ledger``.
         self.observer: LedgerObserver | None = None
 
@@ -63,15 +77,30 @@ class GroupCommit:
             outcomes = self._apply(batch)
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode not in BUSY:
+                self._locked_since = None
                 self._fail(batch, exc)
                 return
-            # Another writer (the CLI, a migration) holds the lock: wait for it off the loop.
+            loop = asyncio.get_running_loop()
+            now = loop.time()
+            if self._locked_since is None:
+                self._locked_since = now
+            if now - self._locked_since < LOOP_RETRY_SECONDS:
+                # Another process holds the lock for a moment: try again on the loop, with what
+                # is submitted meanwhile (``run`` schedules nothing while the queue is not empty).
+                first = now == self._locked_since
+                self._queue[:0] = batch
+                loop.call_later(0 if first else RETRY_PAUSE_SECONDS, self._flush)
+                return
+            # A long writer (the CLI, a migration) holds the lock: wait for it off the loop.
+            self._locked_since = None
             retry = asyncio.ensure_future(self._on_worker(lambda: self._apply(batch)))
             retry.add_done_callback(lambda finished: self._deliver_retry(batch, finished))
             return
         except Exception as exc:  # a callback must resolve every future, whatever went wrong
+            self._locked_since = None
             self._fail(batch, exc)
             return
+        self._locked_since = None
         self._deliver(batch, outcomes)
 
     def _apply(self, batch: list[tuple[Operation, asyncio.Future[Any]]]) -> list[Any]:
