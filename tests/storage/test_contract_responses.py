@@ -86,6 +86,24 @@ async def test_a_response_is_read_back_only_by_its_account_and_only_while_live(s
     assert await store.state_bytes(mine.id) == 0
 
 
+async def test_small_and_large_responses_saved_together_are_each_kept(store: Store) -> None:
+    """A small answer goes with the ledger's group commit and a large one (over 64 KiB) on the
+    worker thread on SQLite; either way each is kept whole and counted."""
+    account = await store.create_account("state-sizes", 0, NOW)
+    small = response("resp_small", account.id, inputs=(item("s_in", "hi"),))
+    large = response("resp_large", account.id, inputs=(item("l_in", "x" * 200_000),))
+    assert await asyncio.gather(store.save_response(small, LIMIT), store.save_response(large, LIMIT)) == [
+        True,
+        True,
+    ]
+    for saved in (small, large):
+        got = await store.get_response(account.id, saved.id, NOW)
+        assert got is not None and got.input_items == saved.input_items
+    assert await store.state_bytes(account.id) == sum(
+        object_bytes(r.body, r.input_items) for r in (small, large)
+    )
+
+
 async def test_a_chain_is_read_oldest_first_and_ends_where_a_link_is_gone(store: Store) -> None:
     account = await store.create_account("state-chain", 0, NOW)
     for n in range(1, 5):

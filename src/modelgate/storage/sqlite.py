@@ -449,6 +449,11 @@ class SqliteStore(SqliteAdminTokens, SqliteReports, SqliteResponses):
         row = await self._run(lambda: self._db().execute(sql).fetchone())
         return int(row[0]), None if row[1] is None else float(row[1])
 
+    async def _group_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` in the next shared ledger transaction, on the loop (small stored answers)."""
+        result: T = await self._ledger.run(fn)
+        return result
+
     def observe_ledger(self, observer: LedgerObserver | None) -> None:
         self._ledger.observer = observer
 

@@ -1,9 +1,12 @@
 """``ResponseStore`` on SQLite (mixed into ``SqliteStore``).
 
-Stored objects can be megabytes, so none of this runs on the event loop: reads run on the reader
-thread (``SqliteReports._read``), writes on the store's worker thread, whose connection waits for
-SQLite's write lock instead of failing. Each write is one ``BEGIN IMMEDIATE`` transaction, so the
-per-account byte check and the write it guards cannot interleave with another writer.
+Stored objects can be megabytes, so almost none of this runs on the event loop: reads run on the
+reader thread (``SqliteReports._read``), writes on the store's worker thread, whose connection
+waits for SQLite's write lock instead of failing. Each write is one ``BEGIN IMMEDIATE``
+transaction, so the per-account byte check and the write it guards cannot interleave with another
+writer. The exception: a response of at most ``INLINE_SAVE_BYTES`` (most answers) is kept in the
+ledger's group commit on the loop (``storage.group_commit``), in its own savepoint: no thread hop,
+and with several workers no sleeping on the other's write lock.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from modelgate.storage.responses import (
 )
 
 T = TypeVar("T")
+#: A response (body and items) this small is kept with the ledger's group commit, on the loop.
+INLINE_SAVE_BYTES = 64 * 1024
 
 
 class SqliteResponses:
@@ -37,6 +42,9 @@ class SqliteResponses:
         raise NotImplementedError
 
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError
+
+    async def _group_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         raise NotImplementedError
 
     async def _state_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -148,6 +156,8 @@ class SqliteResponses:
                 self._append(db, r.conversation_id, r.account_id, appended, r.expires_at)
             return True
 
+        if size <= INLINE_SAVE_BYTES:
+            return await self._group_write(op)
         return await self._state_write(op)
 
     @classmethod
