@@ -93,7 +93,7 @@ async def test_small_and_large_responses_saved_together_are_each_kept(store: Sto
     small = response("resp_small", account.id, inputs=(item("s_in", "hi"),))
     large = response("resp_large", account.id, inputs=(item("l_in", "x" * 200_000),))
     kept = await asyncio.gather(store.save_response(small, LIMIT), store.save_response(large, LIMIT))
-    assert kept == (True, True)
+    assert list(kept) == [True, True]
     for saved in (small, large):
         got = await store.get_response(account.id, saved.id, NOW)
         assert got is not None and got.input_items == saved.input_items
