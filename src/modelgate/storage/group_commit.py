@@ -116,10 +116,20 @@ class GroupCommit:
                         db.execute("ROLLBACK TO ledger_op")
                         outcomes.append(Conflict(str(exc)))
                     db.execute("RELEASE ledger_op")
-        finally:
-            if self.observer is not None:
-                self.observer.ledger_committed(time.perf_counter() - began, len(batch))
+        except sqlite3.OperationalError as exc:
+            # Refused the lock: no transaction happened (the batch is tried again), nothing to count.
+            if exc.sqlite_errorcode not in BUSY:
+                self._observe(began, len(batch))
+            raise
+        except BaseException:
+            self._observe(began, len(batch))
+            raise
+        self._observe(began, len(batch))
         return outcomes
+
+    def _observe(self, began: float, operations: int) -> None:
+        if self.observer is not None:
+            self.observer.ledger_committed(time.perf_counter() - began, operations)
 
     def _deliver_retry(
         self, batch: list[tuple[Operation, asyncio.Future[Any]]], finished: asyncio.Future[Any]
