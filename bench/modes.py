@@ -241,6 +241,12 @@ def mode_budget(
                 mode["whole"][e]["rps_per_core"] / base["whole"][e]["rps_per_core"] for e in mode["whole"]
             )
             lines.append((f"{name}: req/s per busy core / 1 worker's", ratio, ">= 0.90", ratio >= 0.9))
+            floor = floors.get(f"uvicorn+aiohttp x{name.split()[-1]}", {}).get("rps_per_core_c16")
+            if floor and one:
+                # What the machine allows N processes (shared cores, the load on core 1): the gateway's
+                # ratio over the bare relays' ratio of the same run.
+                share = ratio / (floor / one)
+                lines.append((f"{name}: that ratio / the relay floor's", share, "(machine)", True))
         elif name.startswith("postgresql"):
             ratio = max(
                 mode["whole"][e]["cpu_us_per_request"] / base["whole"][e]["cpu_us_per_request"]
