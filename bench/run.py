@@ -48,6 +48,8 @@ from bench.targets import GATEWAY_CORE, ROOT, Target, direct_endpoints, start_li
 
 LOAD_CORE = 1
 CONCURRENCY = (1, 16, 64)
+#: Seconds per server per stream length of the interleaved chunk comparison with the floor relay.
+FLOOR_CHUNK_SECONDS = 6.0
 MARKER = b"w0000"  # the fake upstream's first streamed token
 RESULTS = ROOT / "bench" / "results"
 
@@ -256,6 +258,49 @@ async def bench_floor(
             each.stop()
 
 
+async def interleaved_chunk_cost(target: Target, upstream: Upstream, workdir: Path) -> dict[str, float]:
+    """CPU per streamed chat chunk of the gateway and of the uvicorn+aiohttp floor relay, both on
+    the gateway's core and measured in alternating 0.5 s slices (as ``make bench-ab`` does), so
+    drift of the machine hits both alike: the chunk budget's ratio from one measurement."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "bench.floors", FLOOR_PROCESSES, str(port), str(upstream.port)]
+    floor = Proc("floor (interleaved)", pinned(cmd, GATEWAY_CORE), log=workdir / "floor-interleaved.log")
+    try:
+        floor.wait_http(f"http://127.0.0.1:{port}/health", 20)
+        ours = next(ep for ep in target.endpoints if ep.name == "chat")
+        direct = next(ep for ep in direct_endpoints() if ep.name == "chat")
+        gateway_pid, floor_pid = target.proc.pid, floor.pid
+        loads = [
+            lg.Load(
+                "modelgate chat",
+                "127.0.0.1",
+                target.port,
+                lg.build_request("127.0.0.1", target.port, ours.path, ours.headers, ours.body(True)),
+                MARKER,
+                lambda: cpu_ns(tree(gateway_pid)),
+                GATEWAY_CORE,
+            ),
+            lg.Load(
+                "floor chat",
+                "127.0.0.1",
+                port,
+                lg.build_request("127.0.0.1", port, direct.path, direct.headers, direct.body(True)),
+                MARKER,
+                lambda: cpu_ns(tree(floor_pid)),
+                GATEWAY_CORE,
+            ),
+        ]
+        per_stream: dict[int, list[lg.Stats]] = {}
+        for chunks in (50, 2):
+            upstream.configure(chunks=chunks, delay_ms=2)
+            per_stream[chunks] = await lg.interleaved(loads, 2, FLOOR_CHUNK_SECONDS)
+        upstream.configure()
+        gateway, relay = (cpu_per_chunk({n: per_stream[n][i] for n in per_stream})[2] for i in (0, 1))
+        return {"modelgate_us": gateway, "floor_us": relay, "ratio": gateway / relay}
+    finally:
+        floor.stop()
+
+
 # --- reporting ---------------------------------------------------------------------------------
 
 
@@ -370,6 +415,7 @@ async def main_async(args: argparse.Namespace) -> None:
         results: dict[str, Any] = {}
         floors: dict[str, Any] = {}
         modes: dict[str, Any] = {}
+        chunk: dict[str, float] | None = None
         try:
             targets: list[tuple[str, Callable[[int, Path], Target]]] = [("modelgate", start_modelgate)]
             if args.peer == "litellm":
@@ -382,6 +428,9 @@ async def main_async(args: argparse.Namespace) -> None:
                         results[name] = await bench_target(target, upstream, args)
                     if name == "modelgate" and args.large_seconds > 0 and not args.modes_only:
                         results[name]["large"] = await bench_large_bodies(target, args.large_seconds)
+                    if name == "modelgate" and args.floors:
+                        print("[modelgate] CPU per chunk against the floor relay, interleaved")
+                        chunk = await interleaved_chunk_cost(target, upstream, workdir)
                     if name == "modelgate" and (args.workers or args.store):
                         modes["sqlite"] = await bench_mode(
                             "sqlite", target, parts_of(target), upstream, args.seconds, args.endpoints
@@ -446,7 +495,13 @@ async def main_async(args: argparse.Namespace) -> None:
     if modes:
         print_modes(list(modes.values()))
         results["modes"] = modes
-    print_mode_budget(mode_budget(modes, floors, results.get("modelgate")))
+    if chunk is not None:
+        results["chunk_interleaved"] = chunk
+        print(
+            f"\nCPU per chunk (chat), interleaved with the uvicorn+aiohttp floor on core {GATEWAY_CORE}: "
+            f"modelgate {chunk['modelgate_us']:.1f} µs, floor {chunk['floor_us']:.1f} µs"
+        )
+    print_mode_budget(mode_budget(modes, floors, results.get("modelgate"), chunk))
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / time.strftime("bench-%Y%m%d-%H%M%S.json")
     path.write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
