@@ -18,6 +18,14 @@ from tests.storage.test_contract_responses import DAY, LIMIT, item, response
 from tests.storage.test_group_commit_postgres import _next_xid
 
 
+class _Batches:
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    def ledger_committed(self, seconds: float, operations: int) -> None:
+        self.sizes.append(operations)
+
+
 @pytest.fixture
 async def url() -> AsyncIterator[str]:
     async with fresh_database("mgsaves") as database:
@@ -42,9 +50,12 @@ async def test_answers_kept_together_commit_once_with_their_items_in_order(url: 
         )
         for n in range(12)
     ]
+    batches = _Batches()
+    store.observe_ledger(batches)
     before = await _next_xid(url)
     assert await asyncio.gather(*(store.save_response(a, LIMIT) for a in answers)) == [True] * 12
     assert await _next_xid(url) - before == 1  # twelve answers, one transaction
+    assert batches.sizes == [12]  # and one batch in the ledger write metrics
     for n, answer in enumerate(answers):
         got = await store.get_response(account.id, f"resp_{n}", NOW)
         assert got is not None and got.body == answer.body

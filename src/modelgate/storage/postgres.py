@@ -377,6 +377,7 @@ class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
 
     def observe_ledger(self, observer: LedgerObserver | None) -> None:
         self._ledger.observer = observer
+        self._saves.observer = observer
 
     # usage --------------------------------------------------------------------------------
 

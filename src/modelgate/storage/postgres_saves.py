@@ -18,13 +18,14 @@ whole for one answer (a duplicate id, an account that is gone) or aborts to brea
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
 
-from modelgate.storage.base import StorageError
+from modelgate.storage.base import LedgerObserver, StorageError
 from modelgate.storage.responses import NewResponse, object_bytes
 
 _CALL = (
@@ -89,6 +90,8 @@ class ResponseSaves:
         self._queue: list[_Save] = []
         self._busy = False
         self._scheduled = False
+        #: Told each batch's duration and size (the ledger's write metrics count these batches too).
+        self.observer: LedgerObserver | None = None
 
     async def save(self, response: NewResponse, max_account_bytes: int) -> bool:
         save = _Save(response, max_account_bytes)
@@ -121,6 +124,14 @@ class ResponseSaves:
         self._schedule()
 
     async def _send(self, batch: list[_Save]) -> None:
+        began = time.perf_counter()
+        try:
+            await self._send_batch(batch)
+        finally:
+            if self.observer is not None:
+                self.observer.ledger_committed(time.perf_counter() - began, len(batch))
+
+    async def _send_batch(self, batch: list[_Save]) -> None:
         try:
             if len(batch) == 1:
                 kept = [await self._save_one(batch[0].response, batch[0].limit)]
