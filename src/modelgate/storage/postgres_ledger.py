@@ -3,9 +3,10 @@
 Reserves, settles and releases submitted in the same turn of the event loop go to the database as
 ONE call of ``modelgate_ledger`` (migration 0006): one statement, so one transaction, one commit
 and one round trip for all of them, instead of four or five round trips and a commit each. While
-a batch is at the database (``MAX_BATCHES_IN_FLIGHT``), new operations wait and leave together in
-the next one, so the busier the instance the larger its batches (measured: at 16 requests in
-flight one batch at a time cost PostgreSQL a fifth less CPU per request than four at a time).
+a batch is at the database, new operations wait and leave together in the next one
+(``postgres_batches``), so the busier the instance the larger its batches (measured: at 16
+requests in flight one batch at a time cost PostgreSQL a fifth less CPU per request than four at
+a time).
 
 Nothing is weakened (the semantics are those of ``storage.base``):
 
@@ -19,13 +20,12 @@ Nothing is weakened (the semantics are those of ``storage.base``):
   that breaks a constraint (a duplicate request id) fails the whole statement, which changes
   nothing; each operation of that batch is then sent alone, so only the culprit's caller gets the
   ``Conflict`` and the others their outcomes.
-- A caller that is cancelled before its batch leaves is taken out of it.
+- A caller that is cancelled before its batch leaves is taken out of it (``postgres_batches``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,7 +36,6 @@ import orjson
 
 from modelgate.storage.base import (
     Conflict,
-    LedgerObserver,
     Refusal,
     Reservation,
     ReserveRequest,
@@ -44,12 +43,8 @@ from modelgate.storage.base import (
     StorageError,
     UsageRecord,
 )
+from modelgate.storage.postgres_batches import Batches, resolve
 
-#: Batches at the database at once (each holds a pooled connection while it runs): classic group
-#: commit. A batch is a few hundred microseconds of work, so the next one waits little.
-MAX_BATCHES_IN_FLIGHT = 1
-#: Operations in one batch at most (a larger queue leaves in several).
-MAX_BATCH = 256
 _CALL = "SELECT * FROM modelgate_ledger($1::jsonb, $2::jsonb)"
 #: Advisory lock classes, in the order a batch takes them (migration 0006).
 RESERVATION, ACCOUNT, KEY_MONTH = 1, 2, 3
@@ -146,14 +141,10 @@ def _outcome(op: _Op, row: Any) -> Any:
     return Settlement(True, row["amount_uc"], row["balance_free_uc"], row["cap_free_uc"])
 
 
-class LedgerBatches:
+class LedgerBatches(Batches[_Op]):
     def __init__(self, pool: Callable[[], Awaitable[Any]]) -> None:
+        super().__init__()
         self._pool = pool
-        self._queue: list[_Op] = []
-        self._in_flight = 0
-        self._scheduled = False
-        #: Told each batch's duration and size (the ledger metrics).
-        self.observer: LedgerObserver | None = None
 
     async def reserve(self, request: ReserveRequest) -> Reservation | Refusal:
         result: Reservation | Refusal = await self._submit(_Op("r", reserve=request))
@@ -163,66 +154,29 @@ class LedgerBatches:
         result: Settlement = await self._submit(_Op("s" if charge else "l", usage=usage))
         return result
 
-    async def _submit(self, op: _Op) -> Any:
-        self._queue.append(op)
-        self._schedule()
-        return await op.done
-
-    def _schedule(self) -> None:
-        if not self._scheduled and self._queue and self._in_flight < MAX_BATCHES_IN_FLIGHT:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._scheduled = False
-        queue = [op for op in self._queue if not op.done.cancelled()]
-        batch, self._queue = queue[:MAX_BATCH], queue[MAX_BATCH:]
-        if not batch:
-            return
-        self._in_flight += 1
-        sent = asyncio.ensure_future(self._send(batch))
-        sent.add_done_callback(self._sent)
-
-    def _sent(self, _: asyncio.Future[None]) -> None:
-        self._in_flight -= 1
-        self._schedule()
-
-    async def _send(self, batch: list[_Op]) -> None:
-        began = time.perf_counter()
+    async def _run(self, batch: list[_Op]) -> None:
         try:
             rows = await self._call(batch)
         except asyncpg.IntegrityConstraintViolationError as exc:
             if len(batch) == 1:
-                _resolve(batch[0], Conflict(str(exc)))
+                resolve(batch[0], Conflict(str(exc)))
                 return
             for op in batch:  # find the one operation the constraint concerns
                 await self._send([op])
             return
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
             for op in batch:
-                _resolve(op, StorageError(f"postgresql: {exc}"))
+                resolve(op, StorageError(f"postgresql: {exc}"))
             return
         except Exception as exc:  # a callback must resolve every future, whatever went wrong
             for op in batch:
-                _resolve(op, exc)
+                resolve(op, exc)
             return
-        finally:
-            if self.observer is not None:
-                self.observer.ledger_committed(time.perf_counter() - began, len(batch))
         for op, row in zip(batch, rows, strict=True):
-            _resolve(op, _outcome(op, row))
+            resolve(op, _outcome(op, row))
 
     async def _call(self, batch: list[_Op]) -> list[Any]:
         pool = await self._pool()
         async with pool.acquire() as conn:
             rows: list[Any] = await conn.fetch(_CALL, *_arguments(batch))
         return rows
-
-
-def _resolve(op: _Op, outcome: Any) -> None:
-    if op.done.done():
-        return
-    if isinstance(outcome, BaseException):
-        op.done.set_exception(outcome)
-    else:
-        op.done.set_result(outcome)

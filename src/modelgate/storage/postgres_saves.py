@@ -5,7 +5,7 @@ Every completed Responses answer that asks to be stored (the default) is kept be
 returned (``gateway.state.keep``). The answers submitted in one turn of the event loop go to the
 database as ONE call of ``modelgate_save_responses`` (migration 0009): one statement, one
 transaction, one commit and one round trip for all of them, each account's byte count written once.
-While a batch is at the database the next one gathers, as for the ledger (``postgres_ledger``).
+While a batch is at the database the next one gathers, as for the ledger (``postgres_batches``).
 
 Nothing is weakened: the function applies the rules of ``modelgate_save_response`` (0007) to each
 answer in submission order, under the conversation and account locks, so the account limit is
@@ -18,14 +18,14 @@ whole for one answer (a duplicate id, an account that is gone) or aborts to brea
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
 
-from modelgate.storage.base import LedgerObserver, StorageError
+from modelgate.storage.base import StorageError
+from modelgate.storage.postgres_batches import Batches, resolve
 from modelgate.storage.responses import NewResponse, object_bytes
 
 _CALL = (
@@ -33,8 +33,6 @@ _CALL = (
     "$6::text[], $7::bytea[], $8::bigint[], $9::bigint[], $10::float8[], $11::float8[], $12, "
     "$13::int[], $14::text[], $15::text[], $16::bytea[])"
 )
-#: Answers in one batch at most (a larger queue leaves in several).
-MAX_BATCH = 64
 
 
 @dataclass(slots=True)
@@ -79,59 +77,33 @@ def arguments(batch: list[_Save]) -> tuple[Any, ...]:
     return (*columns, batch[0].limit, owners, item_ids, sections, item_bodies)
 
 
-class ResponseSaves:
+class ResponseSaves(Batches[_Save]):
+    #: Answers in one batch at most (a larger queue leaves in several).
+    max_batch = 64
+
     def __init__(
         self,
         pool: Callable[[], Awaitable[Any]],
         save_one: Callable[[NewResponse, int], Awaitable[bool]],
     ) -> None:
+        super().__init__()
         self._pool = pool
         self._save_one = save_one
-        self._queue: list[_Save] = []
-        self._busy = False
-        self._scheduled = False
-        #: Told each batch's duration and size (the ledger's write metrics count these batches too).
-        self.observer: LedgerObserver | None = None
 
     async def save(self, response: NewResponse, max_account_bytes: int) -> bool:
-        save = _Save(response, max_account_bytes)
-        self._queue.append(save)
-        self._schedule()
-        return await save.done
+        kept: bool = await self._submit(_Save(response, max_account_bytes))
+        return kept
 
-    def _schedule(self) -> None:
-        if not self._scheduled and not self._busy and self._queue:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._scheduled = False
-        queue = [s for s in self._queue if not s.done.cancelled()]
-        if not queue:
-            self._queue = []
-            return
+    def _take(self, queue: list[_Save]) -> tuple[list[_Save], list[_Save]]:
         # Only answers under the same limit share a batch (one instance: always the same).
+        if not queue:
+            return [], []
         limit = queue[0].limit
-        batch = [s for s in queue if s.limit == limit][:MAX_BATCH]
+        batch = [s for s in queue if s.limit == limit][: self.max_batch]
         chosen = {id(s) for s in batch}
-        self._queue = [s for s in queue if id(s) not in chosen]
-        self._busy = True
-        sent = asyncio.ensure_future(self._send(batch))
-        sent.add_done_callback(self._sent)
+        return batch, [s for s in queue if id(s) not in chosen]
 
-    def _sent(self, _: asyncio.Future[None]) -> None:
-        self._busy = False
-        self._schedule()
-
-    async def _send(self, batch: list[_Save]) -> None:
-        began = time.perf_counter()
-        try:
-            await self._send_batch(batch)
-        finally:
-            if self.observer is not None:
-                self.observer.ledger_committed(time.perf_counter() - began, len(batch))
-
-    async def _send_batch(self, batch: list[_Save]) -> None:
+    async def _run(self, batch: list[_Save]) -> None:
         try:
             if len(batch) == 1:
                 kept = [await self._save_one(batch[0].response, batch[0].limit)]
@@ -142,32 +114,26 @@ class ResponseSaves:
                 await self._send_alone(save)
             return
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
-            _fail(batch, StorageError(f"postgresql: {exc}"))
+            for save in batch:
+                resolve(save, StorageError(f"postgresql: {exc}"))
             return
         except Exception as exc:  # a callback must resolve every future, whatever went wrong
-            _fail(batch, exc)
+            for save in batch:
+                resolve(save, exc)
             return
         for save, was_kept in zip(batch, kept, strict=True):
-            if not save.done.done():
-                save.done.set_result(bool(was_kept))
+            resolve(save, bool(was_kept))
 
     async def _send_alone(self, save: _Save) -> None:
         try:
             kept = await self._save_one(save.response, save.limit)
         except Exception as exc:
-            _fail([save], exc if isinstance(exc, StorageError) else StorageError(f"postgresql: {exc}"))
+            resolve(save, exc if isinstance(exc, StorageError) else StorageError(f"postgresql: {exc}"))
         else:
-            if not save.done.done():
-                save.done.set_result(kept)
+            resolve(save, kept)
 
     async def _call(self, batch: list[_Save]) -> list[bool]:
         pool = await self._pool()
         async with pool.acquire() as conn:
             kept: list[bool] = await conn.fetchval(_CALL, *arguments(batch))
         return kept
-
-
-def _fail(batch: list[_Save], exc: BaseException) -> None:
-    for save in batch:
-        if not save.done.done():
-            save.done.set_exception(exc)
