@@ -115,7 +115,9 @@ async def test_writes_wait_off_the_loop_while_another_writer_holds_the_lock(tmp_
     await store.close()
 
 
-class _Batches:
+class BatchSizes:
+    """A ledger observer that keeps the size of every batch (the ledger write metrics' view)."""
+
     def __init__(self) -> None:
         self.sizes: list[int] = []
 
@@ -130,7 +132,7 @@ async def test_a_batch_meeting_a_short_lock_retries_on_the_loop_and_gathers_what
     again on the loop, never on the worker thread, and the writes submitted while it waits commit
     with it in one transaction."""
     store, account_id = await _store(tmp_path)
-    batches = _Batches()
+    batches = BatchSizes()
     store.observe_ledger(batches)
     other = sqlite3.connect(tmp_path / "db.sqlite", isolation_level=None)
     other.execute("BEGIN IMMEDIATE")

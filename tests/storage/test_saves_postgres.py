@@ -15,15 +15,8 @@ from modelgate.storage.responses import StoredConversation, object_bytes
 from tests.storage.engines import fresh_database
 from tests.storage.test_contract import NOW
 from tests.storage.test_contract_responses import DAY, LIMIT, item, response
+from tests.storage.test_group_commit import BatchSizes
 from tests.storage.test_group_commit_postgres import _next_xid
-
-
-class _Batches:
-    def __init__(self) -> None:
-        self.sizes: list[int] = []
-
-    def ledger_committed(self, seconds: float, operations: int) -> None:
-        self.sizes.append(operations)
 
 
 @pytest.fixture
@@ -50,7 +43,7 @@ async def test_answers_kept_together_commit_once_with_their_items_in_order(url: 
         )
         for n in range(12)
     ]
-    batches = _Batches()
+    batches = BatchSizes()
     store.observe_ledger(batches)
     before = await _next_xid(url)
     assert await asyncio.gather(*(store.save_response(a, LIMIT) for a in answers)) == [True] * 12
