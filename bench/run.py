@@ -195,10 +195,19 @@ async def paced_streams(
     make: Callable[[], lg.Load], upstream: Upstream, seconds: float
 ) -> dict[int, lg.Stats]:
     """Streams of 50 and of 2 text deltas, 2 ms apart, at c = 2: every chunk is a cold wakeup."""
+    return {
+        chunks: stats for chunks, (stats,) in (await paced_streams_of([make()], upstream, seconds)).items()
+    }
+
+
+async def paced_streams_of(
+    loads: list[lg.Load], upstream: Upstream, seconds: float
+) -> dict[int, list[lg.Stats]]:
+    """``paced_streams`` for several servers at once, in alternating slices: one Stats each."""
     out = {}
     for chunks in (50, 2):
         upstream.configure(chunks=chunks, delay_ms=2)
-        (out[chunks],) = await lg.interleaved([make()], 2, seconds)
+        out[chunks] = await lg.interleaved(loads, 2, seconds)
     upstream.configure()
     return out
 
@@ -290,11 +299,7 @@ async def interleaved_chunk_cost(target: Target, upstream: Upstream, workdir: Pa
                 GATEWAY_CORE,
             ),
         ]
-        per_stream: dict[int, list[lg.Stats]] = {}
-        for chunks in (50, 2):
-            upstream.configure(chunks=chunks, delay_ms=2)
-            per_stream[chunks] = await lg.interleaved(loads, 2, FLOOR_CHUNK_SECONDS)
-        upstream.configure()
+        per_stream = await paced_streams_of(loads, upstream, FLOOR_CHUNK_SECONDS)
         gateway, relay = (cpu_per_chunk({n: per_stream[n][i] for n in per_stream})[2] for i in (0, 1))
         return {"modelgate_us": gateway, "floor_us": relay, "ratio": gateway / relay}
     finally:
