@@ -107,6 +107,8 @@ class PassthroughTap:
     def feed(self, chunk: bytes) -> bytes:
         if self.malformed:
             return b""
+        if not self._events.held and chunk.find(b"\n\n") == len(chunk) - 2 >= 0 and b"\r" not in chunk:
+            return self._relay_one(chunk)  # one whole event, LF-framed: nothing to cut or hold
         out = self._events.take(chunk)
         return self._relay(out) if out else b""
 
@@ -149,6 +151,25 @@ class PassthroughTap:
         if kept is not None:
             out = b"".join(b + b"\n\n" for b in kept)
         return self._rewrite(out)
+
+    def _relay_one(self, out: bytes) -> bytes:
+        """``_relay`` of one LF-framed event whose data is its last line, the usual chunk of a
+        paced stream (a chunk per event): the same outcome without splitting the chunk into blocks
+        and joining them again. The data is parsed with the space after ``data:`` and the blank
+        line around it (JSON whitespace); anything it does not parse (``[DONE]``, an empty data
+        line, malformed JSON) goes the general way, which decides as always."""
+        start = out.find(b"data:")
+        if start < 0 or out.find(b"\n", start) != len(out) - 2 or (start and out[start - 1] != 0x0A):
+            return self._relay(out)
+        try:
+            value = orjson.loads(out[start + 5 :])
+        except orjson.JSONDecodeError:
+            return self._relay(out)
+        block = out[:-2]
+        forward = self._event(block, value)
+        if forward is block:
+            return self._rewrite(out)
+        return self._rewrite(forward + b"\n\n") if forward else DROP
 
     def _event(self, block: bytes, value: Any) -> bytes:
         raise NotImplementedError

@@ -97,26 +97,27 @@ class EventBuffer:
     whoever inspects or rewrites the output never sees half an event.
     """
 
-    __slots__ = ("_held",)
+    __slots__ = ("held",)
 
     def __init__(self) -> None:
-        self._held = b""
+        #: The partial event held back (empty: the next chunk starts an event).
+        self.held = b""
 
     def take(self, chunk: bytes) -> bytes:
-        buffer = self._held + chunk if self._held else chunk
+        buffer = self.held + chunk if self.held else chunk
         end = buffer.rfind(b"\n\n") + 2
         if b"\r" in buffer:
             crlf = buffer.rfind(b"\r\n\r\n")
             end = max(end, crlf + 4 if crlf >= 0 else 0, buffer.rfind(b"\r\r") + 2)
         if end < 2:
-            self._held = buffer
+            self.held = buffer
             return b""
-        self._held = buffer[end:]
+        self.held = buffer[end:]
         return buffer[:end] if end < len(buffer) else buffer
 
     def rest(self) -> bytes:
         """What is held at the end of the stream (an event sent without its blank line)."""
-        rest, self._held = self._held, b""
+        rest, self.held = self.held, b""
         return rest
 
 

@@ -20,7 +20,7 @@ from modelgate.formats.chat.wire import decode_usage, stop_reason_of, stream_err
 from modelgate.formats.passthrough import DROP, PassthroughTap
 
 #: Delta fields holding generated text (tool arguments included).
-_TEXT_FIELDS = ("content", "reasoning_content", "refusal")
+_TEXT_FIELDS = frozenset(("content", "reasoning_content", "refusal"))
 #: A top-level ``"usage": null`` member, with the comma that separates it, in any JSON spacing.
 #: Inside a JSON string the quotes would be escaped, so generated text never matches.
 _USAGE_NULL = re.compile(rb',\s*"usage"\s*:\s*null(?=\s*[,}])|"usage"\s*:\s*null\s*,')
@@ -64,17 +64,18 @@ class StreamTap(PassthroughTap):
         return block
 
     def _count(self, delta: dict[str, Any]) -> None:
-        for name in _TEXT_FIELDS:
-            text = delta.get(name)
-            if isinstance(text, str) and text:
-                self._delta(text)
-        calls = delta.get("tool_calls")
-        if isinstance(calls, list):
-            for call in calls:
-                function = call.get("function") if isinstance(call, dict) else None
-                arguments = function.get("arguments") if isinstance(function, dict) else None
-                if isinstance(arguments, str) and arguments:
-                    self._delta(arguments)
+        # One pass over the delta's own fields (usually one or two) rather than a lookup per
+        # field it might have.
+        for name, text in delta.items():
+            if name in _TEXT_FIELDS:
+                if isinstance(text, str) and text:
+                    self._delta(text)
+            elif name == "tool_calls" and isinstance(text, list):
+                for call in text:
+                    function = call.get("function") if isinstance(call, dict) else None
+                    arguments = function.get("arguments") if isinstance(function, dict) else None
+                    if isinstance(arguments, str) and arguments:
+                        self._delta(arguments)
 
     def _done_marker(self) -> None:
         self.finished = True
@@ -83,10 +84,12 @@ class StreamTap(PassthroughTap):
         if self._strip_usage:
             # The compact form every known upstream writes, by plain replacement (valid JSON has
             # only ``,`` ``}`` or space after ``null``, and quotes inside strings are escaped);
-            # any other spacing by the pattern.
-            out = out.replace(b',"usage":null', b"")
-            if b'"usage"' in out:
-                out = _USAGE_NULL.sub(b"", out)
+            # any other spacing by the pattern, looked for only when the compact form was not
+            # there (one upstream writes all its chunks one way).
+            stripped = out.replace(b',"usage":null', b"")
+            if len(stripped) == len(out) and b'"usage"' in out:
+                stripped = _USAGE_NULL.sub(b"", out)
+            out = stripped
         return super()._rewrite(out)
 
     def error_frame(self, err: GatewayError) -> bytes:
