@@ -11,7 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from modelgate.billing.estimate import DELTA_ESTIMATOR
 from modelgate.formats.chat import tap as chat_tap
@@ -120,6 +123,63 @@ def test_a_malformed_event_alone_stops_the_stream_before_it(kind: str) -> None:
     assert tap.feed(b'data: {"x": \n\n') == b""
     assert tap.malformed
     assert tap.feed(b'data: {"x": 1}\n\n') == b""  # nothing after the fault is relayed
+
+
+texts = st.text(max_size=12) | st.sampled_from(['"model":"gpt-5.1"', "\\u0000", "[DONE]", "data: x"])
+json_values = st.fixed_dictionaries(
+    {"model": st.sampled_from(["gpt-5.1", "m"])},
+    optional={
+        "type": st.sampled_from(
+            ["content_block_delta", "message_start", "message_stop", "response.output_text.delta", "error"]
+        ),
+        "choices": st.lists(
+            st.fixed_dictionaries(
+                {"delta": st.fixed_dictionaries({}, optional={"content": texts, "refusal": texts})},
+                optional={"finish_reason": st.sampled_from(["stop", "length", None])},
+            ),
+            max_size=2,
+        ),
+        "delta": texts | st.fixed_dictionaries({"type": st.just("text_delta"), "text": texts}),
+        "usage": st.none() | st.just({"prompt_tokens": 3, "completion_tokens": 2}),
+        "sequence_number": st.integers(0, 9),
+    },
+)
+
+
+@st.composite
+def events(draw: st.DrawFn) -> bytes:
+    """One SSE event of any shape an upstream might send, sound or not."""
+    data = draw(
+        st.one_of(
+            json_values.map(orjson.dumps),
+            json_values.map(lambda v: orjson.dumps(v, option=orjson.OPT_INDENT_2).replace(b"\n", b" ")),
+            st.sampled_from([b"[DONE]", b"", b" ", b'{"cut": ', b"\xff\xfe", b"1", b"[1,2]", b'"s"']),
+            st.binary(max_size=8).filter(lambda b: b"\n" not in b and b"\r" not in b),
+        )
+    )
+    space = draw(st.sampled_from([b" ", b""]))
+    head = draw(st.sampled_from([b"", b"event: x\n", b": note\n", b"id: 1\n"]))
+    tail = draw(st.sampled_from([b"", b"", b"retry: 5\n", b"data: more\n"]))
+    return head + b"data:" + space + data + b"\n" + tail + b"\n"
+
+
+def feed_general(tap: PassthroughTap, chunk: bytes) -> bytes:
+    """``PassthroughTap.feed`` without its one-event path: every chunk the general way."""
+    if tap.malformed:
+        return b""
+    out = tap._events.take(chunk)
+    return tap._relay(out) if out else b""
+
+
+@settings(max_examples=300, deadline=None)
+@given(stream=st.lists(events(), min_size=1, max_size=8), kind=st.sampled_from(sorted(TAPS)))
+def test_any_events_one_per_chunk_relay_as_through_the_general_path(stream: list[bytes], kind: str) -> None:
+    fast = TAPS[kind]("gpt-5.1")
+    _, fast_pieces = run(fast, stream)
+    general = TAPS[kind]("gpt-5.1")
+    general_pieces = [feed_general(general, chunk) for chunk in stream] + [general.finish()]
+    assert fast_pieces == general_pieces
+    assert state(fast) == state(general)
 
 
 def test_the_fast_path_strips_the_usage_nulls_in_any_spacing() -> None:

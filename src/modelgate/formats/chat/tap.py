@@ -84,12 +84,10 @@ class StreamTap(PassthroughTap):
         if self._strip_usage:
             # The compact form every known upstream writes, by plain replacement (valid JSON has
             # only ``,`` ``}`` or space after ``null``, and quotes inside strings are escaped);
-            # any other spacing by the pattern, looked for only when the compact form was not
-            # there (one upstream writes all its chunks one way).
-            stripped = out.replace(b',"usage":null', b"")
-            if len(stripped) == len(out) and b'"usage"' in out:
-                stripped = _USAGE_NULL.sub(b"", out)
-            out = stripped
+            # any other spacing or place by the pattern.
+            out = out.replace(b',"usage":null', b"")
+            if b'"usage"' in out:
+                out = _USAGE_NULL.sub(b"", out)
         return super()._rewrite(out)
 
     def error_frame(self, err: GatewayError) -> bytes:
