@@ -1,12 +1,13 @@
 """``ResponseStore`` on SQLite (mixed into ``SqliteStore``).
 
 Stored objects can be megabytes, so almost none of this runs on the event loop: reads run on the
-reader thread (``SqliteReports._read``), writes on the store's worker thread, whose connection
-waits for SQLite's write lock instead of failing. Each write is one ``BEGIN IMMEDIATE``
-transaction, so the per-account byte check and the write it guards cannot interleave with another
-writer. The exception: a response of at most ``INLINE_SAVE_BYTES`` (most answers) is kept in the
-ledger's group commit on the loop (``storage.group_commit``), in its own savepoint: no thread hop,
-and with several workers no sleeping on the other's write lock.
+reader thread (``SqliteReports._read``; only the account's byte count, one number, is read on the
+loop), writes on the store's worker thread, whose connection waits for SQLite's write lock instead
+of failing. Each write is one ``BEGIN IMMEDIATE`` transaction, so the per-account byte check and
+the write it guards cannot interleave with another writer. The exception: a response of at most
+``INLINE_SAVE_BYTES`` (most answers) is kept in the ledger's group commit on the loop
+(``storage.group_commit``), in its own savepoint: no thread hop, and with several workers no
+sleeping on the other's write lock.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ class SqliteResponses:
         raise NotImplementedError
 
     async def _run_on_worker(self, fn: Callable[[], T]) -> T:
+        raise NotImplementedError
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        raise NotImplementedError
+
+    def _db(self) -> sqlite3.Connection:
         raise NotImplementedError
 
     def _write(self) -> AbstractContextManager[sqlite3.Connection]:
@@ -353,9 +360,8 @@ class SqliteResponses:
         return await self._state_write(op)
 
     async def state_bytes(self, account_id: int) -> int:
-        row = await self._read(
-            lambda db: db.execute(
-                "SELECT bytes FROM state_usage WHERE account_id = ?", (account_id,)
-            ).fetchone()
-        )
+        # One number by primary key, read before every stored answer: on the loop, as the ledger's
+        # point reads are (a hop to the reader thread cost more than the read).
+        sql = "SELECT bytes FROM state_usage WHERE account_id = ?"
+        row = await self._run(lambda: self._db().execute(sql, (account_id,)).fetchone())
         return int(row[0]) if row else 0
