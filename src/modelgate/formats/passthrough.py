@@ -155,9 +155,9 @@ class PassthroughTap:
     def _relay_one(self, out: bytes) -> bytes:
         """``_relay`` of one LF-framed event whose data is its last line, the usual chunk of a
         paced stream (a chunk per event): the same outcome without splitting the chunk into blocks
-        and joining them again. The data is parsed with the space after ``data:`` and the blank
-        line around it (JSON whitespace); anything it does not parse (``[DONE]``, an empty data
-        line, malformed JSON) goes the general way, which decides as always."""
+        and joining them again. The data is parsed together with the space after ``data:`` and
+        the line ends after it (JSON whitespace); anything that does not parse (``[DONE]``, an
+        empty data line, malformed JSON) goes the general way, which decides as always."""
         start = out.find(b"data:")
         if start < 0 or out.find(b"\n", start) != len(out) - 2 or (start and out[start - 1] != 0x0A):
             return self._relay(out)
