@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from modelgate.storage.postgres_saves import ResponseSaves
+from modelgate.storage.postgres_saves import ResponseSaves, response_row
 from modelgate.storage.responses import (
     OBJECT_COLUMNS,
     FoundItem,
@@ -133,25 +133,12 @@ class PostgresResponses:
     async def _save_alone(self, response: NewResponse, max_account_bytes: int) -> bool:
         # One statement (migration 0007): the conversation check and lock, the charge against the
         # account's limit and every insert run in one round trip and one commit.
-        r = response
-        items = [*r.input_items, *r.output_items]
-        size = object_bytes(r.body, items)
-        appended = object_bytes(b"", items) if r.conversation_id is not None else 0
+        row, items = response_row(response)
         async with self._conn() as conn:
             saved = await conn.fetchval(
                 "SELECT modelgate_save_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, "
                 "$13::text[], $14::text[], $15::bytea[])",
-                r.id,
-                r.account_id,
-                r.key_id,
-                r.previous_id,
-                r.conversation_id,
-                r.holder,
-                r.body,
-                size,
-                appended,
-                r.created_at,
-                r.expires_at,
+                *row,
                 max_account_bytes,
                 [item.id for item in items],
                 [item.section for item in items],

@@ -26,7 +26,7 @@ import asyncpg
 
 from modelgate.storage.base import StorageError
 from modelgate.storage.postgres_batches import Batches, resolve
-from modelgate.storage.responses import NewResponse, object_bytes
+from modelgate.storage.responses import NewResponse, StoredItem, object_bytes
 
 _CALL = (
     "SELECT modelgate_save_responses($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], "
@@ -42,6 +42,27 @@ class _Save:
     done: asyncio.Future[bool] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
+def response_row(r: NewResponse) -> tuple[tuple[Any, ...], list[StoredItem]]:
+    """One answer's eleven leading arguments of ``modelgate_save_response`` (0007) and
+    ``modelgate_save_responses`` (0009, one array each), and its items in order."""
+    items = [*r.input_items, *r.output_items]
+    appended = object_bytes(b"", items) if r.conversation_id is not None else 0
+    row = (
+        r.id,
+        r.account_id,
+        r.key_id,
+        r.previous_id,
+        r.conversation_id,
+        r.holder,
+        r.body,
+        object_bytes(r.body, items),
+        appended,
+        r.created_at,
+        r.expires_at,
+    )
+    return row, items
+
+
 def arguments(batch: list[_Save]) -> tuple[Any, ...]:
     """The function's arguments: one array per field, items flattened with their answer's index."""
     columns: list[list[Any]] = [[] for _ in range(11)]
@@ -50,22 +71,7 @@ def arguments(batch: list[_Save]) -> tuple[Any, ...]:
     sections: list[str] = []
     item_bodies: list[bytes] = []
     for index, save in enumerate(batch, start=1):
-        r = save.response
-        items = [*r.input_items, *r.output_items]
-        appended = object_bytes(b"", items) if r.conversation_id is not None else 0
-        row = (
-            r.id,
-            r.account_id,
-            r.key_id,
-            r.previous_id,
-            r.conversation_id,
-            r.holder,
-            r.body,
-            object_bytes(r.body, items),
-            appended,
-            r.created_at,
-            r.expires_at,
-        )
+        row, items = response_row(save.response)
         for column, value in zip(columns, row, strict=True):
             column.append(value)
         for item in items:
@@ -112,14 +118,6 @@ class ResponseSaves(Batches[_Save]):
         except (asyncpg.IntegrityConstraintViolationError, asyncpg.DeadlockDetectedError):
             for save in batch:  # find the answer the database refused; the others are kept
                 await self._send_alone(save)
-            return
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
-            for save in batch:
-                resolve(save, StorageError(f"postgresql: {exc}"))
-            return
-        except Exception as exc:  # a callback must resolve every future, whatever went wrong
-            for save in batch:
-                resolve(save, exc)
             return
         for save, was_kept in zip(batch, kept, strict=True):
             resolve(save, bool(was_kept))
