@@ -9,7 +9,6 @@ admin API, another instance) is therefore honoured within one refresh interval.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import logging
 import time
@@ -17,6 +16,7 @@ from collections.abc import Callable, Mapping
 
 from modelgate.errors import AuthenticationFailed
 from modelgate.keys import KEY_PREFIX, Digester, is_well_formed_key
+from modelgate.periodic import cancel_and_wait
 from modelgate.storage.base import KeyRecord, KeyStore
 
 log = logging.getLogger("modelgate.auth")
@@ -108,11 +108,8 @@ class KeyView:
                 log.warning("key refresh failed; serving the last known keys", exc_info=True)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     def authenticate(self, headers: Mapping[str, str], now: float) -> KeyRecord:
         """The active key presented in ``x-api-key`` (preferred) or ``Authorization: Bearer``."""

@@ -23,6 +23,7 @@ import orjson
 from redis.exceptions import RedisError
 
 from modelgate.limits.redis_rpm import redis_client
+from modelgate.periodic import cancel_and_wait
 from modelgate.storage.base import KeyRecord
 
 log = logging.getLogger("modelgate.broadcast")
@@ -89,11 +90,8 @@ class KeyChangeBroadcast:
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
         await self._publisher.aclose()

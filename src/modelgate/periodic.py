@@ -1,4 +1,5 @@
-"""A background round repeated every ``interval`` seconds until stopped (the sweepers).
+"""A background round repeated every ``interval`` seconds until stopped (the sweepers), and how
+any background task is stopped (``cancel_and_wait``).
 
 A round that raises is logged and the loop goes on: the next round retries (a database hiccup
 must not end a sweeper for the life of the process).
@@ -10,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 
 class Periodic:
@@ -35,8 +37,13 @@ class Periodic:
             await asyncio.sleep(self._interval)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
+
+
+async def cancel_and_wait(task: asyncio.Task[Any] | None) -> None:
+    """Cancel a background task (if there is one) and wait until it has ended."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
