@@ -5,18 +5,19 @@ exactly as if saved alone, under the account limit, in submission order."""
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import AsyncIterator
 
 import pytest
 
-from modelgate.storage.base import Conflict
+from modelgate.storage.base import Conflict, StorageError
 from modelgate.storage.postgres import PostgresStore
 from modelgate.storage.responses import StoredConversation, object_bytes
 from tests.storage.engines import fresh_database
 from tests.storage.test_contract import NOW
 from tests.storage.test_contract_responses import DAY, LIMIT, item, response
 from tests.storage.test_group_commit import BatchSizes
-from tests.storage.test_group_commit_postgres import _next_xid
+from tests.storage.test_group_commit_postgres import _hold, _next_xid
 
 
 @pytest.fixture
@@ -118,4 +119,22 @@ async def test_answers_of_one_batch_append_to_a_conversation_one_after_another(u
     items = await store.conversation_items(account.id, "conv_b", NOW)
     assert items is not None
     assert [i.id for i in items] == ["c0", "q0", "a0", "q1", "a1", "q2", "a2", "q3", "a3"]
+    await store.close()
+
+
+async def test_batches_the_database_cannot_take_answer_every_caller_with_a_storage_error() -> None:
+    """Both batchers (ledger operations, stored answers) turn a connection failure into
+    ``StorageError`` for every caller of the batch, none left waiting."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens here once the socket is closed
+    store = PostgresStore(f"postgresql://nobody@127.0.0.1:{port}/none")
+    holds = [_hold(1, f"r{n}") for n in range(3)]
+    answers = [response(f"resp_{n}", 1) for n in range(3)]
+    outcomes = await asyncio.gather(
+        *(store.reserve(h) for h in holds),
+        *(store.save_response(a, LIMIT) for a in answers),
+        return_exceptions=True,
+    )
+    assert all(isinstance(o, StorageError) for o in outcomes), outcomes
     await store.close()

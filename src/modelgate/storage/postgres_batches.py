@@ -13,7 +13,9 @@ import asyncio
 import time
 from typing import Any, Generic, Protocol, TypeVar
 
-from modelgate.storage.base import LedgerObserver
+import asyncpg
+
+from modelgate.storage.base import LedgerObserver, StorageError
 
 
 class Pending(Protocol):
@@ -69,12 +71,19 @@ class Batches(Generic[P]):
         began = time.perf_counter()
         try:
             await self._run(batch)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+            for item in batch:
+                resolve(item, StorageError(f"postgresql: {exc}"))
+        except Exception as exc:  # every caller must be answered, whatever went wrong
+            for item in batch:
+                resolve(item, exc)
         finally:
             if self.observer is not None:
                 self.observer.ledger_committed(time.perf_counter() - began, len(batch))
 
     async def _run(self, batch: list[P]) -> None:
-        """Send ``batch`` and resolve every item's ``done``, whatever happens."""
+        """Send ``batch`` and resolve every item's ``done``; an error it raises is given to every
+        item not resolved yet (a database or connection error as ``StorageError``)."""
         raise NotImplementedError
 
 

@@ -40,7 +40,6 @@ from modelgate.storage.base import (
     Reservation,
     ReserveRequest,
     Settlement,
-    StorageError,
     UsageRecord,
 )
 from modelgate.storage.postgres_batches import Batches, resolve
@@ -163,14 +162,6 @@ class LedgerBatches(Batches[_Op]):
                 return
             for op in batch:  # find the one operation the constraint concerns
                 await self._send([op])
-            return
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
-            for op in batch:
-                resolve(op, StorageError(f"postgresql: {exc}"))
-            return
-        except Exception as exc:  # a callback must resolve every future, whatever went wrong
-            for op in batch:
-                resolve(op, exc)
             return
         for op, row in zip(batch, rows, strict=True):
             resolve(op, _outcome(op, row))
