@@ -73,39 +73,37 @@ class GroupCommit:
         self._queue = []
         if not batch:
             return
+        # Only a batch that meets the lock again keeps waiting (set below); any other end clears it.
+        locked_since, self._locked_since = self._locked_since, None
         try:
             outcomes = self._apply(batch)
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode not in BUSY:
-                self._locked_since = None
                 self._fail(batch, exc)
                 return
             loop = asyncio.get_running_loop()
             now = loop.time()
-            if self._locked_since is None:
-                self._locked_since = now
-            if now - self._locked_since < LOOP_RETRY_SECONDS:
+            if locked_since is None or now - locked_since < LOOP_RETRY_SECONDS:
                 # Another process holds the lock for a moment: try again on the loop, with what
-                # is submitted meanwhile (``run`` schedules nothing while the queue is not empty).
-                first = now == self._locked_since
+                # is submitted meanwhile (``run`` schedules nothing while the queue is not empty):
+                # at the next turn the first time, then every RETRY_PAUSE_SECONDS.
+                self._locked_since = now if locked_since is None else locked_since
                 self._queue[:0] = batch
-                loop.call_later(0 if first else RETRY_PAUSE_SECONDS, self._flush)
+                loop.call_later(0 if locked_since is None else RETRY_PAUSE_SECONDS, self._flush)
                 return
             # A long writer (the CLI, a migration) holds the lock: wait for it off the loop.
-            self._locked_since = None
             retry = asyncio.ensure_future(self._on_worker(lambda: self._apply(batch)))
             retry.add_done_callback(lambda finished: self._deliver_retry(batch, finished))
             return
         except Exception as exc:  # a callback must resolve every future, whatever went wrong
-            self._locked_since = None
             self._fail(batch, exc)
             return
-        self._locked_since = None
         self._deliver(batch, outcomes)
 
     def _apply(self, batch: list[tuple[Operation, asyncio.Future[Any]]]) -> list[Any]:
         outcomes: list[Any] = []
         began = time.perf_counter()
+        refused = False  # the write lock was refused: no transaction happened, nothing to count
         try:
             with self._transaction() as db:
                 for operation, _ in batch:
@@ -117,19 +115,12 @@ class GroupCommit:
                         outcomes.append(Conflict(str(exc)))
                     db.execute("RELEASE ledger_op")
         except sqlite3.OperationalError as exc:
-            # Refused the lock: no transaction happened (the batch is tried again), nothing to count.
-            if exc.sqlite_errorcode not in BUSY:
-                self._observe(began, len(batch))
+            refused = exc.sqlite_errorcode in BUSY  # the batch is tried again
             raise
-        except BaseException:
-            self._observe(began, len(batch))
-            raise
-        self._observe(began, len(batch))
+        finally:
+            if not refused and self.observer is not None:
+                self.observer.ledger_committed(time.perf_counter() - began, len(batch))
         return outcomes
-
-    def _observe(self, began: float, operations: int) -> None:
-        if self.observer is not None:
-            self.observer.ledger_committed(time.perf_counter() - began, operations)
 
     def _deliver_retry(
         self, batch: list[tuple[Operation, asyncio.Future[Any]]], finished: asyncio.Future[Any]
