@@ -51,9 +51,9 @@ bench-edge: $(TEST_STAMP)
 	$(BIN)/python -m bench.edge $(ARGS)
 
 # This tree against another commit, both on the gateway's core in alternating slices (bench/ab.py):
-# make bench-ab REF=HEAD~3 [THIS=<commit>] [ARGS="--endpoints chat --seconds 15"]
+# make bench-ab REF=HEAD~3 [THIS=<commit>] [ARGS="--endpoints chat --seconds 15 --store postgresql"]
 bench-ab: $(TEST_STAMP)
-	$(BIN)/python -m bench.ab --ref $(REF) $(if $(THIS),--this $(THIS)) $(ARGS)
+	BENCH_MODULE=bench.ab bash bench/run.sh --ref $(REF) $(if $(THIS),--this $(THIS)) $(ARGS)
 
 bench-profile: $(TEST_STAMP)
 	$(BIN)/python -m bench.profile $(ARGS)

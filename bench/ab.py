@@ -7,6 +7,11 @@ and load generator on core 1. Every measurement alternates the two in 0.5 s slic
 (``bench.load.interleaved``), so a noisy neighbour or a frequency change hits both alike; the
 figures are the ones ``make bench`` reports: requests per busy gateway core (whole requests) and
 CPU per streamed chunk (paced streams of 50 minus 2 chunks, / 48). Ratios are this tree / REF.
+
+``ARGS="--store postgresql"`` (through ``bench/run.sh``, which starts PostgreSQL and Redis): each
+gateway keeps its ledger in a database of its own and its windows in the shared Redis, and a
+side's CPU is its gateway's plus that of the PostgreSQL server processes connected to its database
+(Redis, shared, is in neither); requests per core are then per core of gateway and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ import os
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from bench import load as lg
-from bench.procs import cpu_ns, tree
+from bench import modes
+from bench.procs import backends, cpu_ns, tree
 from bench.run import MARKER, Upstream
 from bench.targets import GATEWAY_CORE, ROOT, Target, start_modelgate
 
@@ -35,14 +43,51 @@ def checkout(ref: str, where: Path) -> Iterator[Path]:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(where)], check=False)
 
 
-def start_from(source: Path | None, upstream_port: int, workdir: Path) -> Target:
+@dataclass
+class Side:
+    """One gateway under comparison and what its CPU is measured over."""
+
+    target: Target
+    #: PostgreSQL's postmaster and the side's database (``--store postgresql``), else None.
+    database: tuple[int, str] | None = None
+
+    def cpu(self) -> int:
+        pids = tree(self.target.proc.pid)
+        if self.database is not None:
+            pids += backends(*self.database)
+        return cpu_ns(pids)
+
+
+async def start_side(source: Path | None, upstream_port: int, workdir: Path, store: str) -> Side:
+    """A gateway running the code under ``source`` (None: this tree) on ``store``."""
+    if store == "sqlite":
+        return Side(await asyncio.to_thread(start_from, source, upstream_port, workdir))
+    admin_url, redis_url = modes.service_urls()
+    database_url = await modes.create_database(admin_url)
+    services = await modes.service_pids(database_url, redis_url)
+    for pid in services.values():
+        modes.pin_tree(pid, modes.SERVICE_CORE)
+    target = await asyncio.to_thread(
+        start_from, source, upstream_port, workdir, database_url=database_url, redis_url=redis_url
+    )
+    return Side(target, (services["postgresql"], urlsplit(database_url).path.lstrip("/")))
+
+
+def start_from(
+    source: Path | None,
+    upstream_port: int,
+    workdir: Path,
+    *,
+    database_url: str | None = None,
+    redis_url: str | None = None,
+) -> Target:
     """A gateway running the code under ``source`` (None: this tree)."""
     workdir.mkdir(parents=True)
     saved = os.environ.get("PYTHONPATH")
     if source is not None:
         os.environ["PYTHONPATH"] = str(source)
     try:
-        return start_modelgate(upstream_port, workdir)
+        return start_modelgate(upstream_port, workdir, database_url=database_url, redis_url=redis_url)
     finally:
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
@@ -50,9 +95,9 @@ def start_from(source: Path | None, upstream_port: int, workdir: Path) -> Target
             os.environ["PYTHONPATH"] = saved
 
 
-def loads(target: Target, name: str, stream: bool) -> lg.Load:
+def loads(side: Side, name: str, stream: bool) -> lg.Load:
+    target = side.target
     ep = next(e for e in target.endpoints if e.name == name)
-    pid = target.proc.pid
     req = lg.build_request("127.0.0.1", target.port, ep.path, ep.headers, ep.body(stream))
     return lg.Load(
         f"{target.name} {name}",
@@ -60,14 +105,12 @@ def loads(target: Target, name: str, stream: bool) -> lg.Load:
         target.port,
         req,
         MARKER if stream else b"",
-        lambda: cpu_ns(tree(pid)),
+        side.cpu,
         GATEWAY_CORE,
     )
 
 
-async def compare(
-    ref_target: Target, ours: Target, upstream: Upstream, args: argparse.Namespace
-) -> list[str]:
+async def compare(ref_target: Side, ours: Side, upstream: Upstream, args: argparse.Namespace) -> list[str]:
     rows = []
     upstream.configure()
     for name in args.endpoints:
@@ -109,19 +152,19 @@ async def main_async(args: argparse.Namespace) -> None:
         ref_tree = trees.enter_context(checkout(args.ref, work / "ref"))
         this_tree = trees.enter_context(checkout(args.this, work / "this")) / "src" if args.this else None
         upstream = Upstream(work)
-        started: list[Target] = []
+        started: list[Side] = []
         try:
-            ref_target = start_from(ref_tree / "src", upstream.port, work / "a")
+            ref_target = await start_side(ref_tree / "src", upstream.port, work / "a", args.store)
             started.append(ref_target)
-            ours = start_from(this_tree, upstream.port, work / "b")
+            ours = await start_side(this_tree, upstream.port, work / "b", args.store)
             started.append(ours)
             rows = await compare(ref_target, ours, upstream, args)
         finally:
-            for target in started:
-                target.stop()
+            for side in started:
+                side.target.stop()
             upstream.stop()
     this = args.this or "this tree"
-    print(f"\n== {this} (this) vs {args.ref} (ref), interleaved on core {GATEWAY_CORE} ==")
+    print(f"\n== {this} (this) vs {args.ref} (ref), {args.store}, interleaved on core {GATEWAY_CORE} ==")
     print("\n".join(rows))
 
 
@@ -132,6 +175,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds per target per point")
     parser.add_argument("--endpoints", nargs="+", default=["messages", "chat", "responses"])
     parser.add_argument("--concurrency", nargs="+", type=int, default=[16, 64])
+    parser.add_argument(
+        "--store",
+        choices=["sqlite", "postgresql"],
+        default="sqlite",
+        help="postgresql: each side on a database of its own, its server processes' CPU counted",
+    )
     args = parser.parse_args()
     os.sched_setaffinity(0, {1})
     try:

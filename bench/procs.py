@@ -126,6 +126,21 @@ def tree(pid: int) -> list[int]:
     return out
 
 
+def backends(postmaster: int, database: str) -> list[int]:
+    """PostgreSQL's server processes connected to ``database`` (their title names it:
+    ``postgres: <user> <database> <client> <state>``)."""
+    out = []
+    for pid in _children().get(postmaster, ()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                title = f.read().replace(b"\0", b" ").split()
+        except OSError:
+            continue
+        if len(title) > 2 and title[0] == b"postgres:" and title[2] == database.encode():
+            out.append(pid)
+    return out
+
+
 def cpu_ns(pids: Sequence[int]) -> int:
     total = 0
     for pid in pids:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make bench: the gateway's own cost against a fast fake upstream (docs/bench.md).
 # Usage: bash bench/run.sh [--peer litellm] [--seconds 3] [--endpoints chat ...]
+# BENCH_MODULE=bench.ab bash bench/run.sh --ref X [--store postgresql]: make bench-ab, same set-up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v taskset >/dev/null; then
@@ -19,4 +20,4 @@ if [[ " $* " == *" --store postgresql "* ]]; then
   start_databases
   trap stop_services EXIT
 fi
-.venv/bin/python -m bench.run "$@"
+.venv/bin/python -m "${BENCH_MODULE:-bench.run}" "$@"
