@@ -182,6 +182,9 @@ class ResponsesConfig(_Section):
     max_object_bytes: int = Field(32 * MIB, ge=1024)
     #: Bytes one account may keep in stored responses and conversations.
     max_account_bytes: int = Field(1024 * MIB, ge=1024)
+    #: How old (seconds) an account's stored byte count may be when a request asking to be stored
+    #: is let through; a refusal always reads it again (``limits.stored_room``). 0: read every time.
+    room_check_max_age_seconds: float = Field(1.0, ge=0, le=60)
     #: Most responses a ``previous_response_id`` chain is followed back through.
     max_chain_depth: int = Field(1000, ge=1, le=100_000)
     #: How often expired objects are deleted (seconds).

@@ -26,6 +26,7 @@ from modelgate.limits.edge import EdgeStats
 from modelgate.limits.inflight import InFlightLimiter
 from modelgate.limits.redis_rpm import RedisRateLimiter
 from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
+from modelgate.limits.stored_room import StoredRoom
 from modelgate.offload import Offload
 from modelgate.retention import StateSweeper
 from modelgate.storage import Store, open_store
@@ -117,6 +118,8 @@ class Services:
     ledger: Ledger
     settlements: Settlements
     offload: Offload
+    #: Accounts' stored byte counts, as recent as ``responses.room_check_max_age_seconds``.
+    stored_room: StoredRoom
     rate_limiter: RateLimiter = field(default_factory=RollingWindowLimiter)
     inflight: InFlightLimiter = field(default_factory=lambda: InFlightLimiter(2048))
     #: Large bodies (above ``server.offload_body_bytes``) held in memory at once.
@@ -176,6 +179,7 @@ class Services:
             ledger=Ledger(store, settlements, clock, settings.billing.reservation_ttl_seconds),
             settlements=settlements,
             offload=offload,
+            stored_room=StoredRoom(store, settings.responses.room_check_max_age_seconds),
             inflight=InFlightLimiter(settings.server.max_in_flight),
             large_bodies=InFlightLimiter(settings.server.max_large_bodies),
             # Redis (several instances): shared rate-limit windows, falling back to the

@@ -81,7 +81,10 @@ async def keep(services: Services, admitted: Admitted, provider: Provider, respo
     except StorageError as exc:
         log.warning("response %s not stored: %s", response_id, exc)
         return False
-    if not stored:
+    if stored:  # a conversation also keeps a copy of the items
+        copies = object_bytes(b"", [*inputs, *outputs]) if record.conversation_id is not None else 0
+        services.stored_room.kept(record.account_id, size + copies)
+    else:
         log.warning(
             "response %s not stored: the account's stored state is at responses.max_account_bytes, "
             "or its conversation was deleted",

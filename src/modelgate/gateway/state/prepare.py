@@ -198,7 +198,9 @@ async def _check_room(services: Services, key: KeyRecord, own: Sequence[StoredIt
             param="store",
             code="stored_object_too_large",
         )
-    used = await services.store.state_bytes(key.account_id)
+    used = await services.stored_room.used(key.account_id)
+    if used >= config.max_account_bytes:  # refused only on a count read now
+        used = await services.stored_room.used(key.account_id, fresh=True)
     if used >= config.max_account_bytes:
         raise errors.InvalidRequest(
             f"store: this account's stored responses and conversations take {used} bytes, its limit; "
