@@ -37,6 +37,7 @@ from bench.floors import PROCESSES as FLOOR_PROCESSES
 from bench.large import bench_large_bodies, print_large
 from bench.modes import (
     bench_mode,
+    interleaved_store_cost,
     mode_budget,
     parts_of,
     print_mode_budget,
@@ -421,6 +422,7 @@ async def main_async(args: argparse.Namespace) -> None:
         floors: dict[str, Any] = {}
         modes: dict[str, Any] = {}
         chunk: dict[str, float] | None = None
+        stores: dict[str, dict[str, float]] | None = None
         try:
             targets: list[tuple[str, Callable[[int, Path], Target]]] = [("modelgate", start_modelgate)]
             if args.peer == "litellm":
@@ -473,6 +475,13 @@ async def main_async(args: argparse.Namespace) -> None:
                         args.seconds,
                         args.endpoints,
                     )
+                    sqlite = start_modelgate(upstream.port, workdir, name="modelgate-sqlite-interleaved")
+                    try:
+                        stores = await interleaved_store_cost(
+                            sqlite, target, pids, args.seconds, args.endpoints
+                        )
+                    finally:
+                        sqlite.stop()
                 finally:
                     target.stop()
             for kind in FLOOR_KINDS if args.floors else ():
@@ -506,7 +515,16 @@ async def main_async(args: argparse.Namespace) -> None:
             f"\nCPU per chunk (chat), interleaved with the uvicorn+aiohttp floor on core {GATEWAY_CORE}: "
             f"modelgate {chunk['modelgate_us']:.1f} µs, floor {chunk['floor_us']:.1f} µs"
         )
-    print_mode_budget(mode_budget(modes, floors, results.get("modelgate"), chunk))
+    if stores is not None:
+        results["stores_interleaved"] = stores
+        print(
+            f"\nCPU per whole request (c=16), SQLite and PostgreSQL + Redis interleaved on core {GATEWAY_CORE}:"
+        )
+        for name, e in stores.items():
+            print(
+                f"  {name:10} sqlite {e['sqlite_us']:7.1f} µs   postgresql + redis {e['postgresql_us']:7.1f} µs"
+            )
+    print_mode_budget(mode_budget(modes, floors, results.get("modelgate"), chunk, stores))
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / time.strftime("bench-%Y%m%d-%H%M%S.json")
     path.write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
