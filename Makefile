@@ -56,7 +56,7 @@ bench-ab: $(TEST_STAMP)
 	BENCH_MODULE=bench.ab bash bench/run.sh --ref $(REF) $(if $(THIS),--this $(THIS)) $(ARGS)
 
 bench-profile: $(TEST_STAMP)
-	$(BIN)/python -m bench.profile $(ARGS)
+	BENCH_MODULE=bench.profile bash bench/run.sh $(ARGS)
 
 # The dashboard screenshots in docs/screenshots/, taken by headless Chromium (docs/admin-api.md).
 screenshots: $(TEST_STAMP)

@@ -5,7 +5,7 @@ reserve/settle, usage records), drives one endpoint at a fixed concurrency and s
 with ``py-spy record --gil`` (only the thread holding the GIL, so idle waits do not count).
 Prints the top functions by self and by inclusive time, and the share of each package.
 
-Run: ``make bench-profile ARGS="--endpoint chat --concurrency 16"`` or
+Run: ``make bench-profile ARGS="--endpoint chat --concurrency 16 [--store postgresql]"`` or
 ``.venv/bin/python -m bench.profile --endpoint chat --stream``. py-spy is installed into the
 project's ``.venv`` on first use (a bench tool, not a project dependency).
 """
@@ -24,11 +24,14 @@ import tempfile
 from pathlib import Path
 
 from bench import load as lg
+from bench import modes
 from bench.run import LOAD_CORE, MARKER, Upstream
 from bench.targets import start_modelgate
 
 AREAS = [
-    ("modelgate/storage", "storage (sqlite)"),
+    ("modelgate/storage", "storage (modelgate)"),
+    ("asyncpg/", "asyncpg (PostgreSQL client)"),
+    ("redis/", "redis-py (Redis client)"),
     ("modelgate/upstream", "upstream client (modelgate)"),
     ("modelgate/formats", "formats (taps, codecs)"),
     ("modelgate/", "modelgate other (pipeline, auth, relay)"),
@@ -96,7 +99,10 @@ async def run(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="modelgate-profile-") as tmp:
         workdir = Path(tmp)
         upstream = Upstream(workdir)
-        target = start_modelgate(upstream.port, workdir)
+        if args.store == "postgresql":
+            target, _ = await modes.start_postgresql_mode(upstream.port, workdir)
+        else:
+            target = start_modelgate(upstream.port, workdir)
         try:
             upstream.configure(chunks=args.chunks, delay_ms=args.delay_ms)
             ep = next(e for e in target.endpoints if e.name == args.endpoint)
@@ -130,6 +136,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--store",
+        choices=["sqlite", "postgresql"],
+        default="sqlite",
+        help="postgresql: the ledger in PostgreSQL, windows in Redis (through bench/run.sh, which starts them)",
+    )
     parser.add_argument("--keep", help="copy the raw py-spy profile here (flamegraph input)")
     args = parser.parse_args()
     os.sched_setaffinity(0, {LOAD_CORE})
