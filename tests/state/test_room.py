@@ -32,9 +32,11 @@ def gateway(
         yield server
 
 
-def account_key(gateway: GatewayServer) -> tuple[int, str]:
+def new_account(gateway: GatewayServer, sdk: SdkClients) -> tuple[int, openai.OpenAI]:
+    """A fresh account and an SDK client with a key of it."""
     account = gateway.account(f"room-{time.monotonic_ns()}")
-    return account.id, gateway.key(account, "Nova", rpm=10_000).secret
+    secret = gateway.key(account, "Nova", rpm=10_000).secret
+    return account.id, sdk.openai(gateway.base_url, secret)
 
 
 def used(gateway: GatewayServer, account_id: int) -> int:
@@ -68,8 +70,7 @@ def refused_for_room(client: openai.OpenAI) -> openai.BadRequestError:
 def test_a_full_account_is_refused_before_anything_is_spent_and_store_false_still_answers(
     gateway: GatewayServer, sdk: SdkClients
 ) -> None:
-    account_id, secret = account_key(gateway)
-    client = sdk.openai(gateway.base_url, secret)
+    account_id, client = new_account(gateway, sdk)
     fill_elsewhere(gateway, account_id, LIMIT)
     spent = balance(gateway, account_id)
     error = refused_for_room(client)
@@ -84,8 +85,7 @@ def test_a_full_account_is_refused_before_anything_is_spent_and_store_false_stil
 def test_a_refusal_reads_the_count_again_so_room_made_elsewhere_counts_at_once(
     gateway: GatewayServer, sdk: SdkClients
 ) -> None:
-    account_id, secret = account_key(gateway)
-    client = sdk.openai(gateway.base_url, secret)
+    account_id, client = new_account(gateway, sdk)
     other = fill_elsewhere(gateway, account_id, LIMIT)
     assert refused_for_room(client).code == "stored_state_limit_reached"  # now remembered as full
     assert gateway.call(gateway.services.store.delete_response(account_id, other))
@@ -96,8 +96,7 @@ def test_a_refusal_reads_the_count_again_so_room_made_elsewhere_counts_at_once(
 def test_a_count_that_leaves_room_may_be_as_old_as_configured_and_the_limit_holds(
     gateway: GatewayServer, sdk: SdkClients
 ) -> None:
-    account_id, secret = account_key(gateway)
-    client = sdk.openai(gateway.base_url, secret)
+    account_id, client = new_account(gateway, sdk)
     first = client.responses.with_raw_response.create(model=SIMULATED, input="Kept.")
     assert "x-modelgate-stored" not in first.headers  # kept; the account's count is now known
     # ... read before the answer and since grown by what was kept, without another read
@@ -119,8 +118,7 @@ def test_a_count_that_leaves_room_may_be_as_old_as_configured_and_the_limit_hold
 def test_an_input_larger_than_a_stored_object_may_be_is_refused(
     gateway: GatewayServer, sdk: SdkClients
 ) -> None:
-    account_id, secret = account_key(gateway)
-    client = sdk.openai(gateway.base_url, secret)
+    account_id, client = new_account(gateway, sdk)
     spent = balance(gateway, account_id)
     with pytest.raises(openai.BadRequestError) as caught:
         client.responses.create(model=SIMULATED, input="y" * 4000)
