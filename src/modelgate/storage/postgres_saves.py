@@ -26,7 +26,7 @@ import asyncpg
 
 from modelgate.storage.base import StorageError
 from modelgate.storage.postgres_batches import Batches, resolve
-from modelgate.storage.responses import NewResponse, StoredItem, object_bytes
+from modelgate.storage.responses import NewResponse, StoredItem, appended_bytes, object_bytes
 
 _CALL = (
     "SELECT modelgate_save_responses($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], "
@@ -46,7 +46,6 @@ def response_row(r: NewResponse) -> tuple[tuple[Any, ...], list[StoredItem]]:
     """One answer's eleven leading arguments of ``modelgate_save_response`` (0007) and
     ``modelgate_save_responses`` (0009, one array each), and its items in order."""
     items = [*r.input_items, *r.output_items]
-    appended = object_bytes(b"", items) if r.conversation_id is not None else 0
     row = (
         r.id,
         r.account_id,
@@ -56,7 +55,7 @@ def response_row(r: NewResponse) -> tuple[tuple[Any, ...], list[StoredItem]]:
         r.holder,
         r.body,
         object_bytes(r.body, items),
-        appended,
+        appended_bytes(r),
         r.created_at,
         r.expires_at,
     )

@@ -172,6 +172,13 @@ def object_bytes(body: bytes, items: Sequence[StoredItem]) -> int:
     return len(body) + sum(len(item.body) for item in items)
 
 
+def appended_bytes(response: NewResponse) -> int:
+    """What saving ``response`` adds to its conversation (a copy of each of its items), if any."""
+    if response.conversation_id is None:
+        return 0
+    return object_bytes(b"", [*response.input_items, *response.output_items])
+
+
 #: The columns of ``stored_objects`` that ``stored_response`` reads, in its order (both engines).
 OBJECT_COLUMNS = "id, account_id, body, previous_id, conversation_id, holder, created_at"
 

@@ -25,6 +25,7 @@ from modelgate.storage.responses import (
     StoredConversation,
     StoredItem,
     StoredResponse,
+    appended_bytes,
     object_bytes,
     stored_response,
 )
@@ -140,7 +141,7 @@ class SqliteResponses:
                 if conversation is None:
                     return False
             appended = [StoredItem(i.id, i.body, "item") for i in items] if conversation else []
-            if not self._charge(db, r.account_id, size + object_bytes(b"", appended), max_account_bytes):
+            if not self._charge(db, r.account_id, size + appended_bytes(r), max_account_bytes):
                 return False
             db.execute(
                 "INSERT INTO stored_objects (id, account_id, kind, key_id, previous_id, conversation_id, "

@@ -21,7 +21,7 @@ from modelgate.formats.jsonutil import Json
 from modelgate.formats.responses import state as wire
 from modelgate.services import Services
 from modelgate.storage.base import StorageError
-from modelgate.storage.responses import NewResponse, StoredItem, object_bytes
+from modelgate.storage.responses import NewResponse, StoredItem, appended_bytes, object_bytes
 from modelgate.upstream.base import Provider
 
 if TYPE_CHECKING:
@@ -81,9 +81,8 @@ async def keep(services: Services, admitted: Admitted, provider: Provider, respo
     except StorageError as exc:
         log.warning("response %s not stored: %s", response_id, exc)
         return False
-    if stored:  # a conversation also keeps a copy of the items
-        copies = object_bytes(b"", [*inputs, *outputs]) if record.conversation_id is not None else 0
-        services.stored_room.kept(record.account_id, size + copies)
+    if stored:
+        services.stored_room.kept(record.account_id, size + appended_bytes(record))
     else:
         log.warning(
             "response %s not stored: the account's stored state is at responses.max_account_bytes, "
