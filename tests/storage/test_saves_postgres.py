@@ -8,10 +8,12 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator
 
+import asyncpg
 import pytest
 
 from modelgate.storage.base import Conflict, StorageError
 from modelgate.storage.postgres import PostgresStore
+from modelgate.storage.postgres_saves import _CALL, _Save, arguments
 from modelgate.storage.responses import StoredConversation, object_bytes
 from tests.storage.engines import fresh_database
 from tests.storage.test_contract import NOW
@@ -119,6 +121,50 @@ async def test_answers_of_one_batch_append_to_a_conversation_one_after_another(u
     items = await store.conversation_items(account.id, "conv_b", NOW)
     assert items is not None
     assert [i.id for i in items] == ["c0", "q0", "a0", "q1", "a1", "q2", "a2", "q3", "a3"]
+    await store.close()
+
+
+async def test_a_batch_finds_its_conversations_by_key_on_a_connection_that_has_run_many(url: str) -> None:
+    """The save function never scans stored_objects, also after PL/pgSQL has run it often enough
+    on one connection to keep a generic plan (migration 0010). Migration 0009 locked the
+    conversations with one `= ANY(...)` query per batch: with conversations it read the whole table
+    from the first batch, without any from the sixth (its generic plan, made while the table was
+    young, is a sequential scan). Each batch runs in a transaction that reads its own scan counts."""
+    store = await _store(url)
+    account = await store.create_account("saves-plan", 0, NOW)
+    for c in range(0, 8, 2):
+        conversation = StoredConversation(f"conv_{c}", account.id, b"{}", NOW)
+        assert await store.create_conversation(
+            conversation, [item(f"c{c}", "first", "item")], NOW + DAY, LIMIT
+        )
+    connection = await asyncpg.connect(url)
+    try:
+        for batch_number in range(16):
+            with_conversations = batch_number >= 8
+            batch = [
+                _Save(
+                    response(
+                        f"resp_{batch_number}_{n}",
+                        account.id,
+                        conversation=f"conv_{n}" if with_conversations and n % 2 == 0 else None,
+                        inputs=(item(f"q{batch_number}_{n}", "q"),),
+                        outputs=(item(f"a{batch_number}_{n}", "a", "output"),),
+                    ),
+                    LIMIT,
+                )
+                for n in range(8)
+            ]
+            async with connection.transaction():
+                assert await connection.fetchval(_CALL, *arguments(batch)) == [True] * 8
+                scans = await connection.fetchval(
+                    "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'stored_objects'"
+                )
+            assert scans == 0, f"batch {batch_number} scanned stored_objects"
+    finally:
+        await connection.close()
+    items = await store.conversation_items(account.id, "conv_2", NOW)
+    assert items is not None
+    assert [i.id for i in items] == ["c2", *(f"{x}{b}_2" for b in range(8, 16) for x in ("q", "a"))]
     await store.close()
 
 

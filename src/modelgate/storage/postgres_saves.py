@@ -3,8 +3,9 @@ shares one statement.
 
 Every completed Responses answer that asks to be stored (the default) is kept before it is
 returned (``gateway.state.keep``). The answers submitted in one turn of the event loop go to the
-database as ONE call of ``modelgate_save_responses`` (migration 0009): one statement, one
-transaction, one commit and one round trip for all of them, each account's byte count written once.
+database as ONE call of ``modelgate_save_responses`` (migration 0009, its conversation lock
+replaced by 0010): one statement, one transaction, one commit and one round trip for all of them,
+each account's byte count written once.
 While a batch is at the database the next one gathers, as for the ledger (``postgres_batches``).
 
 Nothing is weakened: the function applies the rules of ``modelgate_save_response`` (0007) to each
@@ -44,7 +45,7 @@ class _Save:
 
 def response_row(r: NewResponse) -> tuple[tuple[Any, ...], list[StoredItem]]:
     """One answer's eleven leading arguments of ``modelgate_save_response`` (0007) and
-    ``modelgate_save_responses`` (0009, one array each), and its items in order."""
+    ``modelgate_save_responses`` (0009/0010, one array each), and its items in order."""
     items = [*r.input_items, *r.output_items]
     row = (
         r.id,
