@@ -14,7 +14,7 @@ import pytest
 from modelgate.storage.base import Conflict, StorageError
 from modelgate.storage.postgres import PostgresStore
 from modelgate.storage.postgres_saves import _CALL, _Save, arguments
-from modelgate.storage.responses import StoredConversation, object_bytes
+from modelgate.storage.responses import StoredConversation, appended_bytes, object_bytes
 from tests.storage.engines import fresh_database
 from tests.storage.test_contract import NOW
 from tests.storage.test_contract_responses import DAY, LIMIT, item, response
@@ -124,45 +124,53 @@ async def test_answers_of_one_batch_append_to_a_conversation_one_after_another(u
     await store.close()
 
 
-async def test_a_batch_finds_its_conversations_by_key_on_a_connection_that_has_run_many(url: str) -> None:
-    """The save function never scans stored_objects, also after PL/pgSQL has run it often enough
-    on one connection to keep a generic plan (migration 0010). Migration 0009 locked the
-    conversations with one `= ANY(...)` query per batch: with conversations it read the whole table
-    from the first batch, without any from the sixth (its generic plan, made while the table was
-    young, is a sequential scan). Each batch runs in a transaction that reads its own scan counts."""
+async def test_a_batch_finds_its_rows_by_key_on_a_connection_that_has_run_many(url: str) -> None:
+    """The save function never scans stored_objects or state_usage, also after PL/pgSQL has run it
+    often enough on one connection to keep a generic plan (migration 0010). Migration 0009 found
+    a batch's conversations and accounts' rows with `= ANY(...)` queries whose generic plans (kept
+    from a connection's sixth call on, made while the tables were young) are sequential scans:
+    every batch then read all of stored_objects and, with several accounts in it, all of
+    state_usage. Each batch runs in a transaction that reads its own scan counts."""
     store = await _store(url)
-    account = await store.create_account("saves-plan", 0, NOW)
-    for c in range(0, 8, 2):
-        conversation = StoredConversation(f"conv_{c}", account.id, b"{}", NOW)
+    conversations = (0, 2, 4, 6)  # answers 0, 2, 4, 6 of a batch append to conv_0 ... conv_6
+    accounts = [await store.create_account(f"saves-plan-{n}", 0, NOW) for n in range(8)]
+    for c in conversations:  # conv_c belongs to account c
+        conversation = StoredConversation(f"conv_{c}", accounts[c].id, b"{}", NOW)
         assert await store.create_conversation(
             conversation, [item(f"c{c}", "first", "item")], NOW + DAY, LIMIT
         )
+    expected = [await store.state_bytes(a.id) for a in accounts]
     connection = await asyncpg.connect(url)
     try:
         for batch_number in range(16):
             with_conversations = batch_number >= 8
-            batch = [
-                _Save(
-                    response(
-                        f"resp_{batch_number}_{n}",
-                        account.id,
-                        conversation=f"conv_{n}" if with_conversations and n % 2 == 0 else None,
-                        inputs=(item(f"q{batch_number}_{n}", "q"),),
-                        outputs=(item(f"a{batch_number}_{n}", "a", "output"),),
-                    ),
-                    LIMIT,
+            answers = [
+                response(
+                    f"resp_{batch_number}_{n}",
+                    accounts[n % 8].id,
+                    conversation=f"conv_{n}" if with_conversations and n in conversations else None,
+                    inputs=(item(f"q{batch_number}_{n}", "q"),),
+                    outputs=(item(f"a{batch_number}_{n}", "a", "output"),),
                 )
-                for n in range(8)
+                for n in range(16)
             ]
             async with connection.transaction():
-                assert await connection.fetchval(_CALL, *arguments(batch)) == [True] * 8
-                scans = await connection.fetchval(
-                    "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'stored_objects'"
+                saved = await connection.fetchval(_CALL, *arguments([_Save(a, LIMIT) for a in answers]))
+                assert saved == [True] * 16
+                scans = await connection.fetch(
+                    "SELECT relname, seq_scan FROM pg_stat_xact_user_tables "
+                    "WHERE relname IN ('stored_objects', 'state_usage')"
                 )
-            assert scans == 0, f"batch {batch_number} scanned stored_objects"
+            assert {r["relname"]: r["seq_scan"] for r in scans} == {"stored_objects": 0, "state_usage": 0}, (
+                f"batch {batch_number} scanned a table"
+            )
+            for n, answer in enumerate(answers):
+                expected[n % 8] += object_bytes(answer.body, [*answer.input_items, *answer.output_items])
+                expected[n % 8] += appended_bytes(answer)
     finally:
         await connection.close()
-    items = await store.conversation_items(account.id, "conv_2", NOW)
+    assert [await store.state_bytes(a.id) for a in accounts] == expected
+    items = await store.conversation_items(accounts[2].id, "conv_2", NOW)
     assert items is not None
     assert [i.id for i in items] == ["c2", *(f"{x}{b}_2" for b in range(8, 16) for x in ("q", "a"))]
     await store.close()

@@ -1,16 +1,21 @@
--- modelgate_save_responses (0009) without its scan of stored_objects (issue #16: what a stored
--- Responses answer costs in the PostgreSQL mode). Same signature, rules and results; one statement
--- changed, the lock on the conversations appended to:
+-- modelgate_save_responses (0009) without its table scans (issue #16: what a stored
+-- Responses answer costs in the PostgreSQL mode). Same signature, rules and results; the statements
+-- that find rows by a list of keys now find them one key at a time:
 --
--- - 0009 locked them with one `id = ANY(conversations)` query, run for every batch. PL/pgSQL plans
---   a statement five times for its arguments, then keeps a generic plan for the connection's life
---   when that looks no dearer. On a young table that plan is a sequential scan, and it stays one
---   while the table grows, until an ANALYZE of the table replaces it: measured on a fresh
---   database, from the sixth batch on every batch read the whole table (`make bench`: about
---   7,000 rows per batch after ten seconds).
+-- - 0009 locked the conversations appended to with one `id = ANY(conversations)` query, run for
+--   every batch. PL/pgSQL plans a statement five times for its arguments, then keeps a generic
+--   plan for the connection's life when that looks no dearer. On a young table that plan is a
+--   sequential scan, and it stays one while the table grows, until an ANALYZE of the table
+--   replaces it: on a fresh database, from the sixth batch on every batch read the whole of
+--   stored_objects (the bench's stored Responses load at 16 in flight: 7,000 rows per batch on
+--   average over 11 seconds).
 -- - Now a batch without a conversation (most of them) skips that lock altogether, and a batch
 --   with conversations locks each by its primary key, one after another in id order (as before,
 --   the order every writer of conversations takes them in).
+-- - The accounts' state_usage rows had the same kind of statement (`account_id = ANY(accounts)`,
+--   and an UPDATE joined to an unnest of them): with answers of several accounts in a batch it too
+--   became a scan, of every account's row. Now each row is locked, created when missing, and
+--   written by its primary key, in account order as before.
 CREATE OR REPLACE FUNCTION modelgate_save_responses(
     ids TEXT[], accounts BIGINT[], keys TEXT[], previous TEXT[], conversations TEXT[], holders TEXT[],
     bodies BYTEA[], sizes BIGINT[], appended BIGINT[], created DOUBLE PRECISION[],
@@ -23,6 +28,8 @@ DECLARE
     acc_bytes BIGINT[];
     acc_delta BIGINT[];
     conversation TEXT;
+    account BIGINT;
+    counted BIGINT;
     n INTEGER := COALESCE(array_length(ids, 1), 0);
     i INTEGER;
     ai INTEGER;
@@ -37,14 +44,18 @@ BEGIN
                 WHERE s.id = conversation AND s.kind = 'conversation' FOR UPDATE;
         END LOOP;
     END IF;
-    INSERT INTO state_usage (account_id, bytes)
-        SELECT DISTINCT a, 0 FROM unnest(accounts) AS a ON CONFLICT DO NOTHING;
-    SELECT array_agg(u.account_id ORDER BY u.account_id), array_agg(u.bytes ORDER BY u.account_id)
-        INTO acc, acc_bytes FROM (
-            SELECT s.account_id, s.bytes FROM state_usage s
-            WHERE s.account_id = ANY(accounts) ORDER BY s.account_id FOR UPDATE
-        ) u;
-    acc_delta := array_fill(0::BIGINT, ARRAY[COALESCE(array_length(acc, 1), 0)]);
+    acc := '{}';
+    acc_bytes := '{}';
+    FOR account IN SELECT DISTINCT a FROM unnest(accounts) AS a ORDER BY a LOOP
+        SELECT s.bytes INTO counted FROM state_usage s WHERE s.account_id = account FOR UPDATE;
+        IF NOT FOUND THEN  -- the account's first stored object
+            INSERT INTO state_usage (account_id, bytes) VALUES (account, 0) ON CONFLICT DO NOTHING;
+            SELECT s.bytes INTO counted FROM state_usage s WHERE s.account_id = account FOR UPDATE;
+        END IF;
+        acc := acc || account;
+        acc_bytes := acc_bytes || counted;
+    END LOOP;
+    acc_delta := array_fill(0::BIGINT, ARRAY[cardinality(acc)]);
 
     FOR i IN 1 .. n LOOP
         ok := TRUE;
@@ -92,9 +103,11 @@ BEGIN
         FROM unnest(item_owner, item_ids, item_sections, item_bodies) WITH ORDINALITY
             AS t(owner, item_id, section, body, n)
         WHERE kept[t.owner];
-    UPDATE state_usage s SET bytes = s.bytes + d.delta
-        FROM unnest(acc, acc_delta) AS d(account_id, delta)
-        WHERE s.account_id = d.account_id AND d.delta <> 0;
+    FOR ai IN 1 .. cardinality(acc) LOOP
+        IF acc_delta[ai] <> 0 THEN
+            UPDATE state_usage s SET bytes = s.bytes + acc_delta[ai] WHERE s.account_id = acc[ai];
+        END IF;
+    END LOOP;
     RETURN kept;
 END;
 $$;
