@@ -13,7 +13,15 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from modelgate.storage.base import Conflict, NewKey, Refusal, Reservation, ReserveRequest, UsageRecord
+from modelgate.storage.base import (
+    Conflict,
+    NewKey,
+    Refusal,
+    Reservation,
+    ReserveRequest,
+    StorageError,
+    UsageRecord,
+)
 from modelgate.storage.postgres import PostgresStore
 from tests.storage.engines import fresh_database
 
@@ -231,3 +239,59 @@ async def test_top_ups_racing_ledger_batches_are_never_lost(url: str) -> None:
     assert charged == 30 * sum(1_000 + i for i in range(8))
     await store.close()
     await other.close()
+
+
+async def _waiting_backend(conn: asyncpg.Connection) -> int:
+    """The pid of the database's one session waiting for a lock (polled until there is one)."""
+    for _ in range(500):
+        pid = await conn.fetchval(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        if pid is not None:
+            return int(pid)
+        await asyncio.sleep(0.01)
+    raise AssertionError("no session waits for a lock")
+
+
+async def test_a_batch_whose_connection_the_server_ends_fails_and_the_next_gets_a_new_one(url: str) -> None:
+    """The ledger keeps one connection for its batches (storage.postgres_batches). When the server
+    ends it under a batch, that batch's callers get StorageError and nothing of it is applied; the
+    next batch goes out on a fresh connection."""
+    store, (account_id,) = await _store(url)
+    assert isinstance(await store.reserve(_hold(account_id, "req_before")), Reservation)
+    blocker = await asyncpg.connect(url)
+    try:
+        await blocker.execute("SELECT pg_advisory_lock(2, $1)", account_id)  # the account's ledger lock
+        stuck = asyncio.ensure_future(store.reserve(_hold(account_id, "req_stuck")))
+        batch_backend = await _waiting_backend(blocker)
+        assert await blocker.fetchval("SELECT pg_terminate_backend($1)", batch_backend)
+        with pytest.raises(StorageError):
+            await stuck
+        await blocker.execute("SELECT pg_advisory_unlock(2, $1)", account_id)
+    finally:
+        await blocker.close()
+    assert isinstance(await store.reserve(_hold(account_id, "req_after")), Reservation)
+    account = await store.get_account(account_id)
+    assert account is not None and account.reserved_uc == 2 * 1_000  # req_before and req_after
+    assert await store.pending_reservations() == 2
+    await store.close()
+
+
+async def test_closing_lets_the_batch_in_flight_finish(url: str) -> None:
+    store, (account_id,) = await _store(url)
+    blocker = await asyncpg.connect(url)
+    try:
+        await blocker.execute("SELECT pg_advisory_lock(2, $1)", account_id)
+        in_flight = asyncio.ensure_future(store.reserve(_hold(account_id, "req_in_flight")))
+        await _waiting_backend(blocker)
+        closing = asyncio.ensure_future(store.close())
+        await asyncio.sleep(0.05)
+        assert not closing.done() and not in_flight.done()  # close waits for the batch
+        await blocker.execute("SELECT pg_advisory_unlock(2, $1)", account_id)
+        assert isinstance(await in_flight, Reservation)
+        await closing
+        assert await blocker.fetchval("SELECT count(*) FROM reservations") == 1
+        others = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        assert await blocker.fetchval(others) == 0  # the store's connections are all closed
+    finally:
+        await blocker.close()

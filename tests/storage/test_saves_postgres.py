@@ -19,7 +19,7 @@ from tests.storage.engines import fresh_database
 from tests.storage.test_contract import NOW
 from tests.storage.test_contract_responses import DAY, LIMIT, item, response
 from tests.storage.test_group_commit import BatchSizes
-from tests.storage.test_group_commit_postgres import _hold, _next_xid
+from tests.storage.test_group_commit_postgres import _hold, _next_xid, _waiting_backend
 
 
 @pytest.fixture
@@ -173,6 +173,33 @@ async def test_a_batch_finds_its_rows_by_key_on_a_connection_that_has_run_many(u
     items = await store.conversation_items(accounts[2].id, "conv_2", NOW)
     assert items is not None
     assert [i.id for i in items] == ["c2", *(f"{x}{b}_2" for b in range(8, 16) for x in ("q", "a"))]
+    await store.close()
+
+
+async def test_a_batch_whose_connection_the_server_ends_fails_and_the_next_gets_a_new_one(url: str) -> None:
+    """The saver keeps one connection for its batches (storage.postgres_batches): when the server
+    ends it under a batch, that batch's callers get StorageError and none of its answers is kept;
+    the next batch goes out on a fresh connection."""
+    store = await _store(url)
+    account = await store.create_account("saves-ended", 0, NOW)
+    first = response("resp_first", account.id, inputs=(item("f", "f"),))
+    assert await store.save_response(first, LIMIT)
+    blocker = await asyncpg.connect(url)
+    try:
+        async with blocker.transaction():
+            await blocker.execute("SELECT 1 FROM state_usage WHERE account_id = $1 FOR UPDATE", account.id)
+            lost = [response(f"resp_lost_{n}", account.id, inputs=(item(f"l{n}", "l"),)) for n in range(2)]
+            stuck = asyncio.gather(*(store.save_response(a, LIMIT) for a in lost), return_exceptions=True)
+            assert await blocker.fetchval("SELECT pg_terminate_backend($1)", await _waiting_backend(blocker))
+            assert [type(o) for o in await stuck] == [StorageError, StorageError]
+    finally:
+        await blocker.close()
+    last = response("resp_last", account.id, inputs=(item("z", "z"),))
+    assert await store.save_response(last, LIMIT)
+    for answer in lost:
+        assert await store.get_response(account.id, answer.id, NOW) is None
+    kept = [object_bytes(a.body, a.input_items) for a in (first, last)]
+    assert await store.state_bytes(account.id) == sum(kept)
     await store.close()
 
 

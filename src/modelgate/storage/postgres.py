@@ -89,7 +89,7 @@ class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
         #: Reserves, settles and releases, group-committed (``storage.postgres_ledger``).
         self._ledger = LedgerBatches(self._get_pool)
         #: Stored Responses answers, group-committed (``storage.postgres_saves``).
-        self._saves = ResponseSaves(self._get_pool, self._save_alone)
+        self._saves = ResponseSaves(self._get_pool)
 
     # plumbing -----------------------------------------------------------------------------
 
@@ -147,6 +147,9 @@ class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
 
     async def close(self) -> None:
         if self._pool is not None:
+            # The batchers hand back the connections they keep; the pool waits for all of them.
+            await self._ledger.aclose()
+            await self._saves.aclose()
             pool, self._pool = self._pool, None
             await pool.close()
 

@@ -4,13 +4,21 @@ What is submitted in one turn of the event loop leaves together as one batch; wh
 the database the next one gathers (one batch in flight: classic group commit, the busier the
 instance the larger its batches). A caller cancelled before its batch leaves is taken out of it.
 Each batch's duration and size go to the ledger's write metrics. Subclasses say how a batch is
-sent (``_run``) and may say which queued items may share one (``_take``).
+sent (``_run``, on ``_connection()``) and may say which queued items may share one (``_take``).
+
+With one batch in flight at a time, a batcher keeps one connection of the store's pool for
+itself instead of checking one out per batch (measured: the check-out and return cost the
+gateway about 27 µs of CPU per batch, as much as sending the batch). A connection that broke or
+timed out is closed and handed back; the batch on it fails with ``StorageError`` and the next one
+takes a fresh connection. ``aclose`` lets the batch in flight finish, then hands the connection back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 import asyncpg
@@ -32,10 +40,16 @@ class Batches(Generic[P]):
     #: Items in one batch at most (a larger queue leaves in several).
     max_batch = 256
 
-    def __init__(self) -> None:
+    def __init__(self, pool: Callable[[], Awaitable[Any]]) -> None:
+        self._pool = pool
         self._queue: list[P] = []
         self._busy = False
         self._scheduled = False
+        self._in_flight: asyncio.Future[None] | None = None
+        #: The pool's connection this batcher keeps while it works (``_connection``), and whether
+        #: it broke (then it is closed and handed back before the next batch).
+        self._held: Any = None
+        self._broken = False
         #: Told each batch's duration and size (the ledger's write metrics).
         self.observer: LedgerObserver | None = None
 
@@ -58,6 +72,7 @@ class Batches(Generic[P]):
         self._busy = True
         sent = asyncio.ensure_future(self._send(batch))
         sent.add_done_callback(self._sent)
+        self._in_flight = sent
 
     def _take(self, queue: list[P]) -> tuple[list[P], list[P]]:
         """The next batch and what stays queued."""
@@ -65,6 +80,7 @@ class Batches(Generic[P]):
 
     def _sent(self, _: asyncio.Future[None]) -> None:
         self._busy = False
+        self._in_flight = None
         self._schedule()
 
     async def _send(self, batch: list[P]) -> None:
@@ -74,12 +90,63 @@ class Batches(Generic[P]):
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
             for item in batch:
                 resolve(item, StorageError(f"postgresql: {exc}"))
+            self._broken = self._breaks_connection(exc)
         except Exception as exc:  # every caller must be answered, whatever went wrong
             for item in batch:
                 resolve(item, exc)
+            self._broken = True
+        except BaseException:  # cancelled (the loop is shutting down): the reply may be half read
+            self._broken = True
+            raise
         finally:
             if self.observer is not None:
                 self.observer.ledger_committed(time.perf_counter() - began, len(batch))
+
+    async def _connection(self) -> Any:
+        """The connection batches go out on: taken from the pool once and kept (and replaced
+        when it broke, or was closed since: the server ended it while idle)."""
+        if self._broken or self._held_is_closed():
+            self._broken = True
+            await self._give_back()
+        if self._held is None:
+            pool = await self._pool()
+            self._held = await pool.acquire()
+        return self._held
+
+    def _breaks_connection(self, exc: BaseException) -> bool:
+        """Whether the kept connection is to be replaced after ``exc``. An error the server
+        reports in a statement leaves it usable (each batch is one statement, so no transaction
+        stays open); one that ends the session (FATAL: shutdown, terminated), a broken socket or
+        a timeout does not."""
+        if not isinstance(exc, asyncpg.PostgresError):
+            return True
+        return exc.severity_en in ("FATAL", "PANIC") or self._held_is_closed()
+
+    def _held_is_closed(self) -> bool:
+        try:
+            return self._held is not None and bool(self._held.is_closed())
+        except asyncpg.InterfaceError:  # closed, and the pool has taken it back already
+            return True
+
+    async def _give_back(self) -> None:
+        """Hand the kept connection back to the pool, closed first if it broke (it may be half-way
+        through a reply, or gone: the pool then opens a new one)."""
+        connection, self._held = self._held, None
+        broken, self._broken = self._broken, False
+        if connection is None:
+            return
+        if broken:
+            with contextlib.suppress(asyncpg.InterfaceError):  # the pool may have it back already
+                connection.terminate()
+        pool = await self._pool()
+        await pool.release(connection)  # a connection the pool has back already: nothing to do
+
+    async def aclose(self) -> None:
+        """Let the batch in flight finish, then hand the kept connection back (before the pool
+        closes: the pool waits for every connection out of it)."""
+        if self._in_flight is not None:
+            await asyncio.wait([self._in_flight])
+        await self._give_back()
 
     async def _run(self, batch: list[P]) -> None:
         """Send ``batch`` and resolve every item's ``done``; an error it raises is given to every

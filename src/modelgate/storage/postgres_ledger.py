@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,10 +140,6 @@ def _outcome(op: _Op, row: Any) -> Any:
 
 
 class LedgerBatches(Batches[_Op]):
-    def __init__(self, pool: Callable[[], Awaitable[Any]]) -> None:
-        super().__init__()
-        self._pool = pool
-
     async def reserve(self, request: ReserveRequest) -> Reservation | Refusal:
         result: Reservation | Refusal = await self._submit(_Op("r", reserve=request))
         return result
@@ -167,7 +162,6 @@ class LedgerBatches(Batches[_Op]):
             resolve(op, _outcome(op, row))
 
     async def _call(self, batch: list[_Op]) -> list[Any]:
-        pool = await self._pool()
-        async with pool.acquire() as conn:
-            rows: list[Any] = await conn.fetch(_CALL, *_arguments(batch))
+        conn = await self._connection()
+        rows: list[Any] = await conn.fetch(_CALL, *_arguments(batch))
         return rows

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-from modelgate.storage.postgres_saves import ResponseSaves, response_row
+from modelgate.storage.postgres_saves import ResponseSaves
 from modelgate.storage.responses import (
     OBJECT_COLUMNS,
     FoundItem,
@@ -25,7 +25,7 @@ from modelgate.storage.responses import (
 
 
 class PostgresResponses:
-    #: Stored answers, group-committed (made by PostgresStore with ``_save_alone``).
+    #: Stored answers, group-committed (made by PostgresStore).
     _saves: ResponseSaves
 
     # Provided by PostgresStore.
@@ -129,22 +129,6 @@ class PostgresResponses:
     async def save_response(self, response: NewResponse, max_account_bytes: int) -> bool:
         # Group-committed with the other answers of this loop turn (storage.postgres_saves).
         return await self._saves.save(response, max_account_bytes)
-
-    async def _save_alone(self, response: NewResponse, max_account_bytes: int) -> bool:
-        # One statement (migration 0007): the conversation check and lock, the charge against the
-        # account's limit and every insert run in one round trip and one commit.
-        row, items = response_row(response)
-        async with self._conn() as conn:
-            saved = await conn.fetchval(
-                "SELECT modelgate_save_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, "
-                "$13::text[], $14::text[], $15::bytea[])",
-                *row,
-                max_account_bytes,
-                [item.id for item in items],
-                [item.section for item in items],
-                [item.body for item in items],
-            )
-        return bool(saved)
 
     async def get_response(self, account_id: int, response_id: str, now: float) -> StoredResponse | None:
         async with self._conn() as conn:

@@ -13,22 +13,26 @@ answer in submission order, under the conversation and account locks, so the acc
 exact and each answer is kept or not exactly as if saved alone. A batch the database refuses as a
 whole for one answer (a duplicate id, an account that is gone) or aborts to break a deadlock
 (a concurrent sweep locking two accounts in the other order) is sent again one answer at a time
-(``save_one``), so only the culprit's caller gets the error.
+(``modelgate_save_response``, 0007, as is a batch of one), so only the culprit's caller gets the
+error.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
 
-from modelgate.storage.base import StorageError
+from modelgate.storage.base import Conflict, StorageError
 from modelgate.storage.postgres_batches import Batches, resolve
 from modelgate.storage.responses import NewResponse, StoredItem, appended_bytes, object_bytes
 
+_SAVE_ONE = (
+    "SELECT modelgate_save_response($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, "
+    "$13::text[], $14::text[], $15::bytea[])"
+)
 _CALL = (
     "SELECT modelgate_save_responses($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], "
     "$6::text[], $7::bytea[], $8::bigint[], $9::bigint[], $10::float8[], $11::float8[], $12, "
@@ -87,15 +91,6 @@ class ResponseSaves(Batches[_Save]):
     #: Answers in one batch at most (a larger queue leaves in several).
     max_batch = 64
 
-    def __init__(
-        self,
-        pool: Callable[[], Awaitable[Any]],
-        save_one: Callable[[NewResponse, int], Awaitable[bool]],
-    ) -> None:
-        super().__init__()
-        self._pool = pool
-        self._save_one = save_one
-
     async def save(self, response: NewResponse, max_account_bytes: int) -> bool:
         kept: bool = await self._submit(_Save(response, max_account_bytes))
         return kept
@@ -110,11 +105,11 @@ class ResponseSaves(Batches[_Save]):
         return batch, [s for s in queue if id(s) not in chosen]
 
     async def _run(self, batch: list[_Save]) -> None:
+        if len(batch) == 1:
+            await self._send_alone(batch[0])
+            return
         try:
-            if len(batch) == 1:
-                kept = [await self._save_one(batch[0].response, batch[0].limit)]
-            else:
-                kept = await self._call(batch)
+            kept = await self._call(batch)
         except (asyncpg.IntegrityConstraintViolationError, asyncpg.DeadlockDetectedError):
             for save in batch:  # find the answer the database refused; the others are kept
                 await self._send_alone(save)
@@ -125,13 +120,30 @@ class ResponseSaves(Batches[_Save]):
     async def _send_alone(self, save: _Save) -> None:
         try:
             kept = await self._save_one(save.response, save.limit)
-        except Exception as exc:
-            resolve(save, exc if isinstance(exc, StorageError) else StorageError(f"postgresql: {exc}"))
+        except asyncpg.IntegrityConstraintViolationError as exc:
+            resolve(save, Conflict(str(exc)))
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+            resolve(save, StorageError(f"postgresql: {exc}"))
+            self._broken = self._breaks_connection(exc)
         else:
             resolve(save, kept)
 
+    async def _save_one(self, response: NewResponse, max_account_bytes: int) -> bool:
+        # One statement (migration 0007): the conversation check and lock, the charge against the
+        # account's limit and every insert run in one round trip and one commit.
+        row, items = response_row(response)
+        conn = await self._connection()
+        saved = await conn.fetchval(
+            _SAVE_ONE,
+            *row,
+            max_account_bytes,
+            [item.id for item in items],
+            [item.section for item in items],
+            [item.body for item in items],
+        )
+        return bool(saved)
+
     async def _call(self, batch: list[_Save]) -> list[bool]:
-        pool = await self._pool()
-        async with pool.acquire() as conn:
-            kept: list[bool] = await conn.fetchval(_CALL, *arguments(batch))
+        conn = await self._connection()
+        kept: list[bool] = await conn.fetchval(_CALL, *arguments(batch))
         return kept
