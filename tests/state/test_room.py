@@ -124,3 +124,20 @@ def test_an_input_larger_than_a_stored_object_may_be_is_refused(
         client.responses.create(model=SIMULATED, input="y" * 4000)
     assert caught.value.code == "stored_object_too_large" and caught.value.param == "store"
     assert balance(gateway, account_id) == spent and used(gateway, account_id) == 0
+
+
+def test_what_the_conversations_api_stores_counts_at_once(gateway: GatewayServer, sdk: SdkClients) -> None:
+    """A conversation created or added to through /v1/conversations adds to this instance's count
+    as a kept answer does: the remembered count equals the database's without another read."""
+    account_id, client = new_account(gateway, sdk)
+    client.responses.create(model=SIMULATED, input="Kept.")  # the account's count is now known
+    conversation = client.conversations.create(
+        items=[{"type": "message", "role": "user", "content": "a first question"}],
+        metadata={"topic": "room"},
+    )
+    assert gateway.call(gateway.services.stored_room.used(account_id)) == used(gateway, account_id)
+    client.conversations.items.create(
+        conversation.id,
+        items=[{"type": "message", "role": "user", "content": "and a second one"}],  # type: ignore[list-item]
+    )
+    assert gateway.call(gateway.services.stored_room.used(account_id)) == used(gateway, account_id)

@@ -4,9 +4,8 @@ A request that asks to be stored is refused (``stored_state_limit_reached``) whe
 stored byte count is at ``responses.max_account_bytes``. Reading that count for every request is a
 database round trip per request (on PostgreSQL 14 % of a stored Responses request's CPU, gateway
 and database together, in ``make bench-ab --store postgresql``), so each instance remembers each
-account's count for up to ``responses.room_check_max_age_seconds`` and adds what it keeps itself
-(a conversation created or added to through ``/v1/conversations`` is not added: the count catches
-up at its next read):
+account's count for up to ``responses.room_check_max_age_seconds`` and adds what it stores itself
+(kept answers, and conversations created or added to through ``/v1/conversations``):
 
 - a count that says "full" is always read again before the request is refused, so nobody is refused
   on an old count (an account that deleted responses meanwhile is let through at once);

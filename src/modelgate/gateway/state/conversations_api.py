@@ -35,7 +35,7 @@ from modelgate.gateway.state.http import (
 from modelgate.gateway.state.keep import DAY
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord
-from modelgate.storage.responses import StoredConversation, StoredItem
+from modelgate.storage.responses import StoredConversation, StoredItem, object_bytes
 
 PREFIX = "/v1/conversations"
 #: Items one request may add (as the OpenAI API).
@@ -160,6 +160,7 @@ async def _create(services: Services, key: KeyRecord, request: Request) -> Respo
     limit = services.settings.responses.max_account_bytes
     if not await services.store.create_conversation(conversation, items, _expiry(services), limit):
         raise _full()
+    services.stored_room.kept(key.account_id, object_bytes(conversation.metadata, items))
     return json_reply(_conversation_json(conversation))
 
 
@@ -215,6 +216,7 @@ async def _add_items(services: Services, key: KeyRecord, request: Request, conve
         raise not_found("Conversation", conversation_id)
     if not added:
         raise _full()
+    services.stored_room.kept(key.account_id, object_bytes(b"", items))
     data = [loads(i.body) for i in items]
     return json_reply(
         {
