@@ -138,6 +138,6 @@ def test_what_the_conversations_api_stores_counts_at_once(gateway: GatewayServer
     assert gateway.call(gateway.services.stored_room.used(account_id)) == used(gateway, account_id)
     client.conversations.items.create(
         conversation.id,
-        items=[{"type": "message", "role": "user", "content": "and a second one"}],  # type: ignore[list-item]
+        items=[{"type": "message", "role": "user", "content": "and a second one"}],
     )
     assert gateway.call(gateway.services.stored_room.used(account_id)) == used(gateway, account_id)
