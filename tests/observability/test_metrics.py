@@ -55,6 +55,7 @@ PINNED: dict[str, tuple[str, frozenset[str]]] = {
     "modelgate_draining": ("gauge", frozenset()),
     "modelgate_sweeper_releases": ("counter", frozenset()),
     "modelgate_key_cache_age_seconds": ("gauge", frozenset()),
+    "modelgate_stored_room_accounts": ("gauge", frozenset()),
     "modelgate_deployment_cooling": ("gauge", frozenset({"provider", "deployment"})),
     "modelgate_deployment_cooldown_seconds": ("gauge", frozenset({"provider", "deployment"})),
     "modelgate_deployment_consecutive_failures": ("gauge", frozenset({"provider", "deployment"})),

@@ -12,6 +12,7 @@ import openai
 import pytest
 from tests.gateway.clients import SdkClients
 from tests.gateway_server import GatewayServer, running_gateway
+from tests.observability.scrape import scrape
 from tests.state.conftest import SIMULATED
 
 from modelgate.storage.responses import NewResponse, StoredItem, object_bytes
@@ -141,3 +142,14 @@ def test_what_the_conversations_api_stores_counts_at_once(gateway: GatewayServer
         items=[{"type": "message", "role": "user", "content": "and a second one"}],
     )
     assert gateway.call(gateway.services.stored_room.used(account_id)) == used(gateway, account_id)
+
+
+def test_the_remembered_accounts_are_counted_in_the_metrics(gateway: GatewayServer, sdk: SdkClients) -> None:
+    _, client = new_account(gateway, sdk)
+    client.responses.create(model=SIMULATED, input="Kept.")
+    remembered = scrape(gateway.base_url).value("modelgate_stored_room_accounts")
+    assert remembered == gateway.services.stored_room.remembered
+    if gateway.settings.responses.room_check_max_age_seconds == 0:
+        assert remembered == 0  # read every time: nothing is remembered
+    else:
+        assert remembered >= 1  # this account's count, at least

@@ -17,6 +17,7 @@ from prometheus_client.core import Metric
 
 from modelgate import __version__
 from modelgate.limits.redis_rpm import RedisRateLimiter
+from modelgate.limits.stored_room import MAX_ACCOUNTS
 from modelgate.services import Services
 from modelgate.storage.base import StorageError
 from modelgate.telemetry.metrics import counter, gauge, labelled_counter, labelled_gauge
@@ -114,6 +115,11 @@ class StateMetrics:
                 "Seconds since the key cache last read the database.",
                 time.monotonic() - refreshed,
             )
+        yield gauge(
+            "modelgate_stored_room_accounts",
+            f"Accounts whose stored byte count this instance remembers (at most {MAX_ACCOUNTS:,}).",
+            services.stored_room.remembered,
+        )
         yield from self._deployments()
         yield gauge(
             "modelgate_database_up", "1 when the last scrape could read the database.", int(self._database_up)
