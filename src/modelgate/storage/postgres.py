@@ -48,6 +48,7 @@ from modelgate.storage.base import (
     UsageRecord,
     UsageSummary,
 )
+from modelgate.storage.postgres_batches import DATABASE_ERRORS
 from modelgate.storage.postgres_ledger import LedgerBatches
 from modelgate.storage.postgres_reports import PostgresReports
 from modelgate.storage.postgres_responses import PostgresResponses
@@ -114,7 +115,7 @@ class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
                 yield conn
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise Conflict(str(exc)) from exc
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+        except DATABASE_ERRORS as exc:
             raise StorageError(f"postgresql: {exc}") from exc
 
     @asynccontextmanager

@@ -35,6 +35,9 @@ class Pending(Protocol):
 
 P = TypeVar("P", bound=Pending)
 
+#: What a call to the database may raise: its callers get ``StorageError``.
+DATABASE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+
 
 class Batches(Generic[P]):
     #: Items in one batch at most (a larger queue leaves in several).
@@ -87,10 +90,10 @@ class Batches(Generic[P]):
         began = time.perf_counter()
         try:
             await self._run(batch)
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
+        except DATABASE_ERRORS as exc:
+            failure = self._failure(exc)
             for item in batch:
-                resolve(item, StorageError(f"postgresql: {exc}"))
-            self._broken = self._breaks_connection(exc)
+                resolve(item, failure)
         except Exception as exc:  # every caller must be answered, whatever went wrong
             for item in batch:
                 resolve(item, exc)
@@ -112,6 +115,12 @@ class Batches(Generic[P]):
             pool = await self._pool()
             self._held = await pool.acquire()
         return self._held
+
+    def _failure(self, exc: BaseException) -> StorageError:
+        """What the callers of a call that raised ``exc`` (one of ``DATABASE_ERRORS``) are told;
+        the kept connection is replaced before the next call if ``exc`` broke it."""
+        self._broken = self._broken or self._breaks_connection(exc)
+        return StorageError(f"postgresql: {exc}")
 
     def _breaks_connection(self, exc: BaseException) -> bool:
         """Whether the kept connection is to be replaced after ``exc``. An error the server

@@ -25,8 +25,8 @@ from typing import Any
 
 import asyncpg
 
-from modelgate.storage.base import Conflict, StorageError
-from modelgate.storage.postgres_batches import Batches, resolve
+from modelgate.storage.base import Conflict
+from modelgate.storage.postgres_batches import DATABASE_ERRORS, Batches, resolve
 from modelgate.storage.responses import NewResponse, StoredItem, appended_bytes, object_bytes
 
 _SAVE_ONE = (
@@ -122,9 +122,8 @@ class ResponseSaves(Batches[_Save]):
             kept = await self._save_one(save.response, save.limit)
         except asyncpg.IntegrityConstraintViolationError as exc:
             resolve(save, Conflict(str(exc)))
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
-            resolve(save, StorageError(f"postgresql: {exc}"))
-            self._broken = self._breaks_connection(exc)
+        except DATABASE_ERRORS as exc:
+            resolve(save, self._failure(exc))
         else:
             resolve(save, kept)
 
