@@ -1,4 +1,4 @@
-"""The passthrough taps' one-event fast path (``PassthroughTap._relay_one``) against the general path.
+"""The passthrough taps' one-event fast path (in ``PassthroughTap.feed``) against the general path.
 
 A chunk holding exactly one whole LF-framed event (the usual chunk of a paced stream) is relayed
 without being split into blocks; everything else goes the general way (``_relay``). The two must

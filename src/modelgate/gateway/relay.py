@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from modelgate import errors, ir
 from modelgate.billing.ledger import UsageStatus
@@ -71,6 +71,11 @@ async def relay_whole(
     return orjson.dumps(codec.encode_response(upstream, client)), upstream.usage
 
 
+def _body(data: bytes) -> Message:
+    """A part of a streamed body (a plain call per chunk, not a coroutine)."""
+    return {"type": "http.response.body", "body": data, "more_body": True}
+
+
 SettleStream = Callable[[ir.Usage, UsageStatus], Awaitable[Any]]
 #: The in-band error that ends streams still running when the shutdown grace is over.
 SHUTTING_DOWN = errors.Unavailable("the gateway is shutting down; retry the request")
@@ -118,15 +123,12 @@ class StreamResponse(Response):
         self.keep = keep
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def send_body(chunk: bytes) -> None:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-
         watch = DisconnectWatch(receive, self.drain)
         self.record.status = 200
         self.telemetry.open_streams += 1
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            await watch.run(self._pump(send_body))
+            await watch.run(self._pump(send))
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except ClientGone:
             self.stream.status = UsageStatus.CLIENT_DISCONNECTED
@@ -134,7 +136,7 @@ class StreamResponse(Response):
             # The shutdown grace is over: end the stream in-band, so the client knows it was cut.
             self.stream.status = UsageStatus.SHUTDOWN
             with contextlib.suppress(OSError):
-                await send_body(self.stream.error_frame(SHUTTING_DOWN))
+                await send(_body(self.stream.error_frame(SHUTTING_DOWN)))
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:
             pass  # the client's connection failed under a write: nobody left to tell
@@ -148,7 +150,7 @@ class StreamResponse(Response):
                 self.telemetry.open_streams -= 1
                 self.on_done()
 
-    async def _pump(self, send: Callable[[bytes], Awaitable[None]]) -> None:
+    async def _pump(self, send: Send) -> None:
         """Relay the upstream stream to ``send``; ends with an in-band error on upstream failure."""
         stream = self.stream
         reply = self.attempt.reply
@@ -160,12 +162,12 @@ class StreamResponse(Response):
                     if out:
                         if self.keep is not None:
                             await self._keep_completed()
-                        await send(out)
+                        await send(_body(out))
             out = stream.finish()
             if out:
                 if self.keep is not None:
                     await self._keep_completed()
-                await send(out)
+                await send(_body(out))
             if stream.status is UsageStatus.OK:
                 self.attempt.report_success()
         except errors.GatewayError as exc:
@@ -173,16 +175,14 @@ class StreamResponse(Response):
             self.record.mid_stream_error = "mid_stream"
             self.attempt.report_failure()
             relayed = exc.relayed if isinstance(exc, CutStream) else b""
-            await send(relayed + stream.error_frame(exc))
+            await send(_body(relayed + stream.error_frame(exc)))
         except asyncio.CancelledError:
             stream.status = UsageStatus.CLIENT_DISCONNECTED
             raise
         finally:
             await reply.close()
 
-    async def _first_event(
-        self, chunks: AsyncIterator[bytes], send: Callable[[bytes], Awaitable[None]]
-    ) -> bool:
+    async def _first_event(self, chunks: AsyncIterator[bytes], send: Send) -> bool:
         """Relay up to the first event the client gets; note the time to it and the time spent
         waiting for the upstream before it. False when the upstream ended before any event."""
         record = self.record
@@ -198,7 +198,7 @@ class StreamResponse(Response):
             if out:
                 if self.keep is not None:
                     await self._keep_completed()
-                await send(out)
+                await send(_body(out))
                 record.upstream_seconds += waited
                 record.ttft = ttft = record.elapsed()
                 record.added = max(0.0, ttft - record.upstream_seconds)

@@ -97,8 +97,14 @@ class PassthroughStream(RelayStream):
         self._error_relayed = False
 
     def feed(self, chunk: bytes) -> bytes:
-        out = self._checked(self._tap.feed(chunk))
-        self._error_relayed = self._error_relayed or self._tap.error is not None
+        tap = self._tap
+        out = tap.feed(chunk)
+        # Most chunks are deltas that leave usage, error and malformed as they were: only a
+        # chunk after one of them set needs ``_checked`` (per-chunk work is kept small).
+        if tap.usage is None and tap.error is None and not tap.malformed:
+            return out
+        out = self._checked(out)
+        self._error_relayed = self._error_relayed or tap.error is not None
         return out
 
     def finish(self) -> bytes:

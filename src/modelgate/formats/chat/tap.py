@@ -84,10 +84,12 @@ class StreamTap(PassthroughTap):
         if self._strip_usage:
             # The compact form every known upstream writes, by plain replacement (valid JSON has
             # only ``,`` ``}`` or space after ``null``, and quotes inside strings are escaped);
-            # any other spacing or place by the pattern.
-            out = out.replace(b',"usage":null', b"")
-            if b'"usage"' in out:
-                out = _USAGE_NULL.sub(b"", out)
+            # any other spacing or place by the pattern, searched only when the compact form
+            # was not there (an upstream writes its JSON one way).
+            stripped = out.replace(b',"usage":null', b"")
+            if stripped is out and b'"usage"' in out:
+                stripped = _USAGE_NULL.sub(b"", out)
+            out = stripped
         return super()._rewrite(out)
 
     def error_frame(self, err: GatewayError) -> bytes:
