@@ -195,6 +195,9 @@ class Settings(_Section):
     data_dir: Path = Path("data")
     #: ``sqlite:///…`` (default: ``<data_dir>/modelgate.db``) or ``postgresql://…``.
     database_url: str | None = None
+    #: PostgreSQL only: the most connections each serving process opens (two of them are kept
+    #: by the ledger's and the stored answers' batchers; the rest serve every other query).
+    database_pool_size: int = Field(20, ge=3, le=1000)
     #: ``redis://…`` to share rate-limit windows and revocations between instances.
     redis_url: str | None = None
     #: HMAC secret for key digests; default: generated once into ``<data_dir>/secret``.

@@ -162,7 +162,7 @@ class Services:
             factories={"simulator": lambda c: SimulatorProvider(c.name, settings.simulator, offload)},
         )
         router = Router(providers, deployments, settings.routing)
-        store = open_store(settings.resolved_database_url)
+        store = open_store(settings.resolved_database_url, pool_size=settings.database_pool_size)
         digester = Digester(load_secret(settings))
         clock = clock or SystemClock()
         settlements = Settlements()

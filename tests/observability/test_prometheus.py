@@ -21,7 +21,14 @@ import yaml
 
 from tests.gateway.clients import SdkClients
 from tests.gateway_server import free_port, running_gateway
-from tests.observability.test_metrics import PINNED, REDIS_ONLY, TOKEN, send_traffic, usage_records
+from tests.observability.test_metrics import (
+    PINNED,
+    POSTGRESQL_ONLY,
+    REDIS_ONLY,
+    TOKEN,
+    send_traffic,
+    usage_records,
+)
 from tests.polling import wait_until
 from tests.storage.engines import create_database, drop_database, redis_url, required_service
 
@@ -112,7 +119,7 @@ def yaml_rules(path: Path) -> list[str]:
 def test_the_deploy_assets_use_only_pinned_series_and_are_valid() -> None:
     exprs = operator_expressions()
     assert len(exprs) >= 30
-    families = set(PINNED) | set(REDIS_ONLY)
+    families = set(PINNED) | set(REDIS_ONLY) | set(POSTGRESQL_ONLY)
     used = {
         re.sub(r"_(total|bucket|count|sum)$", "", name)
         for expr in exprs
@@ -126,7 +133,7 @@ def test_the_deploy_assets_use_only_pinned_series_and_are_valid() -> None:
         capture_output=True,
         text=True,
     )
-    assert done.returncode == 0 and "8 rules found" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "9 rules found" in done.stdout, done.stdout + done.stderr
 
 
 def test_prometheus_sees_what_was_sent_and_billed(tmp_path: Path, sdk: SdkClients) -> None:
@@ -136,6 +143,7 @@ def test_prometheus_sees_what_was_sent_and_billed(tmp_path: Path, sdk: SdkClient
         overrides: dict[str, Any] = {
             "database_url": database,
             "redis_url": redis,
+            "database_pool_size": 7,
             "metrics": {"token": TOKEN},
         }
         with (
@@ -163,6 +171,9 @@ def test_prometheus_sees_what_was_sent_and_billed(tmp_path: Path, sdk: SdkClient
             )
             fallbacks = scalar(prom, "sum(modelgate_rate_limiter_fallbacks_total)")
             pending = scalar(prom, "sum(modelgate_reservations_pending)")
+            pool_limit = scalar(prom, "sum(modelgate_database_connections_limit)")
+            in_use = scalar(prom, 'sum(modelgate_database_connections{state="in_use"})')
+            pool_open = scalar(prom, "sum(modelgate_database_connections)")
             # Every dashboard panel and alert rule evaluates on what this gateway exports.
             for expr in operator_expressions():
                 query(prom, expr)
@@ -177,3 +188,6 @@ def test_prometheus_sees_what_was_sent_and_billed(tmp_path: Path, sdk: SdkClient
     assert p99 is not None and p99 > 0
     assert fallbacks == 0  # Redis answered every rate-limit decision
     assert pending == 0
+    # database_pool_size reached the store; the ledger keeps one of its connections.
+    assert pool_limit == 7 and in_use is not None and in_use >= 1
+    assert pool_open is not None and pool_open <= 7

@@ -13,8 +13,11 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
+from modelgate.config import ConfigError, load_settings
+from modelgate.storage import open_store
 from modelgate.storage.base import (
     Conflict,
+    ConnectionUse,
     NewKey,
     Refusal,
     Reservation,
@@ -295,3 +298,40 @@ async def test_closing_lets_the_batch_in_flight_finish(url: str) -> None:
         assert await blocker.fetchval(others) == 0  # the store's connections are all closed
     finally:
         await blocker.close()
+
+
+async def test_the_pool_opens_at_most_database_pool_size_and_reports_its_use(url: str) -> None:
+    """``database_pool_size`` bounds the connections a store opens, the kept ledger connection
+    included, and ``connections()`` (the ``modelgate_database_connections`` gauges) agrees with
+    the server's own count of sessions."""
+    store = PostgresStore(url, pool_max_size=3)
+    assert store.connections() == ConnectionUse(in_use=0, idle=0, limit=3)
+    await store.migrate()
+    account = await store.create_account("pool", 1_000_000, time.time())
+    key = NewKey("key_0", account.id, "", "Basic", 60, None, None, bytes(32), "sk-cs4-abcd", "wxyz")
+    await store.create_key(key, time.time())
+    assert isinstance(await store.reserve(_hold(account.id, "req_pool")), Reservation)
+    await asyncio.gather(*(store.ping() for _ in range(20)))  # 20 at once: more than the pool holds
+    observer = await asyncpg.connect(url)
+    try:
+        sessions = await observer.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    finally:
+        await observer.close()
+    use = store.connections()
+    assert sessions == use.in_use + use.idle <= 3
+    assert use.in_use >= 1  # the ledger keeps its connection between batches
+    assert use.limit == 3
+    await store.close()
+
+
+def test_database_pool_size_setting_reaches_the_store() -> None:
+    environ = {"MODELGATE_DATABASE_POOL_SIZE": "9"}
+    settings = load_settings(None, environ=environ, database_url="postgresql://db.invalid/modelgate")
+    store = open_store(settings.resolved_database_url, pool_size=settings.database_pool_size)
+    assert store.connections() == ConnectionUse(in_use=0, idle=0, limit=9)  # nothing opened yet
+    assert load_settings(None, environ={}).database_pool_size == 20
+    for bad in ("2", "0", "1001", "many"):
+        with pytest.raises(ConfigError, match="database_pool_size"):
+            load_settings(None, environ={"MODELGATE_DATABASE_POOL_SIZE": bad})

@@ -64,7 +64,7 @@ def with_management(options: Options, work: Callable[[Management], Awaitable[T]]
     settings = options.settings()
 
     async def run() -> T:
-        store = open_store(settings.resolved_database_url)
+        store = open_store(settings.resolved_database_url, pool_size=settings.database_pool_size)
         try:
             await store.migrate()
             management = Management(

@@ -1,6 +1,7 @@
 """Metrics read from state the gateway already keeps, when Prometheus scrapes (nothing on the
 request path): limits and queues, the drain, the ledger's pending holds and the sweeper, the rate
-limiter's fallbacks, the key cache's age, deployment health and account balances.
+limiter's fallbacks, the key cache's age, the database connection pool, deployment health and
+account balances.
 
 The database readings (pending reservations and the oldest one's age, account balances) are
 database-wide: every instance reports the same values. They are read once per scrape with a
@@ -124,6 +125,19 @@ class StateMetrics:
         yield gauge(
             "modelgate_database_up", "1 when the last scrape could read the database.", int(self._database_up)
         )
+        pool = services.store.connections()
+        if pool is not None:
+            yield labelled_gauge(
+                "modelgate_database_connections",
+                "This instance's open database connections, by state (PostgreSQL).",
+                ("state",),
+                [(("in_use",), pool.in_use), (("idle",), pool.idle)],
+            )
+            yield gauge(
+                "modelgate_database_connections_limit",
+                "database_pool_size: the most database connections this instance opens (PostgreSQL).",
+                pool.limit,
+            )
         if self._reservations is not None:
             count, oldest = self._reservations
             yield gauge(

@@ -260,7 +260,7 @@ def _describe_exit(code: int | None) -> str:
 
 
 async def _migrate(settings: Settings) -> None:
-    store = open_store(settings.resolved_database_url)
+    store = open_store(settings.resolved_database_url, pool_size=settings.database_pool_size)
     try:
         await store.migrate()
     finally:

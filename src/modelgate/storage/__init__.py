@@ -7,8 +7,9 @@ from pathlib import Path
 from modelgate.storage.base import StorageError, Store
 
 
-def open_store(url: str) -> Store:
-    """``sqlite:///path/to/file.db`` (relative paths allowed) or ``postgresql://…``."""
+def open_store(url: str, *, pool_size: int = 20) -> Store:
+    """``sqlite:///path/to/file.db`` (relative paths allowed) or ``postgresql://…``, with at most
+    ``pool_size`` connections open (PostgreSQL; ``database_pool_size``)."""
     if url.startswith("sqlite:///"):
         from modelgate.storage.sqlite import SqliteStore
 
@@ -16,7 +17,7 @@ def open_store(url: str) -> Store:
     if url.startswith(("postgresql://", "postgres://")):
         from modelgate.storage.postgres import PostgresStore
 
-        return PostgresStore(url)
+        return PostgresStore(url, pool_max_size=pool_size)
     raise StorageError(
         f"database_url: unsupported scheme in {url.split('://', 1)[0]!r} (use sqlite:/// or postgresql://)"
     )

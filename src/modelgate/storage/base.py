@@ -403,6 +403,18 @@ class UsageStore(Protocol):
     ) -> list[UsageRecord]: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ConnectionUse:
+    """A store's connection pool now (``Store.connections``)."""
+
+    #: Connections checked out (the batchers' kept ones included).
+    in_use: int
+    #: Open connections waiting in the pool.
+    idle: int
+    #: The most the pool opens (``database_pool_size``).
+    limit: int
+
+
 class Store(
     AccountStore, KeyStore, AdminTokenStore, LedgerStore, UsageStore, UsageReports, ResponseStore, Protocol
 ):
@@ -413,4 +425,8 @@ class Store(
     async def close(self) -> None: ...
     async def ping(self) -> None:
         """Raise StorageError when the database cannot answer."""
+        ...
+
+    def connections(self) -> ConnectionUse | None:
+        """The connection pool's use now; None for an engine without a pool (SQLite)."""
         ...

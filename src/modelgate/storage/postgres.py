@@ -36,6 +36,7 @@ from modelgate.storage.base import (
     Account,
     AmountTooLarge,
     Conflict,
+    ConnectionUse,
     KeyControls,
     KeyRecord,
     LedgerObserver,
@@ -157,6 +158,13 @@ class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
     async def ping(self) -> None:
         async with self._conn() as conn:
             await conn.fetchval("SELECT 1")
+
+    def connections(self) -> ConnectionUse:
+        pool = self._pool
+        if pool is None:  # nothing asked yet: the pool opens on first use
+            return ConnectionUse(in_use=0, idle=0, limit=self._pool_max_size)
+        size, idle = pool.get_size(), pool.get_idle_size()
+        return ConnectionUse(in_use=size - idle, idle=idle, limit=self._pool_max_size)
 
     # accounts -----------------------------------------------------------------------------
 

@@ -201,6 +201,9 @@ class SqliteStore(SqliteAdminTokens, SqliteReports, SqliteResponses):
     async def ping(self) -> None:
         await self._run(lambda: self._db().execute("SELECT 1").fetchone())
 
+    def connections(self) -> None:
+        return None  # one file, no pool
+
     # accounts -----------------------------------------------------------------------------
 
     async def create_account(self, name: str, balance_uc: int, now: float) -> Account:
