@@ -198,7 +198,7 @@ class PassthroughTap:
         writes its JSON one way, so the first spacing found is the one (one scan, not two)."""
         for old, new in self._rewrites:
             rewritten = out.replace(old, new)
-            if rewritten is not out:
+            if rewritten != out:  # the same object when nothing matched: an identity check
                 return rewritten
         return out
 

@@ -87,7 +87,7 @@ class StreamTap(PassthroughTap):
             # any other spacing or place by the pattern, searched only when the compact form
             # was not there (an upstream writes its JSON one way).
             stripped = out.replace(b',"usage":null', b"")
-            if stripped is out and b'"usage"' in out:
+            if len(stripped) == len(out) and b'"usage"' in out:
                 stripped = _USAGE_NULL.sub(b"", out)
             out = stripped
         return super()._rewrite(out)
