@@ -19,6 +19,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from modelgate.billing.input_bound import MediaRules
+from modelgate.storage.base import DEFAULT_POOL_SIZE
 from modelgate.upstream.config import DeploymentConfig, ProviderConfig, RoutingConfig, SimulatorConfig
 
 ENV_PREFIX = "MODELGATE_"
@@ -197,7 +198,7 @@ class Settings(_Section):
     database_url: str | None = None
     #: PostgreSQL only: the most connections each serving process opens (two of them are kept
     #: by the ledger's and the stored answers' batchers; the rest serve every other query).
-    database_pool_size: int = Field(20, ge=3, le=1000)
+    database_pool_size: int = Field(DEFAULT_POOL_SIZE, ge=3, le=1000)
     #: ``redis://…`` to share rate-limit windows and revocations between instances.
     redis_url: str | None = None
     #: HMAC secret for key digests; default: generated once into ``<data_dir>/secret``.

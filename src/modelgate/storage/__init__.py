@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modelgate.storage.base import StorageError, Store
+from modelgate.storage.base import DEFAULT_POOL_SIZE, StorageError, Store
 
 
-def open_store(url: str, *, pool_size: int = 20) -> Store:
+def open_store(url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> Store:
     """``sqlite:///path/to/file.db`` (relative paths allowed) or ``postgresql://…``, with at most
     ``pool_size`` connections open (PostgreSQL; ``database_pool_size``)."""
     if url.startswith("sqlite:///"):

@@ -403,6 +403,10 @@ class UsageStore(Protocol):
     ) -> list[UsageRecord]: ...
 
 
+#: Connections a store with a pool (PostgreSQL) opens at most by default (``database_pool_size``).
+DEFAULT_POOL_SIZE = 20
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionUse:
     """A store's connection pool now (``Store.connections``)."""

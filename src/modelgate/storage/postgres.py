@@ -32,6 +32,7 @@ import asyncpg
 
 from modelgate.storage import rows
 from modelgate.storage.base import (
+    DEFAULT_POOL_SIZE,
     MAX_UC,
     Account,
     AmountTooLarge,
@@ -59,7 +60,6 @@ from modelgate.storage.postgres_tokens import PostgresAdminTokens
 #: Advisory lock ids ("modelgat" in ASCII, then +1): migrations, and key-version ordering.
 _LOCK_MIGRATIONS = 0x6D6F_6465_6C67_6174
 _LOCK_KEY_VERSIONS = _LOCK_MIGRATIONS + 1
-POOL_MAX_SIZE = 20
 COMMAND_TIMEOUT_SECONDS = 15.0
 
 _KEY_COLUMNS = rows.KEY_COLUMNS
@@ -81,7 +81,7 @@ async def _nothing_to_reset(conn: Any) -> None:
 
 
 class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
-    def __init__(self, url: str, *, pool_max_size: int = POOL_MAX_SIZE) -> None:
+    def __init__(self, url: str, *, pool_max_size: int = DEFAULT_POOL_SIZE) -> None:
         self.url = url
         self._pool_max_size = pool_max_size
         # The pool is made on first use, on the event loop that uses it (the store is built
