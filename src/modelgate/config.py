@@ -19,7 +19,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from modelgate.billing.input_bound import MediaRules
-from modelgate.storage.base import DEFAULT_POOL_SIZE
+from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE
 from modelgate.upstream.config import DeploymentConfig, ProviderConfig, RoutingConfig, SimulatorConfig
 
 ENV_PREFIX = "MODELGATE_"
@@ -199,6 +199,9 @@ class Settings(_Section):
     #: PostgreSQL only: the most connections each serving process opens (two of them are kept
     #: by the ledger's and the stored answers' batchers; the rest serve every other query).
     database_pool_size: int = Field(DEFAULT_POOL_SIZE, ge=3, le=1000)
+    #: PostgreSQL only: under load (writes arriving faster than one per this), how long a batch
+    #: of ledger writes or stored answers waits for company before it leaves (0: never waits).
+    database_batch_wait_seconds: float = Field(DEFAULT_BATCH_WAIT_SECONDS, ge=0, le=0.1)
     #: ``redis://…`` to share rate-limit windows and revocations between instances.
     redis_url: str | None = None
     #: HMAC secret for key digests; default: generated once into ``<data_dir>/secret``.

@@ -162,7 +162,11 @@ class Services:
             factories={"simulator": lambda c: SimulatorProvider(c.name, settings.simulator, offload)},
         )
         router = Router(providers, deployments, settings.routing)
-        store = open_store(settings.resolved_database_url, pool_size=settings.database_pool_size)
+        store = open_store(
+            settings.resolved_database_url,
+            pool_size=settings.database_pool_size,
+            batch_wait=settings.database_batch_wait_seconds,
+        )
         digester = Digester(load_secret(settings))
         clock = clock or SystemClock()
         settlements = Settlements()

@@ -44,6 +44,7 @@ PINNED: dict[str, tuple[str, frozenset[str]]] = {
     "modelgate_upstream_latency_seconds": ("histogram", frozenset({"provider", "deployment"})),
     "modelgate_ledger_write_seconds": ("histogram", frozenset()),
     "modelgate_ledger_batch_size": ("histogram", frozenset()),
+    "modelgate_ledger_batch_wait_seconds": ("histogram", frozenset()),
     "modelgate_build_info": ("gauge", frozenset({"version"})),
     "modelgate_in_flight_requests": ("gauge", frozenset()),
     "modelgate_in_flight_limit": ("gauge", frozenset()),
@@ -199,6 +200,10 @@ def test_counters_equal_what_was_sent_and_what_the_usage_records_say(
     assert found.value("modelgate_upstream_errors_total") == 0
     # Ledger writes: each reserve and settle went through a group commit.
     assert found.value("modelgate_ledger_batch_size_sum") >= 2 * len(records)
+    # SQLite's batches never wait for company (only PostgreSQL's do, under load).
+    batches = found.value("modelgate_ledger_batch_size_count")
+    assert found.value("modelgate_ledger_batch_wait_seconds_count") == batches > 0
+    assert found.value("modelgate_ledger_batch_wait_seconds_sum") == 0
     # Nothing in flight any more; the database answered.
     assert found.value("modelgate_in_flight_requests") == 0
     assert found.value("modelgate_open_streams") == 0

@@ -121,7 +121,7 @@ class BatchSizes:
     def __init__(self) -> None:
         self.sizes: list[int] = []
 
-    def ledger_committed(self, seconds: float, operations: int) -> None:
+    def ledger_committed(self, seconds: float, operations: int, waited: float = 0.0) -> None:
         self.sizes.append(operations)
 
 

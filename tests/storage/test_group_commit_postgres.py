@@ -37,8 +37,8 @@ async def url() -> AsyncIterator[str]:
         yield database
 
 
-async def _store(url: str, accounts: int = 1) -> tuple[PostgresStore, list[int]]:
-    store = PostgresStore(url)
+async def _store(url: str, accounts: int = 1, *, wait: float = 0.001) -> tuple[PostgresStore, list[int]]:
+    store = PostgresStore(url, batch_wait=wait)
     await store.migrate()
     ids = []
     for a in range(accounts):
@@ -335,3 +335,91 @@ def test_database_pool_size_setting_reaches_the_store() -> None:
     for bad in ("2", "0", "1001", "many"):
         with pytest.raises(ConfigError, match="database_pool_size"):
             load_settings(None, environ={"MODELGATE_DATABASE_POOL_SIZE": bad})
+
+
+class Batches:
+    """A ledger observer that keeps each batch's size and how long it waited for company."""
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+        self.waits: list[float] = []
+
+    def ledger_committed(self, seconds: float, operations: int, waited: float = 0.0) -> None:
+        self.sizes.append(operations)
+        self.waits.append(waited)
+
+
+async def _one_per_turn(
+    store: PostgresStore, account_id: int, prefix: str, count: int
+) -> list[asyncio.Task[object]]:
+    """``count`` reserves, each submitted in its own turn of the event loop (without waiting for
+    company, the first would leave alone and the others in the next batch)."""
+    tasks: list[asyncio.Task[object]] = []
+    for i in range(count):
+        tasks.append(asyncio.ensure_future(store.reserve(_hold(account_id, f"{prefix}_{i}"))))
+        await asyncio.sleep(0)
+    return tasks
+
+
+async def test_writes_arriving_faster_than_the_wait_leave_together_after_it(url: str) -> None:
+    store, (account_id,) = await _store(url, wait=0.5)
+    batches = Batches()
+    store.observe_ledger(batches)
+    await asyncio.gather(*await _one_per_turn(store, account_id, "warm", 8))  # arrivals seconds apart no more
+    batches.sizes.clear()
+    batches.waits.clear()
+    outcomes = await asyncio.gather(*await _one_per_turn(store, account_id, "req", 6))
+    assert all(isinstance(o, Reservation) and o.granted_uc == 1_000 for o in outcomes)
+    assert batches.sizes == [6]  # the first waited for the five after it
+    assert 0 < batches.waits[0] <= 0.5
+    account = await store.get_account(account_id)
+    assert account is not None and account.reserved_uc == 14 * 1_000
+    await store.close()
+
+
+async def test_writes_arriving_slower_than_the_wait_leave_at_once(url: str) -> None:
+    store, (account_id,) = await _store(url, wait=0.2)
+    batches = Batches()
+    store.observe_ledger(batches)
+    for i in range(4):  # one write every 0.45 s: waiting 0.2 s would gather nothing
+        await store.reserve(_hold(account_id, f"slow_{i}"))
+        await asyncio.sleep(0.45)
+    first = asyncio.ensure_future(store.reserve(_hold(account_id, "req_a")))
+    await asyncio.sleep(0.05)  # within the wait: had the first waited, this one would join it
+    second = asyncio.ensure_future(store.reserve(_hold(account_id, "req_b")))
+    assert all(isinstance(o, Reservation) for o in await asyncio.gather(first, second))
+    assert batches.sizes == [1] * 6
+    assert batches.waits == [0.0] * 6
+    await store.close()
+
+
+async def test_closing_sends_the_writes_waiting_for_company_at_once(url: str) -> None:
+    store, (account_id,) = await _store(url, wait=30.0)
+    tasks = await _one_per_turn(store, account_id, "req", 5)
+    await asyncio.sleep(0.3)  # the first left at once; the others now wait up to 30 s for company
+    assert not all(task.done() for task in tasks)
+    await asyncio.wait_for(store.close(), 10)  # not 30 s: closing does not wait for company
+    assert all(isinstance(task.result(), Reservation) for task in tasks)
+    conn = await asyncpg.connect(url)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM reservations") == 5
+    finally:
+        await conn.close()
+
+
+def test_database_batch_wait_setting_reaches_the_store() -> None:
+    environ = {"MODELGATE_DATABASE_BATCH_WAIT_SECONDS": "0.004"}
+    settings = load_settings(None, environ=environ, database_url="postgresql://db.invalid/modelgate")
+    store = open_store(settings.resolved_database_url, batch_wait=settings.database_batch_wait_seconds)
+    assert isinstance(store, PostgresStore)
+    assert store._ledger._wait == store._saves._wait == 0.004
+    assert load_settings(None, environ={}).database_batch_wait_seconds == 0.001
+    assert (
+        load_settings(
+            None, environ={"MODELGATE_DATABASE_BATCH_WAIT_SECONDS": "0"}
+        ).database_batch_wait_seconds
+        == 0
+    )
+    for bad in ("-0.001", "0.2", "soon"):
+        with pytest.raises(ConfigError, match="database_batch_wait_seconds"):
+            load_settings(None, environ={"MODELGATE_DATABASE_BATCH_WAIT_SECONDS": bad})

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modelgate.storage.base import DEFAULT_POOL_SIZE, StorageError, Store
+from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE, StorageError, Store
 
 
-def open_store(url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> Store:
+def open_store(
+    url: str, *, pool_size: int = DEFAULT_POOL_SIZE, batch_wait: float = DEFAULT_BATCH_WAIT_SECONDS
+) -> Store:
     """``sqlite:///path/to/file.db`` (relative paths allowed) or ``postgresql://…``, with at most
-    ``pool_size`` connections open (PostgreSQL; ``database_pool_size``)."""
+    ``pool_size`` connections open and batches of writes waiting up to ``batch_wait`` seconds for
+    company under load (PostgreSQL; ``database_pool_size``, ``database_batch_wait_seconds``)."""
     if url.startswith("sqlite:///"):
         from modelgate.storage.sqlite import SqliteStore
 
@@ -17,7 +20,7 @@ def open_store(url: str, *, pool_size: int = DEFAULT_POOL_SIZE) -> Store:
     if url.startswith(("postgresql://", "postgres://")):
         from modelgate.storage.postgres import PostgresStore
 
-        return PostgresStore(url, pool_max_size=pool_size)
+        return PostgresStore(url, pool_max_size=pool_size, batch_wait=batch_wait)
     raise StorageError(
         f"database_url: unsupported scheme in {url.split('://', 1)[0]!r} (use sqlite:/// or postgresql://)"
     )

@@ -386,9 +386,11 @@ class LedgerStore(Protocol):
 
 
 class LedgerObserver(Protocol):
-    def ledger_committed(self, seconds: float, operations: int) -> None:
+    def ledger_committed(self, seconds: float, operations: int, waited: float = 0.0) -> None:
         """A ledger write transaction of ``operations`` reserves/settles/releases committed (or
-        failed) after ``seconds``. May be called from a store's worker thread."""
+        failed) after ``seconds``, having waited ``waited`` seconds for company before it left
+        (PostgreSQL under load, ``database_batch_wait_seconds``). May be called from a store's
+        worker thread."""
         ...
 
 
@@ -405,6 +407,9 @@ class UsageStore(Protocol):
 
 #: Connections a store with a pool (PostgreSQL) opens at most by default (``database_pool_size``).
 DEFAULT_POOL_SIZE = 20
+#: How long a batch of ledger writes may wait for company under load, by default
+#: (``database_batch_wait_seconds``; ``storage.postgres_batches``).
+DEFAULT_BATCH_WAIT_SECONDS = 0.001
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ import asyncpg
 
 from modelgate.storage import rows
 from modelgate.storage.base import (
+    DEFAULT_BATCH_WAIT_SECONDS,
     DEFAULT_POOL_SIZE,
     MAX_UC,
     Account,
@@ -81,7 +82,13 @@ async def _nothing_to_reset(conn: Any) -> None:
 
 
 class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
-    def __init__(self, url: str, *, pool_max_size: int = DEFAULT_POOL_SIZE) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_max_size: int = DEFAULT_POOL_SIZE,
+        batch_wait: float = DEFAULT_BATCH_WAIT_SECONDS,
+    ) -> None:
         self.url = url
         self._pool_max_size = pool_max_size
         # The pool is made on first use, on the event loop that uses it (the store is built
@@ -89,9 +96,9 @@ class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
         self._pool: Any = None
         self._pool_lock = asyncio.Lock()
         #: Reserves, settles and releases, group-committed (``storage.postgres_ledger``).
-        self._ledger = LedgerBatches(self._get_pool)
+        self._ledger = LedgerBatches(self._get_pool, wait=batch_wait)
         #: Stored Responses answers, group-committed (``storage.postgres_saves``).
-        self._saves = ResponseSaves(self._get_pool)
+        self._saves = ResponseSaves(self._get_pool, wait=batch_wait)
 
     # plumbing -----------------------------------------------------------------------------
 

@@ -33,6 +33,8 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 ADDED_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5)
 LEDGER_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128)
+#: 0 is a batch that left at once; the wait is at most ``database_batch_wait_seconds`` (≤ 0.1).
+BATCH_WAIT_BUCKETS = (0.0, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1)
 
 
 class Metrics:
@@ -104,6 +106,12 @@ class Metrics:
             "Ledger operations committed in one transaction.",
             (),
             BATCH_BUCKETS,
+        ).child()
+        self.ledger_batch_wait = made.histogram(
+            "modelgate_ledger_batch_wait_seconds",
+            "Seconds a ledger batch waited for company before it left (database_batch_wait_seconds).",
+            (),
+            BATCH_WAIT_BUCKETS,
         ).child()
         #: The ledger may report from a store's worker thread (a write waiting for a lock).
         self._ledger_lock = threading.Lock()
@@ -185,10 +193,11 @@ class Metrics:
 
     # ledger (storage.base.LedgerObserver) ---------------------------------------------------
 
-    def ledger_committed(self, seconds: float, operations: int) -> None:
+    def ledger_committed(self, seconds: float, operations: int, waited: float = 0.0) -> None:
         with self._ledger_lock:
             self.ledger_write.observe(seconds)
             self.ledger_batch.observe(operations)
+            self.ledger_batch_wait.observe(waited)
 
     # at scrape time -------------------------------------------------------------------------
 
