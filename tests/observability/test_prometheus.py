@@ -174,6 +174,8 @@ def test_prometheus_sees_what_was_sent_and_billed(tmp_path: Path, sdk: SdkClient
             pool_limit = scalar(prom, "sum(modelgate_database_connections_limit)")
             in_use = scalar(prom, 'sum(modelgate_database_connections{state="in_use"})')
             pool_open = scalar(prom, "sum(modelgate_database_connections)")
+            batches = scalar(prom, "sum(modelgate_ledger_batch_size_count)")
+            waits = scalar(prom, "sum(modelgate_ledger_batch_wait_seconds_count)")
             # Every dashboard panel and alert rule evaluates on what this gateway exports.
             for expr in operator_expressions():
                 query(prom, expr)
@@ -191,3 +193,5 @@ def test_prometheus_sees_what_was_sent_and_billed(tmp_path: Path, sdk: SdkClient
     # database_pool_size reached the store; the ledger keeps one of its connections.
     assert pool_limit == 7 and in_use is not None and in_use >= 1
     assert pool_open is not None and pool_open <= 7
+    # Each ledger batch reports how long it waited for company (database_batch_wait_seconds).
+    assert batches is not None and waits == batches > 0
