@@ -365,7 +365,8 @@ async def test_writes_arriving_faster_than_the_wait_leave_together_after_it(url:
     store, (account_id,) = await _store(url, wait=0.5)
     batches = Batches()
     store.observe_ledger(batches)
-    await asyncio.gather(*await _one_per_turn(store, account_id, "warm", 8))  # arrivals seconds apart no more
+    # A burst first: the running average of the gaps between arrivals falls below the wait.
+    await asyncio.gather(*await _one_per_turn(store, account_id, "warm", 8))
     batches.sizes.clear()
     batches.waits.clear()
     outcomes = await asyncio.gather(*await _one_per_turn(store, account_id, "req", 6))
