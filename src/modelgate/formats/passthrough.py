@@ -198,7 +198,8 @@ class PassthroughTap:
         writes its JSON one way, so the first spacing found is the one (one scan, not two)."""
         for old, new in self._rewrites:
             rewritten = out.replace(old, new)
-            if rewritten != out:  # the same object when nothing matched: an identity check
+            # Nothing matched: replace returns the same object, and the comparison stops at identity.
+            if rewritten != out:
                 return rewritten
         return out
 

@@ -66,19 +66,17 @@ class Batches(Generic[P]):
         #: The flush that is due (``call_soon`` or, waiting for company, ``call_later``).
         self._scheduled: asyncio.Handle | None = None
         #: How long a batch may wait for company under load (0: never); when its first item
-        #: arrived; the running average of the gaps between arrivals, and the last arrival; what
-        #: the batch due now was told to wait.
+        #: arrived; the running average of the gaps between arrivals, and the last arrival.
         self._wait = wait
         self._since = 0.0
         self._gap = 2 * wait
         self._last = time.monotonic()
-        self._waiting = 0.0
         self._in_flight: asyncio.Future[None] | None = None
         #: The pool's connection this batcher keeps while it works (``_connection``), and whether
         #: it broke (then it is closed and handed back before the next batch).
         self._held: Any = None
         self._broken = False
-        #: Told each batch's duration and size (the ledger's write metrics).
+        #: Told each batch's duration, size and wait (the ledger's write metrics).
         self.observer: LedgerObserver | None = None
 
     async def _submit(self, item: P) -> Any:
@@ -100,14 +98,13 @@ class Batches(Generic[P]):
             loop = asyncio.get_running_loop()
             delay = self._since + self._wait - time.monotonic() if self._gap < self._wait else 0.0
             if delay > 0:
-                self._waiting = delay
-                self._scheduled = loop.call_later(delay, self._flush)
+                self._scheduled = loop.call_later(delay, self._flush, delay)
             else:
                 self._scheduled = loop.call_soon(self._flush)
 
-    def _flush(self) -> None:
+    def _flush(self, waited: float = 0.0) -> None:
+        """Send the next batch; ``waited``: how long it waited for company."""
         self._scheduled = None
-        waited, self._waiting = self._waiting, 0.0
         queue = [item for item in self._queue if not item.done.cancelled()]
         batch, self._queue = self._take(queue)
         if not batch:
