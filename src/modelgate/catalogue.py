@@ -7,7 +7,9 @@ million tokens so that every cost computation is exact integer arithmetic (see `
 
 from __future__ import annotations
 
+import re
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -69,8 +71,24 @@ class Model:
         return item
 
 
+#: A Claude model id of any release: ``claude-<tier>-<version…>`` (``claude-opus-5-5``,
+#: ``claude-haiku-4-5-20251001``), the older ``claude-<version>-<tier>-<date>``
+#: (``claude-3-5-sonnet-20241022``), either with a bracketed suffix such as ``[1m]``. Group 1 is
+#: the tier word.
+_CLAUDE_ID = re.compile(r"claude-(?:\d+(?:[-.]\d+)*-)?([a-z]+)(?:-[0-9A-Za-z.]+)*(?:\[[0-9a-z]+\])?")
+
+
 class Catalogue:
-    def __init__(self, models: dict[str, Model], aliases: dict[str, str]) -> None:
+    """Models by canonical id, aliases, and the Claude tier rule.
+
+    ``tiers`` maps a tier word (``opus``) to the canonical id that Claude model ids of that tier
+    resolve to; exact ids and aliases are looked up first, so an operator's alias for one
+    Claude id wins over the rule.
+    """
+
+    def __init__(
+        self, models: dict[str, Model], aliases: dict[str, str], tiers: Mapping[str, str] | None = None
+    ) -> None:
         for alias, target in aliases.items():
             if target not in models:
                 raise ValueError(f"catalogue.aliases.{alias}: target {target!r} is not a catalogue model")
@@ -78,15 +96,36 @@ class Catalogue:
                 raise ValueError(f"catalogue.aliases.{alias}: an alias cannot shadow a model id")
         self.models = models
         self.aliases = aliases
+        self.tiers: dict[str, str] = {}
+        for tier, target in (tiers or {}).items():
+            canonical = aliases.get(target, target)
+            if canonical not in models:
+                raise ValueError(
+                    f"catalogue.claude_tiers.{tier}: target {target!r} is not a catalogue model or alias"
+                )
+            self.tiers[tier] = canonical
 
     def resolve(self, name: str) -> Model | None:
-        """Canonical model for an id or alias, or None when unknown."""
+        """Canonical model for an id, an alias or a Claude id of a mapped tier; None when unknown."""
         model = self.models.get(name)
         if model is None:
             target = self.aliases.get(name)
+            if target is None and self.tiers:
+                target = self.tier_target(name)
             if target is not None:
                 model = self.models[target]
         return model
+
+    def tier_target(self, name: str) -> str | None:
+        """The canonical id a Claude model id resolves to by its tier, if the tier is mapped."""
+        matched = _CLAUDE_ID.fullmatch(name)
+        return self.tiers.get(matched.group(1)) if matched else None
+
+    def restricted_to(self, model_ids: set[str]) -> Catalogue:
+        """The same catalogue with only these models; aliases and tiers aimed elsewhere go too."""
+        models = {m: model for m, model in self.models.items() if m in model_ids}
+        aliases = {a: t for a, t in self.aliases.items() if t in models}
+        return Catalogue(models, aliases, {tier: t for tier, t in self.tiers.items() if t in models})
 
     def in_family(self, family: Family) -> list[Model]:
         return [m for m in self.models.values() if m.family == family]
@@ -100,7 +139,8 @@ def _load_default() -> dict[str, Any]:
 def build_catalogue(overrides: dict[str, Any] | None = None) -> Catalogue:
     """The packaged catalogue with ``overrides`` (the config's ``[catalogue]`` table) applied.
 
-    ``overrides`` may hold ``default_max_output_tokens``, ``aliases`` (merged), ``alias_presets``
+    ``overrides`` may hold ``default_max_output_tokens``, ``aliases`` (merged), ``claude_tiers``
+    (merged over the packaged tier map, or ``false``), ``alias_presets``
     (names of the packaged optional alias sets to add, e.g. ``["claude-code"]``; the operator's own
     ``aliases`` win over them) and ``models`` (each entry merged field by field into the default
     entry, or added when new).
@@ -122,7 +162,24 @@ def build_catalogue(overrides: dict[str, Any] | None = None) -> Catalogue:
         **(overrides.get("aliases") or {}),
     }
     models = {mid: _model(mid, fields, default_limit) for mid, fields in raw_models.items()}
-    return Catalogue(models, aliases)
+    return Catalogue(models, aliases, _claude_tiers(data, overrides.get("claude_tiers")))
+
+
+def _claude_tiers(data: dict[str, Any], override: Any) -> dict[str, str]:
+    """The packaged tier map with the operator's merged over it: ``false`` turns the rule off, a
+    table points tiers elsewhere (``""`` turns one tier off)."""
+    if override is False:
+        return {}
+    if override is not None and not isinstance(override, dict):
+        raise ValueError(
+            'catalogue.claude_tiers: false, or a table such as { opus = "aria-opus-5-5" } '
+            '(a tier set to "" is off)'
+        )
+    tiers = {**data.get("claude_tiers", {}), **(override or {})}
+    for tier, target in tiers.items():
+        if not isinstance(target, str):
+            raise ValueError(f"catalogue.claude_tiers.{tier}: a model id or alias, got {target!r}")
+    return {tier: target for tier, target in tiers.items() if target}
 
 
 def _preset_aliases(data: dict[str, Any], names: Any) -> dict[str, str]:

@@ -62,7 +62,7 @@ def deployments_of(settings: Settings, catalogue: Catalogue) -> dict[str, list[D
     """Configured deployments, plus the default provider for every other catalogue model."""
     out: dict[str, list[Deployment]] = {}
     for model_id, configs in settings.deployments.items():
-        if catalogue.resolve(model_id) is None or model_id in catalogue.aliases:
+        if model_id not in catalogue.models:
             raise ConfigError(f"deployments.{model_id}: not a catalogue model id")
         out[model_id] = [Deployment.from_config(c) for c in configs]
     for model_id in catalogue.models:
@@ -84,9 +84,7 @@ def served_catalogue(
             f"deployments: no deployment for catalogue model(s) {', '.join(unrouted)}; add "
             '[[deployments."<model>"]] entries, set default_provider, or set unrouted = "hide"'
         )
-    models = {m: model for m, model in catalogue.models.items() if m not in unrouted}
-    aliases = {a: target for a, target in catalogue.aliases.items() if target in models}
-    return Catalogue(models, aliases)
+    return catalogue.restricted_to(set(catalogue.models) - set(unrouted))
 
 
 def build_telemetry(settings: Settings) -> Telemetry:

@@ -1,6 +1,7 @@
 """What a new user meets first: `make serve` installs only what serving needs and takes PORT; the
-README's configuration example is a valid configuration; its Claude Code block makes Claude Code's
-default model ids work; its curl examples say where `$KEY` comes from."""
+README's configuration example is a valid configuration; its Claude Code block needs nothing but
+two environment variables, and a gateway without configuration serves Claude Code's model ids; its
+curl examples say where `$KEY` comes from."""
 
 from __future__ import annotations
 
@@ -19,13 +20,11 @@ from tests.gateway_server import running_gateway
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text("utf-8")
+#: Claude Code 2.1.332's ids: default, --model sonnet, --model haiku (reference §7).
 CLAUDE_CODE_IDS = {
-    "claude-opus-4-8": "aria-opus-4.8",
-    "claude-opus-4-8[1m]": "aria-opus-4.8",
-    "claude-sonnet-5": "aria-sonnet-5",
-    "claude-sonnet-5[1m]": "aria-sonnet-5",
-    "claude-haiku-4-5-20251001": "aria-haiku-4.5",
-    "claude-haiku-4-5-20251001[1m]": "aria-haiku-4.5",
+    "claude-opus-5-5": "aria-opus-4.8",
+    "claude-sonnet-5-5[1m]": "aria-sonnet-4.6",
+    "claude-haiku-5-5": "aria-haiku-4.5",
 }
 
 
@@ -68,45 +67,38 @@ def test_the_readme_configuration_example_is_a_valid_configuration() -> None:
     assert settings.server.access_log is False and "access_log" in example
     assert settings.admin.csv_max_rows == 100_000
     assert settings.catalogue["alias_presets"] == ["claude-code"]
+    assert settings.catalogue["claude_tiers"] == {"opus": "opus", "sonnet": "sonnet", "haiku": "haiku"}
+
+
+def test_the_readme_claude_code_block_sets_only_the_two_variables() -> None:
+    (block,) = _blocks("sh", _section("**Claude Code**"))[:1]
+    exported = re.findall(r"^export (\w+)=", block, re.MULTILINE)
+    assert exported == ["ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"]
 
 
 @pytest.fixture(scope="module")
-def claude_code_gateway(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    (block,) = [b for b in _blocks("toml", _section("**Claude Code**")) if "alias_presets" in b]
-    config = tomllib.loads(block)  # the README's block, verbatim
-    with running_gateway(tmp_path_factory.mktemp("claude-code") / "data", **config) as server:
+def unconfigured_gateway(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    with running_gateway(tmp_path_factory.mktemp("claude-code") / "data") as server:
         yield server
 
 
 @pytest.mark.parametrize(("model", "canonical"), CLAUDE_CODE_IDS.items())
-def test_the_readme_claude_code_block_serves_claude_codes_default_ids(
-    claude_code_gateway: Any, model: str, canonical: str
+def test_an_unconfigured_gateway_serves_claude_codes_default_ids(
+    unconfigured_gateway: Any, model: str, canonical: str
 ) -> None:
-    account = claude_code_gateway.account(f"claude-code-{canonical}-{len(model)}")
-    key = claude_code_gateway.key(account, "Pro")
+    account = unconfigured_gateway.account(f"claude-code-{canonical}-{len(model)}")
+    key = unconfigured_gateway.key(account, "Pro")
     with anthropic.Anthropic(
-        base_url=claude_code_gateway.base_url, api_key=key.secret, max_retries=0
+        base_url=unconfigured_gateway.base_url, api_key=key.secret, max_retries=0
     ) as client:
-        # As Claude Code asks: streamed, max_tokens 32000 (clamped where the model caps lower).
+        # As Claude Code asks: streamed, max_tokens 128000 (clamped where the model caps lower).
         with client.messages.stream(
-            model=model, max_tokens=32000, messages=[{"role": "user", "content": "Hello"}]
+            model=model, max_tokens=128000, messages=[{"role": "user", "content": "Hello"}]
         ) as stream:
             message = stream.get_final_message()
         listed = {m.id for m in client.models.list()}
     assert message.model == canonical and message.content
-    assert model not in listed and canonical in listed  # aliases are never listed
-
-
-def test_without_the_preset_claude_codes_ids_are_unknown(tmp_path: Path) -> None:
-    with running_gateway(tmp_path / "data") as server:
-        key = server.key(server.account("no-preset"), "Pro")
-        with (
-            anthropic.Anthropic(base_url=server.base_url, api_key=key.secret, max_retries=0) as client,
-            pytest.raises(anthropic.NotFoundError),
-        ):
-            client.messages.create(
-                model="claude-opus-4-8", max_tokens=64, messages=[{"role": "user", "content": "Hi"}]
-            )
+    assert model not in listed and canonical in listed  # Claude ids are never listed
 
 
 def test_curl_examples_say_where_the_key_comes_from() -> None:
