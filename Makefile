@@ -11,7 +11,7 @@ PORT ?=
 HOST ?=
 SERVE_ARGS := $(if $(PORT),--port $(PORT)) $(if $(HOST),--host $(HOST))
 
-.PHONY: install serve test lint fuzz bench bench-edge bench-ab bench-profile screenshots clean
+.PHONY: install serve test lint clients-latest fuzz bench bench-edge bench-ab bench-profile screenshots clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,12 @@ lint: $(TEST_STAMP)
 
 test: $(TEST_STAMP)
 	bash scripts/test.sh
+
+# The coding-CLI suite (tests/clients) with the newest published Claude Code and Codex instead of
+# the versions pinned in clients/package-lock.json, so drift shows before users meet it.
+clients-latest: $(TEST_STAMP)
+	bash scripts/clients.sh latest
+	MODELGATE_CLIENTS=latest $(BIN)/pytest -q -p no:cacheprovider tests/clients
 
 # 20,000 hostile requests against a real gateway (tests/fuzz; make test sends 2,000); SEED=N repeats
 # a run, COUNT=N changes its size.

