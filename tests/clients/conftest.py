@@ -65,15 +65,17 @@ class Clients:
         return issued.secret, issued.record.id
 
     def records(self, key_id: str, count: int = 1) -> list[UsageRecord]:
-        """The key's usage records once ``count`` exist (streams settle after the last byte)."""
-        deadline = time.monotonic() + POLL_TIMEOUT
-        while True:
-            records = self.gateway.call(
-                self.gateway.services.store.usage_records(month_of(time.time()), key_id=key_id)
-            )
-            if len(records) >= count or time.monotonic() > deadline:
-                return sorted(records, key=lambda r: r.created_at)
-            time.sleep(0.02)
+        return usage_records(self.gateway, key_id, count)
+
+
+def usage_records(gateway: GatewayServer, key_id: str, count: int = 1) -> list[UsageRecord]:
+    """The key's usage records once ``count`` exist (streams settle after the last byte)."""
+    deadline = time.monotonic() + POLL_TIMEOUT
+    while True:
+        records = gateway.call(gateway.services.store.usage_records(month_of(time.time()), key_id=key_id))
+        if len(records) >= count or time.monotonic() > deadline:
+            return sorted(records, key=lambda r: r.created_at)
+        time.sleep(0.02)
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,13 @@ tool cannot run and must not stop the request."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.clients.conftest import ROUTES, Clients
+from tests.clients.conftest import ROUTES, Clients, usage_records
 from tests.clients.harness import (
     FINAL_TEXT,
     SHELL_COMMAND,
@@ -20,13 +21,21 @@ from tests.clients.harness import (
     tool_names,
     tool_output_seen,
 )
+from tests.gateway_server import GatewayServer, running_gateway
 
 #: Gateway model -> what its route is for Codex.
 MODELS = {"nova-5.5": "passthrough"}
 
 
 def codex(
-    clients: Clients, tmp_path: Path, secret: str, prompt: str, model: str, *, websockets: bool = False
+    gateway: GatewayServer,
+    binary: str,
+    tmp_path: Path,
+    secret: str,
+    prompt: str,
+    model: str,
+    *,
+    websockets: bool = False,
 ) -> tuple[Run, str]:
     """Run ``codex exec`` with a custom provider aimed at the gateway; returns the run and the last
     message Codex wrote."""
@@ -38,7 +47,7 @@ def codex(
         'model_provider = "modelgate"\n'
         "[model_providers.modelgate]\n"
         'name = "modelgate"\n'
-        f'base_url = "{clients.gateway.base_url}/v1"\n'
+        f'base_url = "{gateway.base_url}/v1"\n'
         'env_key = "MODELGATE_API_KEY"\n'
         'wire_api = "responses"\n'
         f"supports_websockets = {str(websockets).lower()}\n"
@@ -48,7 +57,7 @@ def codex(
     last = tmp_path / "last-message.txt"
     argv = [
         "node",
-        clients.bins.codex,
+        binary,
         "exec",
         "--skip-git-repo-check",
         "--dangerously-bypass-approvals-and-sandbox",
@@ -81,7 +90,7 @@ def shell_call(body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 @pytest.mark.parametrize("model", list(MODELS))
 def test_a_plain_answer_over_http(clients: Clients, tmp_path: Path, model: str) -> None:
     secret, key_id = clients.key("Nova")
-    _, last = codex(clients, tmp_path, secret, "Say hello.", model)
+    _, last = codex(clients.gateway, clients.bins.codex, tmp_path, secret, "Say hello.", model)
     assert last == "ok"
     assert {r.model for r in clients.records(key_id)} == {model}
     assert {r.json()["model"] for r in clients.fake.requests} == {ROUTES[model][1]}
@@ -93,8 +102,24 @@ def test_a_shell_round_trip_over_http(clients: Clients, tmp_path: Path, model: s
     turn = AgentTurn(shell_call)
     clients.script.turn = turn
     prompt = f"Run the shell command `{SHELL_COMMAND}` and report what it printed."
-    run, last = codex(clients, tmp_path, secret, prompt, model)
+    run, last = codex(clients.gateway, clients.bins.codex, tmp_path, secret, prompt, model)
     assert last == FINAL_TEXT, run.stderr[-2000:]
     assert turn.calls == 1
     assert any(tool_output_seen(r) for r in clients.fake.requests)
     assert {r.model for r in clients.records(key_id, count=2)} == {model}
+
+
+@pytest.fixture(scope="module")
+def unconfigured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
+    """A gateway as ``make serve`` starts it: no configuration, the simulator behind every model."""
+    with running_gateway(tmp_path_factory.mktemp("unconfigured") / "data") as server:
+        yield server
+
+
+def test_an_unconfigured_gateway_answers_over_http(
+    clients: Clients, unconfigured: GatewayServer, tmp_path: Path
+) -> None:
+    key = unconfigured.key(unconfigured.account("codex-sim-http"), "Nova")
+    _, last = codex(unconfigured, clients.bins.codex, tmp_path, key.secret, "Say hello.", "nova-5.5")
+    assert last.startswith("[simulator]")
+    assert {r.model for r in usage_records(unconfigured, key.record.id)} == {"nova-5.5"}
