@@ -44,6 +44,17 @@ def test_rotation_with_grace_keeps_the_old_secret_working_until_it_expires(admin
     assert usage["summary"]["requests"] == 3  # both secrets bill the same key
 
 
+def test_a_revoked_keys_old_secret_is_not_shown_as_working(admin: Admin) -> None:
+    tenant = admin.tenant()
+    key_id, old = tenant.key.record.id, tenant.key.secret
+    rotated = tenant.admin.ok("POST", f"/keys/{key_id}/rotate", {"grace_seconds": 3600})
+    assert tenant.admin.ok("GET", f"/keys/{key_id}")["previous_secret_active"] is True
+    tenant.admin.ok("POST", f"/keys/{key_id}/revoke")
+    shown = tenant.admin.ok("GET", f"/keys/{key_id}")
+    assert shown["state"] == "disabled" and shown["previous_secret_active"] is False
+    assert admin.chat(old).status_code == 401 and admin.chat(rotated["secret"]).status_code == 401
+
+
 def test_rotation_without_grace_stops_the_old_secret_at_once(admin: Admin) -> None:
     tenant = admin.tenant()
     key_id, old = tenant.key.record.id, tenant.key.secret

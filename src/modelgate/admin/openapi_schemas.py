@@ -137,7 +137,7 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
             "previous_secret_valid_until": _TIME_OR_NULL,
             "previous_secret_active": {
                 "type": "boolean",
-                "description": "the secret replaced by the last rotation still works",
+                "description": "the secret replaced by the last rotation still works (never for a revoked key)",
             },
         }
     ),

@@ -169,7 +169,10 @@ def key_view(key: KeyRecord, month: str, activity: KeyActivity, now: float) -> d
         "rotated_at": when(key.rotated_at),
         "revoked_at": when(key.revoked_at),
         "previous_secret_valid_until": when(previous_until),
-        "previous_secret_active": previous_until is not None and now < previous_until,
+        # A revoked key's old secret is refused like its new one, whatever its grace said.
+        "previous_secret_active": key.state == "active"
+        and previous_until is not None
+        and now < previous_until,
     }
 
 
