@@ -150,11 +150,34 @@ class Tool:
 
 @dataclass(slots=True)
 class ToolChoice:
-    """``auto`` | ``any`` (Chat ``required``) | ``none`` | ``tool`` (with ``name``)."""
+    """``auto`` | ``any`` (Chat ``required``) | ``none`` | ``tool`` (with ``name``).
+
+    ``hosted``: the forced tool is a hosted tool, named here as the client's format spells its
+    type (``web_search_preview``, ``web_search_20250305``, ``file_search``); ``name`` is then
+    ``WEB_SEARCH_NAME`` for a web search and None for hosted tools the IR does not carry.
+    """
 
     type: Literal["auto", "any", "none", "tool"] = "auto"
     name: str | None = None
     disable_parallel: bool = False
+    hosted: str | None = None
+
+
+#: The name a hosted web search goes by in a tool choice and in Messages ``server_tool_use``.
+WEB_SEARCH_NAME = "web_search"
+
+
+@dataclass(slots=True)
+class WebSearchTool:
+    """A hosted web search the client offered (Responses ``web_search``/``web_search_preview``,
+    Messages ``web_search_2025…`` server tool); ``client_type`` is its type as the client sent it.
+    ``user_location`` is ``{"type": "approximate", "city"?, "region"?, "country"?, "timezone"?}``."""
+
+    client_type: str
+    max_uses: int | None = None
+    allowed_domains: list[str] | None = None
+    blocked_domains: list[str] | None = None
+    user_location: dict[str, str] | None = None
 
 
 @dataclass(slots=True)
@@ -179,13 +202,47 @@ class Request:
     #: Flattened tool name -> (namespace, name) for tools a Responses client grouped in
     #: namespaces; its encoders give calls back under the original namespace and name.
     tool_namespaces: dict[str, tuple[str, str]] = field(default_factory=dict)
+    #: The hosted web search the client offered, for dialects that can run one.
+    web_search: WebSearchTool | None = None
+    #: Types (as the client spelled them) of the other hosted tools it offered, which no other
+    #: dialect can run: dropped or refused when translating (``gateway.translate``).
+    hosted_tools: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------
 # Response side
 # ---------------------------------------------------------------------------------------------
 
-OutputPart = TextPart | ToolUsePart | ThinkingPart | RedactedThinkingPart
+
+@dataclass(slots=True)
+class WebSearchSource:
+    url: str
+    title: str = ""
+    #: Messages only: the opaque content a client replays to the same upstream ("" elsewhere).
+    encrypted_content: str = ""
+    page_age: str | None = None
+
+
+@dataclass(slots=True)
+class WebSearchResult:
+    sources: list[WebSearchSource] = field(default_factory=list)
+    #: The upstream's error code when the search failed (Messages ``max_uses_exceeded``, …).
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class WebSearchCallPart:
+    """A hosted web search the upstream ran: Messages ``server_tool_use`` + its
+    ``web_search_tool_result``, Responses ``web_search_call``. ``result`` is None while (or when)
+    no result came. The id is kept verbatim across formats, like tool-call ids."""
+
+    id: str
+    query: str = ""
+    result: WebSearchResult | None = None
+    type: Literal["web_search_call"] = "web_search_call"
+
+
+OutputPart = TextPart | ToolUsePart | ThinkingPart | RedactedThinkingPart | WebSearchCallPart
 
 
 @dataclass(slots=True)
@@ -212,12 +269,17 @@ class Start:
 
 @dataclass(slots=True)
 class BlockStart:
+    """``web_search`` is a hosted search call (``tool_id``; its query arrives as ``ToolArgsDelta``
+    JSON ``{"query": …}``); ``web_search_result`` carries the search's ``result`` whole (no
+    deltas) for the call ``tool_id`` and follows that call's block."""
+
     index: int
-    kind: Literal["text", "tool_use", "thinking", "redacted_thinking"]
+    kind: Literal["text", "tool_use", "thinking", "redacted_thinking", "web_search", "web_search_result"]
     tool_id: str | None = None
     tool_name: str | None = None
     #: For ``redacted_thinking`` only: the opaque data, which has no deltas.
     data: str | None = None
+    result: WebSearchResult | None = None
 
 
 @dataclass(slots=True)

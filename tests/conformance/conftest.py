@@ -45,6 +45,14 @@ DEPLOYMENTS: dict[str, tuple[str, str]] = {
     "aria-opus-4.8": ("replay-anthropic", "claude-opus-4-8"),
     "aria-opus-4.7": ("replay-compat", "llama-replay"),
     "nova-6-astra": ("replay-compat", "qwen-replay"),
+    # Hosted tools across dialects: Responses -> Messages (web search carried), recorded Messages
+    # and Responses answers with searches, a Messages client with a web search on an OpenAI
+    # upstream (goes to Responses), and a Chat-only upstream that refuses hosted tools.
+    "nova-5.6-terra": ("fake-anthropic", "claude-sonnet-4-6"),
+    "nova-6-sol": ("replay-anthropic", "claude-replay"),
+    "aria-fable-5-1": ("fake-openai", "gpt-5.5-2026"),
+    "aria-opus-4.6": ("replay-openai", "gpt-replay"),
+    "aria-sonnet-5": ("fake-compat-refusing", "llama-strict"),
 }
 
 
@@ -85,6 +93,13 @@ def _wired_session(tmp_path_factory: pytest.TempPathFactory, loop_thread: LoopTh
             "api_key_env": "FAKE_KEY",
         },
         {"name": "replay-compat", "kind": "openai-compatible", "base_url": replay.base_url},
+        {"name": "replay-openai", "kind": "openai", "base_url": replay.base_url, "api_key_env": "FAKE_KEY"},
+        {
+            "name": "fake-compat-refusing",
+            "kind": "openai-compatible",
+            "base_url": fake.base_url,
+            "hosted_tools": "refuse",
+        },
     ]
     deployments = {
         model: [{"provider": provider, "upstream_model": upstream}]

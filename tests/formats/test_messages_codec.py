@@ -427,9 +427,30 @@ def test_decode_response() -> None:
     assert messages_response.decode_response(messages_response.encode_response(resp)) == resp
     raw = messages_response.encode_response(response(ir.StopReason.STOP_SEQUENCE))
     raw["stop_sequence"] = "END"
-    raw["content"].append({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}})
+    raw["content"] += [
+        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "q"}},
+        {"type": "server_tool_use", "id": "srvtoolu_2", "name": "code_execution", "input": {}},
+        {
+            "type": "web_search_tool_result",
+            "tool_use_id": "srvtoolu_1",
+            "content": [
+                {
+                    "type": "web_search_result",
+                    "url": "https://a.example",
+                    "title": "A",
+                    "encrypted_content": "e",
+                }
+            ],
+        },
+        {"type": "code_execution_tool_result", "tool_use_id": "srvtoolu_2", "content": {}},
+    ]
     decoded = messages_response.decode_response(raw)
-    assert decoded.stop_sequence == "END" and len(decoded.content) == 3
+    # A web search (call and result) is one part; other server tools have no IR equivalent.
+    assert decoded.stop_sequence == "END" and len(decoded.content) == 4
+    source = ir.WebSearchSource("https://a.example", "A", "e")
+    assert decoded.content[3] == ir.WebSearchCallPart("srvtoolu_1", "q", ir.WebSearchResult([source]))
+    again = messages_response.decode_response(messages_response.encode_response(decoded))
+    assert again.content == decoded.content
     with pytest.raises(errors.UpstreamFailed):
         messages_response.decode_response({"type": "message"})
 
@@ -555,7 +576,12 @@ def test_decoder_merges_cumulative_usage_and_skips_server_blocks() -> None:
             "content_block_start",
             {
                 "index": 0,
-                "content_block": {"type": "server_tool_use", "id": "s", "name": "web_search", "input": {}},
+                "content_block": {
+                    "type": "server_tool_use",
+                    "id": "s",
+                    "name": "code_execution",
+                    "input": {},
+                },
             },
         )
         + sse(

@@ -129,7 +129,8 @@ def test_codex_request_decodes() -> None:
     assert req.tool_choice == ir.ToolChoice("auto", disable_parallel=True)
     assert req.reasoning_effort == "high"
     assert req.response_format is None
-    assert responses_request.hosted_tools(CODEX_BODY) == ["web_search"]
+    # Codex's hosted web search is carried for dialects that can run one; nothing else is hosted.
+    assert req.web_search == ir.WebSearchTool("web_search") and req.hosted_tools == []
     assert responses_request.tool_namespaces(CODEX_BODY) == {
         "multi_agent_v1__spawn_agent": ("multi_agent_v1", "spawn_agent")
     }
@@ -263,7 +264,8 @@ def test_encode_request_round_trip() -> None:
         "arguments": '{"cmd":"ls"}',
     }
     assert body["input"][5]["content"] == [{"type": "output_text", "text": "Two files."}]
-    assert [t["name"] for t in body["tools"]] == ["exec_command", "multi_agent_v1__spawn_agent"]
+    assert [t.get("name") for t in body["tools"]] == ["exec_command", "multi_agent_v1__spawn_agent", None]
+    assert body["tools"][2] == {"type": "web_search"}  # hosted: carried, not flattened
     # Decoding what we encoded gives the same conversation back.
     again = responses_request.decode_request(body)
     assert again.messages == req.messages and again.system == req.system and again.tools == req.tools

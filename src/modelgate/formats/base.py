@@ -92,6 +92,9 @@ class Codec(Protocol):
     #: The format's response objects repeat the request (tools, instructions, limits): encoding
     #: a translated answer needs the decoded request, not only the control fields.
     echoes_request: bool
+    #: Hosted tools of the IR its request encoder gives an upstream to run (``ir.WEB_SEARCH_NAME``);
+    #: the others a translated request offers are dropped or refused (``gateway.translate``).
+    runs_hosted: frozenset[str]
 
     # requests -------------------------------------------------------------------------------
     def check_headers(self, headers: Mapping[str, str], versions: Sequence[str]) -> None:
@@ -110,6 +113,10 @@ class Codec(Protocol):
         built in)."""
         ...
 
+    def offers_web_search(self, body: Json) -> bool:
+        """Whether the body offers a hosted web search (a cheap look at its tools)."""
+        ...
+
     def decode_request(self, body: Json) -> ir.Request: ...
     def encode_request(self, req: ir.Request, upstream_model: str) -> Json: ...
 
@@ -119,10 +126,6 @@ class Codec(Protocol):
         """Top-level fields to splice into the client's bytes for a same-dialect upstream: the
         model, the output limit (``legacy_limit``: the upstream only knows the older field name),
         and forced stream usage. Empty when nothing changes."""
-        ...
-
-    def untranslatable(self, body: Json) -> GatewayError | None:
-        """The refusal of a request that would silently lose meaning in another dialect."""
         ...
 
     # responses ------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from modelgate.formats import CODECS, ClientRequest
 from modelgate.formats.base import decode_untrusted
 from modelgate.formats.jsonutil import Json
 from modelgate.gateway.body import duplicate_key, parse_object, splice_top_level, too_deep
-from modelgate.gateway.translate import build_body
+from modelgate.gateway.translate import Built, HostedToolPolicy, build_body
 from modelgate.upstream.base import Dialect
 
 
@@ -44,8 +44,8 @@ class Facts:
     offloaded: bool = False
     #: Offloaded: the IR request without its conversation (what response encoders echo).
     request: ir.Request | None = None
-    #: Offloaded: the refusal if the body cannot be translated to another dialect.
-    untranslatable: errors.GatewayError | None = None
+    #: Offloaded: the body offers a hosted web search (``Codec.offers_web_search``).
+    web_search: bool = False
 
 
 def analyse(raw: bytes, fmt: WireFormat, counting: bool, rules: BodyRules) -> Facts:
@@ -88,7 +88,7 @@ def analyse_in_worker(raw: bytes, fmt: WireFormat, counting: bool, rules: BodyRu
         facts.invalid,
         offloaded=True,
         request=request,
-        untranslatable=codec.untranslatable(body),
+        web_search=codec.offers_web_search(body),
     )
 
 
@@ -101,7 +101,8 @@ def upstream_body_in_worker(
     max_tokens: int,
     stream: bool,
     legacy_limit: bool,
-) -> bytes:
+    hosted_tools: HostedToolPolicy,
+) -> Built:
     """``translate.build_body`` for a large body (runs in a worker process)."""
     codec = CODECS[fmt]
     # Passthrough only splices control fields, found by byte search: no need to parse the body.
@@ -115,6 +116,7 @@ def upstream_body_in_worker(
         max_tokens=max_tokens,
         stream=stream,
         legacy_limit=legacy_limit,
+        hosted_tools=hosted_tools,
     )
 
 

@@ -5,6 +5,9 @@ Money headers are integer micro-credits (µc; 1 credit = 1,000,000 µc), documen
   is not known before its body ends, see the usage API);
 - ``x-modelgate-cap-remaining``: what the key may still spend this UTC month (absent: no cap);
 - ``x-modelgate-balance-remaining``: the account balance not held by requests in flight.
+
+``x-modelgate-dropped-tools`` lists (comma-separated, as the client spelled their types) the
+hosted tools a translated request offered and its upstream cannot run, which were dropped.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ MAX_TOKENS_CLAMPED = "x-modelgate-max-tokens-clamped"
 CHARGED = "x-modelgate-credits-charged"
 CAP_REMAINING = "x-modelgate-cap-remaining"
 BALANCE_REMAINING = "x-modelgate-balance-remaining"
+DROPPED_TOOLS = "x-modelgate-dropped-tools"
 
 
 def money_headers(charged: int | None, cap_remaining: int | None, balance: int) -> dict[str, str]:

@@ -45,7 +45,7 @@ from modelgate.gateway.state import keep as keeping
 from modelgate.gateway.state import prepare as stored_state
 from modelgate.gateway.state.prepare import RequestState
 from modelgate.gateway.streams import estimate_input, open_stream
-from modelgate.gateway.translate import build_body, choose_dialect
+from modelgate.gateway.translate import HostedToolPolicy, build_body, choose_dialect
 from modelgate.limits.rpm import Decision
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord, Refusal, Settlement, StorageError
@@ -399,14 +399,21 @@ async def call_upstream(
 async def upstream_body(
     services: Services, admitted: Admitted, max_tokens: int, deployment: Deployment, provider: Provider
 ) -> tuple[Dialect, bytes]:
-    """The body of one attempt on ``deployment``: built here, or in a worker for a large body."""
+    """The body of one attempt on ``deployment``: built here, or in a worker for a large body.
+    The hosted tools it drops are named in ``x-modelgate-dropped-tools`` and the request log
+    (the last attempt's, since a failover may reach an upstream that runs them)."""
     codec = admitted.client.codec
-    dialect = choose_dialect(codec.name, provider)
+    facts = admitted.facts
+    searching = codec.name not in provider.dialects and (
+        facts.web_search if facts.offloaded else codec.offers_web_search(facts.body)
+    )
+    dialect = choose_dialect(codec.name, provider, web_search=searching)
     admitted = stored_state.for_provider(admitted, provider, dialect)  # [responses state]
     client = admitted.client
     facts = admitted.facts
+    policy = hosted_tool_policy(services, provider)
     if not facts.offloaded:
-        body = build_body(
+        built = build_body(
             client,
             admitted.raw,
             dialect,
@@ -414,22 +421,36 @@ async def upstream_body(
             max_tokens=max_tokens,
             stream=admitted.stream,
             legacy_limit=provider.legacy_chat_limit,
+            hosted_tools=policy,
         )
-        return dialect, body
-    if dialect != codec.name and facts.untranslatable is not None:
-        raise facts.untranslatable
-    body = await services.offload.run(
-        upstream_body_in_worker,
-        admitted.raw,
-        facts.body,
-        codec.name,
-        dialect,
-        deployment.upstream_model,
-        max_tokens,
-        admitted.stream,
-        provider.legacy_chat_limit,
-    )
-    return dialect, body
+    else:
+        built = await services.offload.run(
+            upstream_body_in_worker,
+            admitted.raw,
+            facts.body,
+            codec.name,
+            dialect,
+            deployment.upstream_model,
+            max_tokens,
+            admitted.stream,
+            provider.legacy_chat_limit,
+            policy,
+        )
+    exchange = admitted.exchange
+    exchange.record.dropped_tools = ",".join(built.dropped) or None
+    if built.dropped:
+        exchange.response_headers[hdr.DROPPED_TOOLS] = ",".join(built.dropped)
+    else:
+        exchange.response_headers.pop(hdr.DROPPED_TOOLS, None)
+    return dialect, built.body
+
+
+def hosted_tool_policy(services: Services, provider: Provider) -> HostedToolPolicy:
+    """``providers[].hosted_tools`` of the provider (``drop`` for providers built elsewhere)."""
+    for config in services.settings.providers:
+        if config.name == provider.name:
+            return config.hosted_tools
+    return "drop"
 
 
 async def input_estimate(services: Services, admitted: Admitted) -> int:

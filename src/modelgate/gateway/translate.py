@@ -3,18 +3,28 @@
 Same dialect in and out is the hot path: the client's bytes go upstream with only the fields the
 gateway owns spliced in (``model``, a clamped token limit, forced stream usage). Otherwise the
 request is decoded once into the internal representation and encoded in the upstream's dialect.
+
+Hosted tools (docs/wire-formats.md, "Hosted tools"): offering a tool is not asking for it. A
+hosted tool the upstream's dialect cannot run is dropped and named (``Built.dropped``), unless
+the provider's ``hosted_tools`` is ``refuse``; a ``tool_choice`` forcing one is always a 400.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
 
 import orjson
 
+from modelgate import errors, ir
 from modelgate.errors import WireFormat
 from modelgate.formats import CODECS, ClientRequest
 from modelgate.gateway.body import splice_top_level
 from modelgate.upstream.base import Dialect, Provider
+
+#: What a provider does with hosted tools its dialect cannot run (``providers[].hosted_tools``).
+HostedToolPolicy = Literal["drop", "refuse"]
 
 #: Dialects to try, best first, for each client format.
 _PREFERENCE: Mapping[WireFormat, tuple[Dialect, ...]] = {
@@ -24,8 +34,22 @@ _PREFERENCE: Mapping[WireFormat, tuple[Dialect, ...]] = {
 }
 
 
-def choose_dialect(fmt: WireFormat, provider: Provider) -> Dialect:
-    for dialect in _PREFERENCE[fmt]:
+@dataclass(frozen=True, slots=True)
+class Built:
+    body: bytes
+    #: Hosted tool types the client offered and the upstream cannot run, as the client spelled
+    #: them, in the order offered (the ``x-modelgate-dropped-tools`` header).
+    dropped: tuple[str, ...] = ()
+
+
+def choose_dialect(fmt: WireFormat, provider: Provider, *, web_search: bool = False) -> Dialect:
+    """The provider's best dialect for the client's format. A request offering a web search
+    prefers, among the dialects the provider speaks, one that can run it (a Messages client on
+    an OpenAI upstream then goes to Responses rather than Chat)."""
+    order = _PREFERENCE[fmt]
+    if web_search:
+        order = tuple(sorted(order, key=lambda d: ir.WEB_SEARCH_NAME not in CODECS[d].runs_hosted))
+    for dialect in order:
         if dialect in provider.dialects:
             return dialect
     raise ValueError(f"provider {provider.name} speaks no dialect")  # pragma: no cover - config forbids
@@ -40,7 +64,8 @@ def build_body(
     max_tokens: int,
     stream: bool,
     legacy_limit: bool,
-) -> bytes:
+    hosted_tools: HostedToolPolicy = "drop",
+) -> Built:
     """The body to send in ``dialect``: the client's bytes with the gateway's fields spliced in
     (same dialect), or the request translated through the IR."""
     codec = client.codec
@@ -52,11 +77,42 @@ def build_body(
             stream=stream,
             legacy_limit=legacy_limit,
         )
-        return splice_top_level(raw, fields, parsed=client.body)
-    refusal = codec.untranslatable(client.body)
-    if refusal is not None:
-        raise refusal
+        return Built(splice_top_level(raw, fields, parsed=client.body))
     request = client.request()
+    target = CODECS[dialect]
+    dropped = _hosted_tools_dropped(request, target.runs_hosted, hosted_tools)
     request.max_tokens = max_tokens
     request.stream = stream
-    return orjson.dumps(CODECS[dialect].encode_request(request, upstream_model))
+    sent = request
+    if request.web_search is not None and request.web_search.client_type in dropped:
+        # The decoded request is shared by the attempts (a failover may reach an upstream that
+        # can search) and by the response encoder: dropping happens on a copy.
+        sent = replace(request, web_search=None)
+    return Built(orjson.dumps(target.encode_request(sent, upstream_model)), dropped)
+
+
+def _hosted_tools_dropped(
+    request: ir.Request, runs_hosted: frozenset[str], policy: HostedToolPolicy
+) -> tuple[str, ...]:
+    search = request.web_search
+    can_search = ir.WEB_SEARCH_NAME in runs_hosted
+    choice = request.tool_choice
+    forced = choice.hosted if choice is not None else None
+    runnable = choice is not None and choice.name == ir.WEB_SEARCH_NAME and search is not None and can_search
+    if forced is not None and not runnable:
+        raise errors.InvalidRequest(
+            f"tool_choice: forces the hosted tool {forced}, which this model's upstream cannot run; "
+            "let the model choose (tool_choice auto) or use a model whose upstream has it",
+            param="tool_choice",
+        )
+    dropped = list(request.hosted_tools)
+    if search is not None and not can_search:
+        dropped.append(search.client_type)
+    unique = tuple(dict.fromkeys(dropped))
+    if unique and policy == "refuse":
+        raise errors.InvalidRequest(
+            f"tools: hosted tool type(s) {', '.join(unique)} are not supported for this model: its "
+            "upstream cannot run them; offer only function tools",
+            param="tools",
+        )
+    return unique

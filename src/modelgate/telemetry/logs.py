@@ -50,6 +50,7 @@ REQUEST_FIELDS = (
     "provider",
     "deployment",
     "attempts",
+    "dropped_tools",
 )
 
 request_log = logging.getLogger("modelgate.requests")
@@ -93,6 +94,7 @@ def request_fields(record: RequestRecord) -> dict[str, Any]:
         "provider": record.provider or None,
         "deployment": record.deployment or None,
         "attempts": record.attempts,
+        "dropped_tools": record.dropped_tools,
     }
 
 

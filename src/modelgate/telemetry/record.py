@@ -65,6 +65,8 @@ class RequestRecord:
     mid_stream_error: str | None = None
     #: The model id the upstream answered with (GenAI ``gen_ai.response.model``).
     response_model: str = ""
+    #: Hosted tools the request offered that its upstream cannot run, dropped (comma list).
+    dropped_tools: str | None = None
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.began

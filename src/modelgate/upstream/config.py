@@ -127,6 +127,11 @@ class ProviderConfig(_Strict):
     #: upstream with storage off, e.g. zero data retention), expands stored history into the
     #: request and sends ``store: false``. Other kinds keep nothing: the gateway always does.
     responses_state: Literal["upstream", "gateway"] = "upstream"
+    #: Hosted tools (Responses ``web_search``, ``file_search``, …, Messages server tools) that a
+    #: translated request offers and this upstream's dialect cannot run: ``drop`` them (named in
+    #: the ``x-modelgate-dropped-tools`` header) or ``refuse`` the request (400). A
+    #: ``tool_choice`` forcing such a tool is a 400 either way.
+    hosted_tools: Literal["drop", "refuse"] = "drop"
 
     @property
     def keeps_responses(self) -> bool:

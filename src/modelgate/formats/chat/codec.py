@@ -32,6 +32,7 @@ class ChatCodec:
         {"model", "stream", "max_tokens", "max_completion_tokens", "stream_options", "n"}
     )
     echoes_request = False
+    runs_hosted: frozenset[str] = frozenset()
 
     def check_headers(self, headers: Mapping[str, str], versions: Sequence[str]) -> None:
         return None
@@ -52,6 +53,9 @@ class ChatCodec:
     def wants_stream_usage(self, body: Json) -> bool:
         options = body.get("stream_options")
         return isinstance(options, dict) and options.get("include_usage") is True
+
+    def offers_web_search(self, body: Json) -> bool:
+        return False  # Chat has no hosted tools in its tool list
 
     def decode_request(self, body: Json) -> ir.Request:
         return request.decode_request(body)
@@ -76,9 +80,6 @@ class ChatCodec:
                 "include_usage": True,
             }
         return fields
-
-    def untranslatable(self, body: Json) -> errors.GatewayError | None:
-        return None  # fields with no equivalent are ignored (spec compatibility rule 2)
 
     def usage_of(self, body: Any) -> ir.Usage:
         return decode_usage(body.get("usage") if isinstance(body, dict) else None)

@@ -10,7 +10,7 @@ from modelgate.errors import WireFormat
 from modelgate.formats import ids
 from modelgate.formats.base import ClientRequest, Redact, TokenEstimator
 from modelgate.formats.jsonutil import Json, check_messages, check_stream_flag, int_field
-from modelgate.formats.messages import request, response
+from modelgate.formats.messages import hosted, request, response
 from modelgate.formats.messages.stream import StreamDecoder, StreamEncoder
 from modelgate.formats.messages.tap import StreamTap
 from modelgate.formats.messages.wire import decode_usage
@@ -23,6 +23,7 @@ class MessagesCodec:
     name: WireFormat = "messages"
     control_fields = frozenset({"model", "stream", "max_tokens"})
     echoes_request = False
+    runs_hosted: frozenset[str] = frozenset({ir.WEB_SEARCH_NAME})
 
     def check_headers(self, headers: Mapping[str, str], versions: Sequence[str]) -> None:
         """A version header (either spelling) with an accepted value is required."""
@@ -55,6 +56,9 @@ class MessagesCodec:
     def wants_stream_usage(self, body: Json) -> bool:
         return True  # message_start and message_delta always carry usage
 
+    def offers_web_search(self, body: Json) -> bool:
+        return hosted.offers_web_search(body)
+
     def decode_request(self, body: Json) -> ir.Request:
         return request.decode_request(body, require_max_tokens=False)
 
@@ -70,9 +74,6 @@ class MessagesCodec:
         if body.get("max_tokens") != max_tokens:
             fields["max_tokens"] = max_tokens
         return fields
-
-    def untranslatable(self, body: Json) -> errors.GatewayError | None:
-        return None  # what the IR cannot carry (server tools, betas) is dropped, as documented
 
     def usage_of(self, body: Any) -> ir.Usage:
         return decode_usage(body.get("usage") if isinstance(body, dict) else None)

@@ -11,11 +11,24 @@ from typing import Any
 
 from modelgate import errors, ir
 from modelgate.formats.jsonutil import is_int
+from modelgate.formats.messages import hosted
 
 #: Placeholder first turn: the Messages API requires the conversation to start with a user turn.
 CONTINUE_PLACEHOLDER = "(continue)"
 #: Appended to ``system`` for ``response_format: json_object``, which Messages has no field for.
 JSON_OBJECT_INSTRUCTION = "Respond with a single valid JSON object and nothing else."
+#: Claude Code's stand-in among ``defer_loading`` tools (a name to keep the tool list non-empty,
+#: never to be called): left out when translating, since deferred tools are sent in full.
+DEFERRED_PLACEHOLDER = "DeferredToolPlaceholder"
+#: Effort levels Messages upstreams accept; OpenAI's ``minimal`` reads as ``low`` and ``none``
+#: as no effort at all.
+MESSAGES_EFFORTS = ("low", "medium", "high", "xhigh", "max")
+
+
+def tool_reference_text(name: str) -> str:
+    """What a ``tool_reference`` block (a tool that tool search just loaded) says to an upstream
+    without tool search, where every deferred tool was offered from the start."""
+    return f"Tool {name} is now available."
 
 
 def _invalid(message: str, param: str) -> errors.InvalidRequest:
@@ -97,6 +110,17 @@ def _decode_tool_result(block: dict[str, Any], param: str) -> ir.ToolResultPart:
                 doc_text = _loose_text(item)
                 if doc_text:
                     parts.append(ir.TextPart(doc_text))
+            elif kind == "tool_reference":
+                name = item.get("tool_name")
+                if not isinstance(name, str) or not name:
+                    where = f"{param}.content.{j}.tool_name"
+                    raise _invalid(f"{where}: expected a non-empty string", where)
+                text = tool_reference_text(name)
+                previous = parts[-1] if parts else None
+                if isinstance(previous, ir.TextPart) and previous.text.startswith("Tool "):
+                    previous.text += "\n" + text  # one line per tool in one text part
+                else:
+                    parts.append(ir.TextPart(text))
     return ir.ToolResultPart(tool_use_id, parts, is_error=block.get("is_error") is True)
 
 
@@ -160,27 +184,34 @@ def _decode_message(msg: Any, i: int) -> ir.Message:
     return ir.Message(role, parts)
 
 
-def _decode_tools(value: Any) -> list[ir.Tool]:
+def _decode_tools(value: Any, req: ir.Request) -> dict[str, str]:
+    """Custom tools into ``req.tools`` (``defer_loading`` tools as ordinary ones, without Claude
+    Code's placeholder), server tools into ``req.web_search``/``req.hosted_tools``. Returns the
+    server tools' names -> types, for a tool choice naming one."""
     if not isinstance(value, list):
         raise _invalid("tools: expected a list", "tools")
-    tools = []
+    server: dict[str, str] = {}
     for i, tool in enumerate(value):
         if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
             raise _invalid(f"tools.{i}: expected an object with a string name", f"tools.{i}")
-        if tool.get("type") not in (None, "custom"):
-            continue  # server tools (web_search_…, bash_…) exist only on Messages upstreams
+        if hosted.is_server_tool(tool):
+            hosted.decode_server_tool(tool, f"tools.{i}", req)
+            server[tool["name"]] = str(tool.get("type"))
+            continue
+        if tool.get("defer_loading") is True and tool["name"] == DEFERRED_PLACEHOLDER:
+            continue
         schema = tool.get("input_schema")
-        tools.append(
+        req.tools.append(
             ir.Tool(
                 tool["name"],
                 tool.get("description") if isinstance(tool.get("description"), str) else None,
                 schema if isinstance(schema, dict) else {"type": "object", "properties": {}},
             )
         )
-    return tools
+    return server
 
 
-def _decode_tool_choice(value: Any) -> ir.ToolChoice | None:
+def _decode_tool_choice(value: Any, server: dict[str, str]) -> ir.ToolChoice | None:
     if not isinstance(value, dict):
         raise _invalid("tool_choice: expected an object", "tool_choice")
     kind = value.get("type")
@@ -189,7 +220,12 @@ def _decode_tool_choice(value: Any) -> ir.ToolChoice | None:
     name = value.get("name") if kind == "tool" else None
     if kind == "tool" and not isinstance(name, str):
         raise _invalid("tool_choice.name: required for type tool", "tool_choice.name")
-    return ir.ToolChoice(kind, name, value.get("disable_parallel_tool_use") is True)
+    choice = ir.ToolChoice(kind, name, value.get("disable_parallel_tool_use") is True)
+    if name is not None and name in server:
+        # A server tool: runnable only where the IR carries it (web search), refused elsewhere.
+        choice.hosted = server[name]
+        choice.name = ir.WEB_SEARCH_NAME if server[name].startswith("web_search_") else None
+    return choice
 
 
 def _effort_from_thinking(thinking: Any) -> str | None:
@@ -221,10 +257,9 @@ def decode_request(body: dict[str, Any], *, require_max_tokens: bool = True) -> 
     if body.get("system") is not None:
         req.system = _text_of(body["system"], "system")
     req.stream = body.get("stream") is True
-    if body.get("tools") is not None:
-        req.tools = _decode_tools(body["tools"])
+    server_tools = _decode_tools(body["tools"], req) if body.get("tools") is not None else {}
     if body.get("tool_choice") is not None:
-        req.tool_choice = _decode_tool_choice(body["tool_choice"])
+        req.tool_choice = _decode_tool_choice(body["tool_choice"], server_tools)
     stops = body.get("stop_sequences")
     if stops is not None:
         if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
@@ -245,8 +280,10 @@ def decode_request(body: dict[str, Any], *, require_max_tokens: bool = True) -> 
     # ``output_config.format`` means; the newer field wins when both are sent.
     fmt = body.get("output_format")
     if isinstance(output_config, dict):
-        if isinstance(output_config.get("effort"), str):
-            req.reasoning_effort = output_config["effort"]
+        effort = output_config.get("effort")
+        if effort is not None and not isinstance(effort, str):
+            raise _invalid("output_config.effort: expected a string", "output_config.effort")
+        req.reasoning_effort = effort
         fmt = output_config.get("format", fmt)
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict):
         name = fmt.get("name") if isinstance(fmt.get("name"), str) else "response"
@@ -354,28 +391,32 @@ def encode_request(req: ir.Request, upstream_model: str) -> dict[str, Any]:
         body["top_p"] = req.top_p
     if req.top_k is not None:
         body["top_k"] = req.top_k
-    if req.tools:
-        body["tools"] = [
-            {
-                "name": t.name,
-                **({"description": t.description} if t.description else {}),
-                "input_schema": t.input_schema,
-            }
-            for t in req.tools
-        ]
+    tools = [
+        {
+            "name": t.name,
+            **({"description": t.description} if t.description else {}),
+            "input_schema": t.input_schema,
+        }
+        for t in req.tools
+    ]
+    if req.web_search is not None:
+        tools.append(hosted.web_search_tool(req.web_search))
+    if tools:
+        body["tools"] = tools
     if req.tool_choice is not None:
         choice: dict[str, Any] = {"type": req.tool_choice.type}
         if req.tool_choice.type == "tool":
             choice["name"] = req.tool_choice.name
         if req.tool_choice.disable_parallel and req.tool_choice.type != "none":
             choice["disable_parallel_tool_use"] = True
-        if req.tools:  # the API refuses tool_choice without tools
+        if tools:  # the API refuses tool_choice without tools
             body["tool_choice"] = choice
     if req.user is not None:
         body["metadata"] = {"user_id": req.user}
     output_config: dict[str, Any] = {}
-    if req.reasoning_effort in ("low", "medium", "high", "xhigh", "max"):
-        output_config["effort"] = req.reasoning_effort
+    effort = "low" if req.reasoning_effort == "minimal" else req.reasoning_effort
+    if effort in MESSAGES_EFFORTS:
+        output_config["effort"] = effort
     if req.response_format is not None and req.response_format.get("type") == "json_schema":
         output_config["format"] = {"type": "json_schema", "schema": req.response_format.get("schema", {})}
     if output_config:

@@ -7,18 +7,24 @@ from typing import Any
 import orjson
 
 from modelgate import errors, ir
+from modelgate.formats.messages import hosted
 from modelgate.formats.messages.wire import decode_usage, error_object, stop_reason_of, usage_json
 from modelgate.formats.sse import frame
 
 
-def _encode_output(part: ir.OutputPart) -> dict[str, Any]:
+def _encode_output(part: ir.OutputPart) -> list[dict[str, Any]]:
     if isinstance(part, ir.TextPart):
-        return {"type": "text", "text": part.text}
+        return [{"type": "text", "text": part.text}]
     if isinstance(part, ir.ToolUsePart):
-        return {"type": "tool_use", "id": part.id, "name": part.name, "input": part.input}
+        return [{"type": "tool_use", "id": part.id, "name": part.name, "input": part.input}]
     if isinstance(part, ir.ThinkingPart):
-        return {"type": "thinking", "thinking": part.thinking, "signature": part.signature or ""}
-    return {"type": "redacted_thinking", "data": part.data}
+        return [{"type": "thinking", "thinking": part.thinking, "signature": part.signature or ""}]
+    if isinstance(part, ir.WebSearchCallPart):
+        blocks = [hosted.server_tool_use_block(part)]
+        if part.result is not None:
+            blocks.append(hosted.result_block(part.id, part.result))
+        return blocks
+    return [{"type": "redacted_thinking", "data": part.data}]
 
 
 def encode_response(resp: ir.Response) -> dict[str, Any]:
@@ -35,7 +41,7 @@ def encode_response(resp: ir.Response) -> dict[str, Any]:
         "type": "message",
         "role": "assistant",
         "model": resp.model,
-        "content": [_encode_output(p) for p in resp.content],
+        "content": [block for p in resp.content for block in _encode_output(p)],
         "stop_reason": resp.stop_reason.value,
         "stop_sequence": resp.stop_sequence,
         "usage": usage,
@@ -48,11 +54,20 @@ def decode_response(body: dict[str, Any]) -> ir.Response:
     if not isinstance(content, list):
         raise errors.UpstreamFailed("upstream response has no content list")
     parts: list[ir.OutputPart] = []
+    searches: dict[str, ir.WebSearchCallPart] = {}
     for block in content:
         if not isinstance(block, dict):
             continue
         kind = block.get("type")
-        if kind == "text" and isinstance(block.get("text"), str):
+        if kind == "server_tool_use" and block.get("name") == ir.WEB_SEARCH_NAME:
+            search = ir.WebSearchCallPart(str(block.get("id", "")), hosted.search_query(block.get("input")))
+            searches[search.id] = search
+            parts.append(search)
+        elif kind == "web_search_tool_result":
+            called = searches.get(str(block.get("tool_use_id", "")))
+            if called is not None:
+                called.result = hosted.decode_result(block)
+        elif kind == "text" and isinstance(block.get("text"), str):
             parts.append(ir.TextPart(block["text"]))
         elif kind == "tool_use":
             tool_input = block.get("input")

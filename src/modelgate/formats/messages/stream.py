@@ -13,6 +13,7 @@ import orjson
 
 from modelgate import ir
 from modelgate.formats.jsonutil import Json
+from modelgate.formats.messages import hosted
 from modelgate.formats.messages.wire import (
     copy_usage,
     decode_usage,
@@ -79,6 +80,15 @@ class StreamEncoder:
                 }
             elif event.kind == "redacted_thinking":
                 block = {"type": "redacted_thinking", "data": event.data or ""}
+            elif event.kind == "web_search":
+                block = {
+                    "type": "server_tool_use",
+                    "id": event.tool_id,
+                    "name": ir.WEB_SEARCH_NAME,
+                    "input": {},
+                }
+            elif event.kind == "web_search_result":
+                block = hosted.result_block(event.tool_id or "", event.result or ir.WebSearchResult())
             else:
                 block = _EMPTY_BLOCKS[event.kind]
             data = {"type": "content_block_start", "index": event.index, "content_block": block}
@@ -129,8 +139,9 @@ _BLOCK_KINDS = ("text", "tool_use", "thinking", "redacted_thinking")
 class StreamDecoder:
     """Upstream Messages SSE bytes -> IR events.
 
-    Block indexes are renumbered: blocks the IR cannot carry (server-tool blocks, future types)
-    are skipped with their deltas, so IR indexes stay dense. Usage from ``message_start`` is
+    Block indexes are renumbered: blocks the IR cannot carry (server-tool blocks other than a
+    web search and its result, future types) are skipped with their deltas, so IR indexes stay
+    dense. Usage from ``message_start`` is
     merged with each (cumulative) ``message_delta`` usage.
     """
 
@@ -239,7 +250,8 @@ class StreamDecoder:
         if not isinstance(block, dict) or not isinstance(upstream_index, int):
             return
         kind = block.get("type")
-        if kind not in _BLOCK_KINDS:
+        search = kind == "server_tool_use" and block.get("name") == ir.WEB_SEARCH_NAME
+        if kind not in _BLOCK_KINDS and not search and kind != "web_search_tool_result":
             return
         # Only one block is open at a time in the IR; close a block the upstream left open.
         out.extend(ir.BlockStop(i) for i in self._index.values())
@@ -247,10 +259,18 @@ class StreamDecoder:
         index = self._next
         self._next += 1
         self._index[upstream_index] = index
-        if kind == "tool_use":
-            out.append(ir.BlockStart(index, "tool_use", str(block.get("id", "")), str(block.get("name", ""))))
+        if kind == "tool_use" or search:
+            name = str(block.get("name", ""))
+            out.append(
+                ir.BlockStart(index, "web_search" if search else "tool_use", str(block.get("id", "")), name)
+            )
             if block.get("input"):
                 out.append(ir.ToolArgsDelta(index, orjson.dumps(block["input"]).decode()))
+        elif kind == "web_search_tool_result":
+            result = hosted.decode_result(block)
+            out.append(
+                ir.BlockStart(index, "web_search_result", str(block.get("tool_use_id", "")), result=result)
+            )
         elif kind == "redacted_thinking":
             out.append(ir.BlockStart(index, "redacted_thinking", data=str(block.get("data", ""))))
         elif kind == "thinking":

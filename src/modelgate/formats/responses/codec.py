@@ -10,7 +10,7 @@ from modelgate.errors import WireFormat
 from modelgate.formats import ids
 from modelgate.formats.base import ClientRequest, Redact, TokenEstimator
 from modelgate.formats.jsonutil import Json, check_stream_flag, int_field
-from modelgate.formats.responses import request, response
+from modelgate.formats.responses import hosted, request, response
 from modelgate.formats.responses.decoder import StreamDecoder
 from modelgate.formats.responses.encoder import StreamEncoder
 from modelgate.formats.responses.state import STATE_FIELDS
@@ -24,6 +24,7 @@ class ResponsesCodec:
     #: so a duplicate could be read two ways.
     control_fields = frozenset({"model", "stream", "max_output_tokens", *STATE_FIELDS})
     echoes_request = True
+    runs_hosted: frozenset[str] = frozenset({ir.WEB_SEARCH_NAME})
 
     def check_headers(self, headers: Mapping[str, str], versions: Sequence[str]) -> None:
         return None
@@ -40,6 +41,9 @@ class ResponsesCodec:
     def wants_stream_usage(self, body: Json) -> bool:
         return True  # the terminal response object always carries usage
 
+    def offers_web_search(self, body: Json) -> bool:
+        return hosted.offers_web_search(body)
+
     def decode_request(self, body: Json) -> ir.Request:
         return request.decode_request(body)
 
@@ -55,20 +59,6 @@ class ResponsesCodec:
         if body.get("max_output_tokens") != max_tokens:
             fields["max_output_tokens"] = max_tokens
         return fields
-
-    def untranslatable(self, body: Json) -> errors.GatewayError | None:
-        """Hosted tools (``web_search``, ``file_search``, ``mcp``, ...) run inside OpenAI's
-        Responses API. Translated to another dialect they would silently vanish and change the
-        answer, so the request is refused; a Responses-dialect upstream gets them passed through."""
-        hosted = request.hosted_tools(body)
-        if not hosted:
-            return None
-        return errors.InvalidRequest(
-            f"tools: hosted tool type(s) {', '.join(sorted(set(hosted)))} are not supported for this "
-            "model: its upstream does not speak the Responses API; offer only function (or namespace) "
-            "tools",
-            param="tools",
-        )
 
     def usage_of(self, body: Any) -> ir.Usage:
         return usage_from_wire(body.get("usage") if isinstance(body, dict) else None)

@@ -9,6 +9,7 @@ import orjson
 from modelgate import ir
 from modelgate.formats import ids, sse
 from modelgate.formats.jsonutil import Json, as_object
+from modelgate.formats.responses import hosted
 from modelgate.formats.responses.wire import TERMINAL_TYPES, error_kind, stop_reason_from, usage_from_wire
 
 
@@ -17,8 +18,9 @@ class StreamDecoder:
 
     Message items open a text block at ``output_item.added``; reasoning items open a thinking
     block only at their first summary delta (most reasoning items carry no summary). Output items
-    are sequential on this wire, so a new item closes the open block. Hosted-tool events are
-    ignored. Malformed JSON ends the stream with a ``StreamError``, never an exception.
+    are sequential on this wire, so a new item closes the open block. A ``web_search_call`` item
+    opens a ``web_search`` block when added; when done, its query and a ``web_search_result``
+    block follow. Other hosted-tool events are ignored. Malformed JSON ends the stream with a ``StreamError``, never an exception.
     """
 
     def __init__(self) -> None:
@@ -75,7 +77,7 @@ class StreamDecoder:
             self._thinking_delta(data, out)
         elif kind == "response.output_item.done":
             if self._open is not None and self._open[0] == data.get("output_index"):
-                self._close(out)
+                self._item_done(as_object(data.get("item")), out)
         elif kind in TERMINAL_TYPES:
             self._done = True
             if kind == "response.failed":
@@ -108,6 +110,9 @@ class StreamDecoder:
         index = data.get("output_index")
         if item.get("type") == "message":
             self._open_block(index, ir.BlockStart(self._blocks, "text"), out)
+        elif item.get("type") == "web_search_call":
+            block = ir.BlockStart(self._blocks, "web_search", str(item.get("id") or ""), ir.WEB_SEARCH_NAME)
+            self._open_block(index, block, out)
         elif item.get("type") == "function_call":
             self._saw_function_call = True
             call_id = str(item.get("call_id") or ids.new_call_id())
@@ -117,6 +122,17 @@ class StreamDecoder:
                 out.append(ir.ToolArgsDelta(block.index, str(item["arguments"])))
         else:
             self._close(out)
+
+    def _item_done(self, item: Json, out: list[ir.Event]) -> None:
+        if item.get("type") != "web_search_call" or self._open is None:
+            self._close(out)
+            return
+        search = hosted.decode_web_search_call(item)
+        out.append(ir.ToolArgsDelta(self._open[1], orjson.dumps({"query": search.query}).decode()))
+        self._close(out)
+        out.append(ir.BlockStart(self._blocks, "web_search_result", search.id, result=search.result))
+        out.append(ir.BlockStop(self._blocks))
+        self._blocks += 1
 
     def _delta(self, data: Json, out: list[ir.Event], kind: str) -> None:
         delta = data.get("delta")

@@ -18,6 +18,7 @@ import orjson
 from modelgate import ir
 from modelgate.formats import ids, sse
 from modelgate.formats.jsonutil import Json
+from modelgate.formats.responses import hosted
 from modelgate.formats.responses.wire import (
     Namespaces,
     failed_error,
@@ -51,7 +52,9 @@ class StreamEncoder:
 
     Thinking blocks become ``reasoning`` items whose summary is the thinking text; the item is
     emitted lazily on the first non-empty thinking delta, so empty and redacted thinking produce
-    no item. The response ``model`` is ``request.model`` when a request is given, else
+    no item. A web search becomes one ``web_search_call`` item: added (``in_progress``) when its
+    call block starts, ``searching`` when the call block ends, ``completed`` and done with its
+    result block (or at the next item or the end, when no result came). The response ``model`` is ``request.model`` when a request is given, else
     ``Start.model``. Usage always travels in the terminal response object, as on the real API.
     """
 
@@ -73,6 +76,8 @@ class StreamEncoder:
         self._done = False
         self._output: list[Json] = []
         self._open: _OpenItem | None = None
+        #: A web search whose call ended and whose result has not come yet.
+        self._searching: _OpenItem | None = None
         #: The final response object, once ``Finish`` was encoded.
         self.completed: Json | None = None
 
@@ -88,13 +93,16 @@ class StreamEncoder:
         if isinstance(event, ir.Start):
             return self._start(event.id, event.model) if not self._started else b""
         if isinstance(event, ir.BlockStart):
-            return out + self._close() + self._block_start(event)
+            if event.kind == "web_search_result":
+                return out + self._close() + self._search_done(event)
+            return out + self._close() + self._search_done(None) + self._block_start(event)
         if isinstance(event, ir.BlockStop):
             return out + (self._close() if self._open and self._open.block == event.index else b"")
         if isinstance(event, ir.Finish):
-            return out + self._close() + self._finish(event)
+            return out + self._close() + self._search_done(None) + self._finish(event)
         if isinstance(event, ir.StreamError):
             self._done = True
+            self._searching = None
             response = self._response("failed", None, None, failed_error(event.kind, event.message))
             frames = failure_events(self._seq, event.kind, event.message, response)
             self._seq += 2
@@ -157,7 +165,31 @@ class StreamEncoder:
             return self._emit("response.output_item.added", {"output_index": index, "item": wire})
         if event.kind == "thinking":
             self._open = _OpenItem(event.index, "thinking", new_reasoning_item_id(), -1)
+        if event.kind == "web_search":
+            item = _OpenItem(event.index, "search", event.tool_id or ids.new_call_id(), index)
+            self._open = item
+            wire = hosted.web_search_call_item(ir.WebSearchCallPart(item.item_id), "in_progress")
+            wire["action"] = {"type": "search"}
+            ref = {"output_index": index, "item_id": item.item_id}
+            added = self._emit("response.output_item.added", {"output_index": index, "item": wire})
+            return added + self._emit("response.web_search_call.in_progress", ref)
         return b""  # redacted_thinking: opaque, nothing a Responses client can show.
+
+    def _search_done(self, result: ir.BlockStart | None) -> bytes:
+        """Completes the pending web search with its result block (``result``), or without one."""
+        item = self._searching
+        if item is None or (result is not None and result.tool_id != item.item_id):
+            return b""
+        self._searching = None
+        query = hosted.search_query("".join(item.parts))
+        part = ir.WebSearchCallPart(item.item_id, query, result.result if result is not None else None)
+        done = hosted.web_search_call_item(part)
+        self._output.append(done)
+        ref = {"output_index": item.output_index, "item_id": item.item_id}
+        out = self._emit("response.web_search_call.completed", ref)
+        return out + self._emit(
+            "response.output_item.done", {"output_index": item.output_index, "item": done}
+        )
 
     def _delta(self, event: ir.TextDelta | ir.ToolArgsDelta | ir.ThinkingDelta) -> bytes:
         item = self._open
@@ -177,6 +209,9 @@ class StreamEncoder:
                     "logprobs": [],
                 },
             )
+        if isinstance(event, ir.ToolArgsDelta) and item.kind == "search":
+            item.parts.append(event.partial_json)  # the query, told when the search completes
+            return b""
         if isinstance(event, ir.ToolArgsDelta):
             if not event.partial_json:
                 return b""  # Messages upstreams open with an empty input_json_delta
@@ -211,6 +246,10 @@ class StreamEncoder:
         item, self._open = self._open, None
         if item is None or item.output_index < 0:
             return b""
+        if item.kind == "search":
+            self._searching = item  # done when its result comes
+            ref = {"output_index": item.output_index, "item_id": item.item_id}
+            return self._emit("response.web_search_call.searching", ref)
         text = "".join(item.parts)
         ref = {"item_id": item.item_id, "output_index": item.output_index}
         if item.kind == "text":

@@ -2,8 +2,9 @@
 
 Decoding is lenient where real clients need it (Codex sends ``store:false``, ``include``,
 ``prompt_cache_key``, ``client_metadata``, a hosted ``web_search`` tool and ``namespace`` tools with
-every request): unknown fields are ignored, hosted tools are dropped (``hosted_tools`` lists them
-for the caller) and ``reasoning`` input items are dropped (their encrypted content is
+every request): unknown fields are ignored, a ``web_search`` tool is kept for dialects that can
+run one and other hosted tools are named in ``ir.Request.hosted_tools`` (``hosted``), and
+``reasoning`` input items are dropped (their encrypted content is
 upstream-specific). It is strict where silently guessing would change meaning: ``file_id``
 inputs, and stateful fields that reach decoding (``refuse_stateful``: the gateway expands stored
 state before decoding, so only a gateway with stored responses turned off gets here with them),
@@ -24,6 +25,7 @@ import orjson
 
 from modelgate import errors, ir
 from modelgate.formats.jsonutil import Json
+from modelgate.formats.responses import hosted
 from modelgate.formats.responses.state import is_reference
 from modelgate.formats.responses.wire import text_format, tool_choice_to_wire, tool_to_wire
 
@@ -52,8 +54,10 @@ def decode_request(body: dict[str, Any]) -> ir.Request:
 
     reasoning = body.get("reasoning")
     effort = reasoning.get("effort") if isinstance(reasoning, dict) else None
+    if effort is not None and not isinstance(effort, str):
+        raise errors.InvalidRequest("reasoning.effort must be a string", param="reasoning.effort")
     user = body.get("user") or body.get("safety_identifier")
-    return ir.Request(
+    req = ir.Request(
         model=model,
         messages=messages,
         max_tokens=_opt_int(body.get("max_output_tokens"), "max_output_tokens"),
@@ -68,6 +72,8 @@ def decode_request(body: dict[str, Any]) -> ir.Request:
         response_format=_decode_text_format(body.get("text")),
         tool_namespaces=tool_namespaces(body),
     )
+    hosted.decode_hosted(body.get("tools"), req)
+    return req
 
 
 def refuse_stateful(body: dict[str, Any]) -> None:
@@ -98,18 +104,6 @@ def refuse_stateful(body: dict[str, Any]) -> None:
             "background (stream it for long answers)",
             param="background",
         )
-
-
-def hosted_tools(body: dict[str, Any]) -> list[str]:
-    """Types of the hosted tools ``decode_request`` dropped (``web_search``, ``mcp``, …)."""
-    tools = body.get("tools")
-    if not isinstance(tools, list):
-        return []
-    return [
-        str(tool.get("type"))
-        for tool in tools
-        if isinstance(tool, dict) and tool.get("type") not in ("function", "namespace")
-    ]
 
 
 def tool_namespaces(body: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -303,8 +297,10 @@ def _decode_tool_choice(choice: Any, parallel: Any) -> ir.ToolChoice | None:
         isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str)
     ):
         result = ir.ToolChoice("tool", name=choice["name"])
+    elif isinstance(choice, dict) and (forced := hosted.decode_forced(choice)) is not None:
+        result = forced  # a hosted tool: runnable upstream or refused (gateway.translate)
     elif choice is not None:
-        # allowed_tools / hosted-tool choices: the tools they name were dropped; let the model pick.
+        # allowed_tools lists tools the model may choose from: let it choose among all of them.
         result = ir.ToolChoice("auto")
     if parallel is False:
         result = result or ir.ToolChoice("auto")
@@ -353,10 +349,18 @@ def encode_request(req: ir.Request, upstream_model: str) -> dict[str, Any]:
         body["instructions"] = "\n\n".join(req.system)
     if req.max_tokens is not None:
         body["max_output_tokens"] = req.max_tokens
-    if req.tools:
-        body["tools"] = [tool_to_wire(tool) for tool in req.tools]
+    tools = [tool_to_wire(tool) for tool in req.tools]
+    if req.web_search is not None:
+        tools.append(hosted.web_search_tool(req.web_search))
+        if req.web_search.max_uses is not None:
+            body["max_tool_calls"] = req.web_search.max_uses
+    if tools:
+        body["tools"] = tools
     if req.tool_choice is not None:
-        body["tool_choice"] = tool_choice_to_wire(req.tool_choice)
+        forced_search = req.tool_choice.hosted is not None and req.web_search is not None
+        body["tool_choice"] = (
+            hosted.forced_web_search() if forced_search else tool_choice_to_wire(req.tool_choice)
+        )
         if req.tool_choice.disable_parallel:
             body["parallel_tool_calls"] = False
     for key, value in (

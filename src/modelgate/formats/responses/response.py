@@ -10,6 +10,7 @@ import orjson
 from modelgate import errors, ir
 from modelgate.formats import ids
 from modelgate.formats.jsonutil import Json
+from modelgate.formats.responses import hosted
 from modelgate.formats.responses.request import NAMESPACE_SEPARATOR
 from modelgate.formats.responses.wire import (
     Namespaces,
@@ -56,6 +57,8 @@ def encode_response(
             output.append(function_call_item(item_id, part.id, part.name, args, "completed", namespaces))
         elif isinstance(part, ir.ThinkingPart) and part.thinking:
             output.append(reasoning_item(new_reasoning_item_id(), part.thinking))
+        elif isinstance(part, ir.WebSearchCallPart):
+            output.append(hosted.web_search_call_item(part))
     flush_text()
     status, details = status_for(resp.stop_reason)
     return response_object(
@@ -92,6 +95,8 @@ def decode_response(body: dict[str, Any]) -> ir.Response:
                 name = item["namespace"] + NAMESPACE_SEPARATOR + name
             call_id = str(item.get("call_id") or ids.new_call_id())
             content.append(ir.ToolUsePart(call_id, name, ir.tool_input(item.get("arguments"))))
+        elif kind == "web_search_call":
+            content.append(hosted.decode_web_search_call(item))
         elif kind == "reasoning":
             summary = "".join(
                 str(s.get("text") or "") for s in item.get("summary") or () if isinstance(s, dict)
