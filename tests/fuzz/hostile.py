@@ -63,12 +63,27 @@ BLOCKS: list[Any] = [
     {"type": "reasoning", "summary": 5},
     {"type": "message", "role": "user", "content": 5},
     5, "x", None, [], {},
+    {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "tool_reference"}]},
+    {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "tool_reference", "tool_name": 5}]},
+    {"type": "tool_result", "tool_use_id": "t",
+     "content": [{"type": "tool_reference", "tool_name": "X"}, {"type": "tool_reference", "tool_name": ""}]},
+    {"type": "server_tool_use", "id": 5, "name": "web_search", "input": 5},
+    {"type": "web_search_tool_result", "tool_use_id": None, "content": 5},
+    {"type": "web_search_call", "id": 5, "action": 5, "status": []},
 ]  # fmt: skip
 TOOLS: list[Any] = [
     5, "x", [5], [None], [{}], [{"name": 5}], [{"name": "t", "input_schema": 5}],
     [{"type": "function", "function": 5}], [{"type": "function", "function": {"name": None}}],
     [{"type": "namespace", "name": "ns", "tools": 5}], [{"type": "namespace", "tools": [5, {"type": "function"}]}],
     [{"type": "web_search"}], [{"type": "custom", "name": "x"}], [{"type": "function", "name": "f", "parameters": 5}],
+    [{"type": "web_search", "filters": 5}], [{"type": "web_search", "filters": {"allowed_domains": [5]}}],
+    [{"type": "web_search", "user_location": "oslo"}], [{"type": "web_search_preview", "user_location": {"city": 5}}],
+    [{"type": "web_search_20250305", "name": "web_search", "max_uses": -1}],
+    [{"type": "web_search_20250305", "name": "web_search", "max_uses": "3", "allowed_domains": "x"}],
+    [{"type": "web_search_20250305", "name": "web_search", "user_location": [1], "blocked_domains": [None]}],
+    [{"type": "web_search_20250305"}], [{"type": "web_search_2099", "name": 5}],
+    [{"name": "d", "defer_loading": "yes", "input_schema": {}}], [{"name": "DeferredToolPlaceholder", "defer_loading": True}],
+    [{"type": "file_search"}, {"type": "mcp", "server_label": 5}, {"type": 5}],
 ]  # fmt: skip
 TOOL_CHOICES: list[Any] = [
     5,
@@ -78,7 +93,22 @@ TOOL_CHOICES: list[Any] = [
     {"type": "tool"},
     {"type": "tool", "name": 5},
     {"type": "function"},
+    {"type": "web_search_preview"},
+    {"type": "file_search"},
+    {"type": "mcp", "server_label": 5},
+    {"type": "tool", "name": "web_search"},
+    {"type": "allowed_tools", "tools": 5},
+    {"type": 5},
 ]
+#: Hostile reasoning controls: (field, value) per format.
+EFFORTS: dict[str, list[tuple[str, Any]]] = {
+    "messages": [("output_config", {"effort": 5}), ("output_config", {"effort": ["high"]}),
+                 ("output_config", {"effort": None}), ("output_config", {"effort": "ultra"}),
+                 ("thinking", {"type": "adaptive", "display": 5}), ("thinking", {"type": "enabled", "budget_tokens": "x"})],
+    "chat": [("reasoning_effort", 5), ("reasoning_effort", {"effort": "high"}), ("reasoning_effort", "max")],
+    "responses": [("reasoning", {"effort": 5}), ("reasoning", {"effort": []}), ("reasoning", 5),
+                  ("reasoning", {"effort": "minimal", "summary": 5})],
+}  # fmt: skip
 
 
 @dataclass
@@ -110,7 +140,7 @@ def valid(fmt: str, rng: random.Random) -> dict[str, Any]:
 
 
 def mutate(fmt: str, body: dict[str, Any], rng: random.Random, tags: list[str]) -> dict[str, Any]:
-    choice = rng.randrange(9)
+    choice = rng.randrange(10)
     if choice == 0:
         name = rng.choice(FIELDS[fmt])
         body[name] = rng.choice(ODD_VALUES)
@@ -154,9 +184,13 @@ def mutate(fmt: str, body: dict[str, Any], rng: random.Random, tags: list[str]) 
             if rng.random() < 0.5:
                 body[key] = rng.choice(ODD_VALUES)
         tags.append("many")
-    else:
+    elif choice == 8:
         body["stream_options"] = rng.choice([5, {"include_usage": "yes"}, {"include_usage": True}, []])
         tags.append("stream_options")
+    else:
+        name, value = rng.choice(EFFORTS[fmt])
+        body[name] = value
+        tags.append(f"effort:{name}")
     return body
 
 

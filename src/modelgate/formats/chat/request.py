@@ -233,8 +233,10 @@ def decode_request(body: dict[str, Any]) -> ir.Request:
         if isinstance(body.get(key), str):
             req.user = body[key]
             break
-    if isinstance(body.get("reasoning_effort"), str):
-        req.reasoning_effort = body["reasoning_effort"]
+    effort = body.get("reasoning_effort")
+    if effort is not None and not isinstance(effort, str):
+        raise _invalid("reasoning_effort: expected a string", "reasoning_effort")
+    req.reasoning_effort = effort
     if body.get("response_format") is not None:
         req.response_format = _decode_response_format(body["response_format"])
     return req
