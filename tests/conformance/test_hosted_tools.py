@@ -12,6 +12,8 @@ come back as ``server_tool_use`` + ``web_search_tool_result`` blocks (judged by 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic
@@ -20,9 +22,12 @@ import openai
 import orjson
 import pytest
 
-from tests.conformance.conftest import Wired, issue_key, usage_records
-from tests.conformance.upstreams import Recorded
+from tests.conformance.conftest import UPSTREAM_KEY, Wired, issue_key, usage_records
+from tests.conformance.upstreams import Recorded, Scripted, start_fake
+from tests.fakes.upstream import FakeUpstream, Reply
 from tests.gateway.clients import SdkClients
+from tests.gateway_server import GatewayServer, running_gateway
+from tests.loop_thread import LoopThread
 
 FUNCTION_TOOL = {
     "type": "function",
@@ -494,3 +499,72 @@ def test_openai_sdk_rejects_nothing_in_a_translated_search_response(wired: Wired
     assert response.status_code == 200
     parsed = openai.types.responses.Response.model_validate(response.json())
     _assert_search_output(parsed.output)
+
+
+# --- Large bodies: built in a worker process, the same rules -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def offloading(
+    tmp_path_factory: pytest.TempPathFactory, loop_thread: LoopThread
+) -> Iterator[tuple[GatewayServer, FakeUpstream]]:
+    """A gateway that builds every body over 1 KiB in its worker process (``offload_body_bytes``)."""
+    fake = start_fake(loop_thread, Scripted(default=Reply()))
+    providers = [
+        {"name": "simulator", "kind": "simulator"},
+        {"name": "anthropic", "kind": "anthropic", "base_url": fake.base_url, "api_key_env": "FAKE_KEY"},
+        {"name": "openai", "kind": "openai", "base_url": fake.base_url, "api_key_env": "FAKE_KEY"},
+        {"name": "compat", "kind": "openai-compatible", "base_url": fake.base_url},
+    ]
+    deployments = {
+        "nova-5.6-terra": [{"provider": "anthropic", "upstream_model": "claude-x"}],
+        "nova-5.6-sol": [{"provider": "compat", "upstream_model": "qwen"}],
+        "aria-fable-5-1": [{"provider": "openai", "upstream_model": "gpt-x"}],
+    }
+    with running_gateway(
+        tmp_path_factory.mktemp("offload") / "data",
+        env={"FAKE_KEY": UPSTREAM_KEY},
+        providers=providers,
+        deployments=deployments,
+        routing={"max_attempts": 1},
+        server={"offload_body_bytes": 1024},
+    ) as server:
+        yield server, fake
+
+
+def test_large_bodies_follow_the_same_hosted_tool_rules(
+    offloading: tuple[GatewayServer, FakeUpstream],
+) -> None:
+    gateway, fake = offloading
+    padding = "x" * 4000  # well over offload_body_bytes
+    nova = gateway.key(gateway.account(f"acct-{time.monotonic_ns()}", 100), "Nova", rpm=10_000).secret
+    aria = gateway.key(gateway.account(f"acct-{time.monotonic_ns()}", 100), "Pro", rpm=10_000).secret
+    headers = {"authorization": f"Bearer {nova}"}
+    url = f"{gateway.base_url}/v1/responses"
+    chat = httpx.post(url, json=codex_body("nova-5.6-sol", instructions=padding), headers=headers, timeout=30)
+    assert chat.status_code == 200 and chat.headers["x-modelgate-dropped-tools"] == "web_search"
+    assert "tools" in fake.requests[-1].json() and len(fake.requests[-1].json()["tools"]) == 1
+    anthropic_route = httpx.post(
+        url, json=codex_body("nova-5.6-terra", instructions=padding), headers=headers, timeout=30
+    )
+    assert anthropic_route.status_code == 200 and "x-modelgate-dropped-tools" not in anthropic_route.headers
+    assert fake.requests[-1].json()["tools"][1] == {"type": "web_search_20250305", "name": "web_search"}
+    forced = codex_body("nova-5.6-sol", instructions=padding, tool_choice={"type": "web_search_preview"})
+    refused = httpx.post(url, json=forced, headers=headers, timeout=30)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "tool_choice"
+    # A Messages client offering a web search reaches the OpenAI upstream's Responses API.
+    messages = httpx.post(
+        f"{gateway.base_url}/v1/messages",
+        json={
+            "model": "aria-fable-5-1",
+            "max_tokens": 50,
+            "system": padding,
+            "messages": [{"role": "user", "content": "news?"}],
+            "tools": [MESSAGES_SEARCH_TOOL],
+        },
+        headers={"x-api-key": aria, "anthropic-version": "2023-06-01"},
+        timeout=30,
+    )
+    assert messages.status_code == 200, messages.text
+    assert fake.requests[-1].path == "/v1/responses"
+    assert fake.requests[-1].json()["tools"][0]["type"] == "web_search"
