@@ -337,3 +337,29 @@ def test_search_stream_events_from_messages_to_responses() -> None:
     ]
     encoded = b"".join(messages_stream.StreamEncoder().encode(e) for e in back)
     assert b'"type":"server_tool_use"' in encoded and b'"error_code":"unavailable"' in encoded
+
+
+@pytest.mark.parametrize("kind", [5, "x\r\nset-cookie: a=b", "t" * 65, "é"])
+def test_a_hosted_tool_type_that_is_not_a_plain_name_is_a_400(kind: Any) -> None:
+    """Dropped types are named in a response header: nothing but a plain name may get there."""
+    with pytest.raises(errors.InvalidRequest) as responses:
+        responses_request.decode_request(responses_body(tools=[{"type": kind}]))
+    assert responses.value.param == "tools[0].type"
+    with pytest.raises(errors.InvalidRequest) as choice:
+        responses_request.decode_request(responses_body(tool_choice={"type": kind}))
+    assert choice.value.param in ("tool_choice.type", "tool_choice")
+    with pytest.raises(errors.InvalidRequest) as messages:
+        messages_request.decode_request(messages_body(tools=[{"type": kind, "name": "n"}]))
+    assert messages.value.param == "tools.0.type"
+
+
+def test_the_responses_echo_shows_the_web_search_and_a_forced_choice_as_sent() -> None:
+    from modelgate.formats.responses import response as responses_response
+
+    tools = [{"type": "web_search_preview", "user_location": {"type": "approximate", "city": "Oslo"}}]
+    req = responses_request.decode_request(
+        responses_body(tools=tools, tool_choice={"type": "web_search_preview"})
+    )
+    answer = ir.Response("resp_1", "m", [ir.TextPart("ok")], ir.StopReason.END_TURN, ir.Usage())
+    echo = responses_response.encode_response(answer, req)
+    assert echo["tools"] == tools and echo["tool_choice"] == {"type": "web_search_preview"}

@@ -84,6 +84,7 @@ TOOLS: list[Any] = [
     [{"type": "web_search_20250305"}], [{"type": "web_search_2099", "name": 5}],
     [{"name": "d", "defer_loading": "yes", "input_schema": {}}], [{"name": "DeferredToolPlaceholder", "defer_loading": True}],
     [{"type": "file_search"}, {"type": "mcp", "server_label": 5}, {"type": 5}],
+    [{"type": "x\r\nset-cookie: a=b"}], [{"type": "t" * 300, "name": "n"}], [{"type": "é", "name": "n"}],
 ]  # fmt: skip
 TOOL_CHOICES: list[Any] = [
     5,
@@ -99,6 +100,7 @@ TOOL_CHOICES: list[Any] = [
     {"type": "tool", "name": "web_search"},
     {"type": "allowed_tools", "tools": 5},
     {"type": 5},
+    {"type": "x\r\nset-cookie: a=b"},
 ]
 #: Hostile reasoning controls: (field, value) per format.
 EFFORTS: dict[str, list[tuple[str, Any]]] = {

@@ -4,6 +4,7 @@ server tools it does not (named for the caller), and the ``server_tool_use`` +
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from modelgate import errors, ir
@@ -13,6 +14,8 @@ from modelgate.formats.jsonutil import Json, is_int
 WEB_SEARCH_TOOL_TYPE = "web_search_20250305"
 _WEB_SEARCH_PREFIX = "web_search_"
 _LOCATION_FIELDS = ("city", "region", "country", "timezone")
+#: What a server tool's type may look like: it is named back in a response header and a log line.
+_TOOL_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def is_server_tool(tool: Json) -> bool:
@@ -30,7 +33,11 @@ def offers_web_search(body: Json) -> bool:
 def decode_server_tool(tool: Json, param: str, req: ir.Request) -> None:
     """A web search server tool into ``req.web_search`` (the first one); any other server tool's
     type into ``req.hosted_tools``."""
-    kind = str(tool.get("type"))
+    kind = tool.get("type")
+    if not isinstance(kind, str) or not _TOOL_TYPE.fullmatch(kind):
+        raise errors.InvalidRequest(
+            f"{param}.type: expected a tool type name (letters, digits and _.-)", param=f"{param}.type"
+        )
     if not kind.startswith(_WEB_SEARCH_PREFIX):
         req.hosted_tools.append(kind)
         return

@@ -4,6 +4,7 @@ the hosted tools it does not (named for the caller), forced hosted tool choices,
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -18,6 +19,18 @@ WEB_SEARCH_TYPES = frozenset(
 #: Tool types that are not hosted: the client runs them (function tools, grouped or not).
 CLIENT_TOOL_TYPES = frozenset({"function", "namespace"})
 _LOCATION_FIELDS = ("city", "region", "country", "timezone")
+#: What a hosted tool's type may look like: it is named back in a response header and a log line.
+TOOL_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def hosted_type(tool: Json, param: str) -> str:
+    """A hosted tool's type, checked to be a plain name (it is echoed in a response header)."""
+    kind = tool.get("type")
+    if not isinstance(kind, str) or not TOOL_TYPE.fullmatch(kind):
+        raise errors.InvalidRequest(
+            "a tool type must be a name of letters, digits and _.-", param=f"{param}.type"
+        )
+    return kind
 
 
 def offers_web_search(body: Json) -> bool:
@@ -35,7 +48,7 @@ def decode_hosted(tools: Any, req: ir.Request) -> None:
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or tool.get("type") in CLIENT_TOOL_TYPES:
             continue
-        kind = str(tool.get("type"))
+        kind = hosted_type(tool, f"tools[{i}]")
         if kind in WEB_SEARCH_TYPES and req.web_search is None:
             req.web_search = _decode_web_search(tool, kind, f"tools[{i}]")
         elif kind not in WEB_SEARCH_TYPES:
@@ -79,9 +92,9 @@ def decode_location(location: Any, param: str) -> dict[str, str]:
 def decode_forced(choice: Json) -> ir.ToolChoice | None:
     """A tool choice forcing a hosted tool (``{"type": "web_search_preview"}``, ``file_search``,
     ``mcp``, ``custom``…), or None for the others (``allowed_tools`` lets the model choose)."""
-    kind = choice.get("type")
-    if not isinstance(kind, str) or kind in ("function", "allowed_tools"):
+    if choice.get("type") in ("function", "allowed_tools"):
         return None
+    kind = hosted_type(choice, "tool_choice")
     name = ir.WEB_SEARCH_NAME if kind in WEB_SEARCH_TYPES else None
     return ir.ToolChoice("tool", name=name, hosted=kind)
 

@@ -14,6 +14,7 @@ from modelgate import ir
 from modelgate.errors import ERROR_KINDS
 from modelgate.formats import sse
 from modelgate.formats.jsonutil import Json, count_of
+from modelgate.formats.responses.hosted import WEB_SEARCH_TYPES, web_search_tool
 
 #: Flattened tool name -> (namespace, original name), for Codex ``namespace`` tools.
 Namespaces = Mapping[str, tuple[str, str]]
@@ -124,10 +125,18 @@ def request_echo(request: ir.Request | None) -> Json:
         "temperature": request.temperature,
         "text": {"format": text_format(request.response_format)},
         "tool_choice": tool_choice_to_wire(choice),
-        "tools": [tool_to_wire(tool) for tool in request.tools],
+        "tools": [tool_to_wire(tool) for tool in request.tools] + _hosted_echo(request),
         "top_p": request.top_p,
         "user": request.user,
     }
+
+
+def _hosted_echo(request: ir.Request) -> list[Json]:
+    """The client's web search tool, under the type it sent (other hosted tools are not kept)."""
+    search = request.web_search
+    if search is None or search.client_type not in WEB_SEARCH_TYPES:
+        return []
+    return [{**web_search_tool(search), "type": search.client_type}]
 
 
 def tool_to_wire(tool: ir.Tool) -> Json:
@@ -141,6 +150,8 @@ def tool_to_wire(tool: ir.Tool) -> Json:
 
 
 def tool_choice_to_wire(choice: ir.ToolChoice) -> str | Json:
+    if choice.hosted is not None:
+        return {"type": choice.hosted}  # as the client forced it (the echo)
     if choice.type == "tool" and choice.name:
         return {"type": "function", "name": choice.name}
     return {"any": "required", "none": "none"}.get(choice.type, "auto")
