@@ -24,7 +24,7 @@ from tests.clients.harness import (
 from tests.gateway_server import GatewayServer, running_gateway
 
 #: Gateway model -> what its route is for Codex.
-MODELS = {"nova-5.5": "passthrough"}
+MODELS = {"nova-5.5": "passthrough", "nova-5.6-sol": "Anthropic-dialect", "nova-5.6-terra": "Chat-only"}
 
 
 def codex(
