@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import email.utils
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from modelgate.config import ConfigError, load_settings
 from modelgate.upstream.config import DeploymentConfig, ProviderConfig, RoutingConfig, validate_upstreams
 from modelgate.upstream.error_mapping import parse_error_body, retry_after_seconds
 from modelgate.upstream.health import DeploymentHealth, RetryBudget
@@ -138,3 +140,18 @@ def test_retry_budget_ratio_reserve_and_expiry() -> None:
     assert sum(budget.try_withdraw() for _ in range(50)) == 20  # 0.2 per first attempt
     clock.now += 10  # everything in the window expired
     assert budget.balance() == 10
+
+
+def test_hosted_tools_policy_per_provider_from_the_file_and_the_environment(tmp_path: Path) -> None:
+    assert ProviderConfig(name="c", kind="openai-compatible", base_url="http://h").hosted_tools == "drop"
+    config = tmp_path / "modelgate.toml"
+    config.write_text(
+        'default_provider = ""\n[[providers]]\nname = "c"\nkind = "openai-compatible"\nbase_url = "http://h"\n'
+        'hosted_tools = "refuse"\n'
+    )
+    assert load_settings(config, environ={}).providers[0].hosted_tools == "refuse"
+    env = {"MODELGATE_PROVIDERS": '[{"name": "simulator", "kind": "simulator", "hosted_tools": "refuse"}]'}
+    assert load_settings(None, environ=env).providers[0].hosted_tools == "refuse"
+    config.write_text('[[providers]]\nname = "simulator"\nkind = "simulator"\nhosted_tools = "ignore"\n')
+    with pytest.raises(ConfigError, match=r"providers\.0\.hosted_tools: Input should be 'drop' or 'refuse'"):
+        load_settings(config, environ={})
