@@ -117,6 +117,18 @@ def test_codex_on_a_chat_upstream_drops_web_search_and_names_it(
     assert record.status == "ok"
 
 
+def test_a_stream_names_what_it_dropped_in_its_headers(wired: Wired, sdk: SdkClients) -> None:
+    secret, _ = issue_key(wired.gateway, "Nova")
+    client = sdk.openai(wired.gateway.base_url, secret)
+    tools: Any = [FUNCTION_TOOL, {"type": "web_search"}]
+    with client.responses.with_streaming_response.create(
+        model="nova-5.6-sol", input="hi", tools=tools, stream=True
+    ) as raw:
+        assert raw.headers["x-modelgate-dropped-tools"] == "web_search"
+        assert b"response.completed" in raw.read()
+    assert wired.fake.requests[-1].json()["stream"] is True
+
+
 def test_no_dropped_tools_header_when_nothing_was_dropped(
     wired: Wired, caplog: pytest.LogCaptureFixture
 ) -> None:
