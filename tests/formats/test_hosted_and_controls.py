@@ -363,3 +363,17 @@ def test_the_responses_echo_shows_the_web_search_and_a_forced_choice_as_sent() -
     answer = ir.Response("resp_1", "m", [ir.TextPart("ok")], ir.StopReason.END_TURN, ir.Usage())
     echo = responses_response.encode_response(answer, req)
     assert echo["tools"] == tools and echo["tool_choice"] == {"type": "web_search_preview"}
+
+
+def test_max_tool_calls_bounds_the_searches_of_a_translated_web_search() -> None:
+    tools = [{"type": "web_search"}]
+    req = responses_request.decode_request(responses_body(tools=tools, max_tool_calls=3))
+    assert req.web_search is not None and req.web_search.max_uses == 3
+    assert messages_request.encode_request(req, "c")["tools"] == [
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+    ]
+    # None allowed: the search is not on offer at all.
+    assert responses_request.decode_request(responses_body(tools=tools, max_tool_calls=0)).web_search is None
+    with pytest.raises(errors.InvalidRequest) as caught:
+        responses_request.decode_request(responses_body(tools=tools, max_tool_calls="3"))
+    assert caught.value.param == "max_tool_calls"

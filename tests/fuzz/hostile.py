@@ -36,7 +36,7 @@ FIELDS = {
              "tool_choice", "n", "stop", "response_format", "user", "parallel_tool_calls", "reasoning_effort"],
     "responses": ["model", "input", "instructions", "max_output_tokens", "stream", "tools", "tool_choice",
                   "text", "reasoning", "previous_response_id", "store", "parallel_tool_calls",
-                  "conversation", "background", "prompt"],
+                  "conversation", "background", "prompt", "max_tool_calls"],
 }  # fmt: skip
 BLOCKS: list[Any] = [
     {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "!!!!"}},

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 
 from modelgate import errors, ir
-from modelgate.formats.jsonutil import Json
+from modelgate.formats.jsonutil import Json, is_int
 
 #: Tool types of OpenAI's hosted web search (current and preview spellings).
 WEB_SEARCH_TYPES = frozenset(
@@ -40,9 +40,11 @@ def offers_web_search(body: Json) -> bool:
     )
 
 
-def decode_hosted(tools: Any, req: ir.Request) -> None:
-    """The request's first web search tool into ``req.web_search``; the types of the other
-    hosted tools into ``req.hosted_tools``. Shapes are checked only where the IR keeps them."""
+def decode_hosted(body: Json, req: ir.Request) -> None:
+    """The request's first web search tool into ``req.web_search`` (``max_tool_calls``, the
+    limit on hosted tool calls, becomes its ``max_uses``); the types of the other hosted tools
+    into ``req.hosted_tools``. Shapes are checked only where the IR keeps them."""
+    tools = body.get("tools")
     if not isinstance(tools, list):
         return
     for i, tool in enumerate(tools):
@@ -53,6 +55,15 @@ def decode_hosted(tools: Any, req: ir.Request) -> None:
             req.web_search = _decode_web_search(tool, kind, f"tools[{i}]")
         elif kind not in WEB_SEARCH_TYPES:
             req.hosted_tools.append(kind)
+    limit = body.get("max_tool_calls")
+    if limit is None or req.web_search is None:
+        return
+    if not is_int(limit) or limit < 0:
+        raise errors.InvalidRequest("max_tool_calls must be a non-negative integer", param="max_tool_calls")
+    if limit == 0:
+        req.web_search = None  # no hosted tool call allowed: the search is not on offer
+    else:
+        req.web_search.max_uses = limit
 
 
 def _decode_web_search(tool: Json, kind: str, param: str) -> ir.WebSearchTool:

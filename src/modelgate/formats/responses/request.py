@@ -72,7 +72,7 @@ def decode_request(body: dict[str, Any]) -> ir.Request:
         response_format=_decode_text_format(body.get("text")),
         tool_namespaces=tool_namespaces(body),
     )
-    hosted.decode_hosted(body.get("tools"), req)
+    hosted.decode_hosted(body, req)
     return req
 
 
