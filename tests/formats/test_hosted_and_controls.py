@@ -377,3 +377,22 @@ def test_max_tool_calls_bounds_the_searches_of_a_translated_web_search() -> None
     with pytest.raises(errors.InvalidRequest) as caught:
         responses_request.decode_request(responses_body(tools=tools, max_tool_calls="3"))
     assert caught.value.param == "max_tool_calls"
+
+
+def test_only_consecutive_tool_references_share_a_text_part() -> None:
+    content = [
+        {"type": "text", "text": "Tool search results:"},
+        {"type": "tool_reference", "tool_name": "A"},
+        {"type": "text", "text": "and"},
+        {"type": "tool_reference", "tool_name": "B"},
+    ]
+    turn = [{"type": "tool_result", "tool_use_id": "t1", "content": content}]
+    req = messages_request.decode_request(messages_body(messages=[{"role": "user", "content": turn}]))
+    result = req.messages[0].content[0]
+    assert isinstance(result, ir.ToolResultPart)
+    assert [p.text for p in result.content if isinstance(p, ir.TextPart)] == [
+        "Tool search results:",
+        "Tool A is now available.",
+        "and",
+        "Tool B is now available.",
+    ]

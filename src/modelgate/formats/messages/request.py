@@ -94,6 +94,8 @@ def _decode_tool_result(block: dict[str, Any], param: str) -> ir.ToolResultPart:
         raise _invalid(f"{param}.tool_use_id: expected a string", f"{param}.tool_use_id")
     content = block.get("content")
     parts: list[ir.TextPart | ir.ImagePart] = []
+    #: The text part of the tool references just read: consecutive ones share it, a line each.
+    references: ir.TextPart | None = None
     if isinstance(content, str):
         parts.append(ir.TextPart(content))
     elif isinstance(content, list):
@@ -101,6 +103,18 @@ def _decode_tool_result(block: dict[str, Any], param: str) -> ir.ToolResultPart:
             if not isinstance(item, dict):
                 raise _invalid(f"{param}.content.{j}: expected an object", f"{param}.content.{j}")
             kind = item.get("type")
+            if kind == "tool_reference":
+                name = item.get("tool_name")
+                if not isinstance(name, str) or not name:
+                    where = f"{param}.content.{j}.tool_name"
+                    raise _invalid(f"{where}: expected a non-empty string", where)
+                if references is None:
+                    references = ir.TextPart(tool_reference_text(name))
+                    parts.append(references)
+                else:
+                    references.text += "\n" + tool_reference_text(name)
+                continue
+            references = None
             if kind == "text" and isinstance(item.get("text"), str):
                 parts.append(ir.TextPart(item["text"]))
             elif kind == "image":
@@ -110,17 +124,6 @@ def _decode_tool_result(block: dict[str, Any], param: str) -> ir.ToolResultPart:
                 doc_text = _loose_text(item)
                 if doc_text:
                     parts.append(ir.TextPart(doc_text))
-            elif kind == "tool_reference":
-                name = item.get("tool_name")
-                if not isinstance(name, str) or not name:
-                    where = f"{param}.content.{j}.tool_name"
-                    raise _invalid(f"{where}: expected a non-empty string", where)
-                text = tool_reference_text(name)
-                previous = parts[-1] if parts else None
-                if isinstance(previous, ir.TextPart) and previous.text.startswith("Tool "):
-                    previous.text += "\n" + text  # one line per tool in one text part
-                else:
-                    parts.append(ir.TextPart(text))
     return ir.ToolResultPart(tool_use_id, parts, is_error=block.get("is_error") is True)
 
 
