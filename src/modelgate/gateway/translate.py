@@ -38,7 +38,7 @@ _PREFERENCE: Mapping[WireFormat, tuple[Dialect, ...]] = {
 class Built:
     body: bytes
     #: Hosted tool types the client offered and the upstream cannot run, as the client spelled
-    #: them, in the order offered (the ``x-modelgate-dropped-tools`` header).
+    #: them, sorted (the ``x-modelgate-dropped-tools`` header).
     dropped: tuple[str, ...] = ()
 
 
@@ -84,7 +84,7 @@ def build_body(
     request.max_tokens = max_tokens
     request.stream = stream
     sent = request
-    if request.web_search is not None and request.web_search.client_type in dropped:
+    if request.web_search is not None and ir.WEB_SEARCH_NAME not in target.runs_hosted:
         # The decoded request is shared by the attempts (a failover may reach an upstream that
         # can search) and by the response encoder: dropping happens on a copy.
         sent = replace(request, web_search=None)
@@ -108,7 +108,7 @@ def _hosted_tools_dropped(
     dropped = list(request.hosted_tools)
     if search is not None and not can_search:
         dropped.append(search.client_type)
-    unique = tuple(dict.fromkeys(dropped))
+    unique = tuple(sorted(set(dropped)))
     if unique and policy == "refuse":
         raise errors.InvalidRequest(
             f"tools: hosted tool type(s) {', '.join(unique)} are not supported for this model: its "
