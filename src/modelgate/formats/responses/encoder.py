@@ -54,8 +54,9 @@ class StreamEncoder:
     emitted lazily on the first non-empty thinking delta, so empty and redacted thinking produce
     no item. A web search becomes one ``web_search_call`` item: added (``in_progress``) when its
     call block starts, ``searching`` when the call block ends, ``completed`` and done with its
-    result block (or at the next item or the end, when no result came). The response ``model`` is ``request.model`` when a request is given, else
-    ``Start.model``. Usage always travels in the terminal response object, as on the real API.
+    result block (or at the next item or the end, when no result came). The response ``model``
+    is ``request.model`` when a request is given, else ``Start.model``. Usage always travels in
+    the terminal response object, as on the real API.
     """
 
     def __init__(
