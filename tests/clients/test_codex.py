@@ -5,10 +5,12 @@ tool cannot run and must not stop the request."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.clients.conftest import ROUTES, Clients, usage_records
@@ -21,7 +23,10 @@ from tests.clients.harness import (
     tool_names,
     tool_output_seen,
 )
+from tests.conformance.upstreams import Recorded, ReplayUpstream
+from tests.fakes.searches import anthropic_search_stream
 from tests.gateway_server import GatewayServer, running_gateway
+from tests.loop_thread import LoopThread
 
 #: Gateway model -> what its route is for Codex.
 MODELS = {"nova-5.5": "passthrough", "nova-5.6-sol": "Anthropic-dialect", "nova-5.6-terra": "Chat-only"}
@@ -123,3 +128,37 @@ def test_an_unconfigured_gateway_answers_over_http(
     _, last = codex(unconfigured, clients.bins.codex, tmp_path, key.secret, "Say hello.", "nova-5.5")
     assert last.startswith("[simulator]")
     assert {r.model for r in usage_records(unconfigured, key.record.id)} == {"nova-5.5"}
+
+
+@pytest.fixture(scope="module")
+def searching(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayServer, ReplayUpstream]]:
+    """A Nova model on an Anthropic-dialect upstream that plays back recorded answers."""
+    with LoopThread("codex-search") as loop:
+        replay = loop.start(ReplayUpstream())
+        providers = [
+            {"name": "simulator", "kind": "simulator"},
+            {"name": "replay", "kind": "anthropic", "base_url": replay.base_url, "api_key_env": "UP_KEY"},
+        ]
+        with running_gateway(
+            tmp_path_factory.mktemp("codex-search") / "data",
+            env={"UP_KEY": "sk-upstream-search-0123456789"},
+            providers=providers,
+            deployments={"nova-5.6-sol": [{"provider": "replay", "upstream_model": "claude-up"}]},
+            routing={"max_attempts": 1},
+        ) as server:
+            yield server, replay
+
+
+def test_an_anthropic_web_search_reaches_codex(
+    clients: Clients, searching: tuple[GatewayServer, ReplayUpstream], tmp_path: Path
+) -> None:
+    """Codex's hosted web_search runs as Anthropic's server tool; the search and the answer after
+    it come back as Responses items Codex reads (a web_search_call, then the message)."""
+    gateway, replay = searching
+    replay.answers.append(Recorded(anthropic_search_stream()))
+    key = gateway.key(gateway.account(f"codex-search-{time.monotonic_ns()}"), "Nova")
+    _, last = codex(gateway, clients.bins.codex, tmp_path, key.secret, "What is modelgate?", "nova-5.6-sol")
+    assert last == "It is a gateway."
+    (sent,) = [orjson.loads(body) for body in replay.bodies]
+    assert {"type": "web_search_20250305", "name": "web_search"} in sent["tools"]
+    assert {r.model for r in usage_records(gateway, key.record.id)} == {"nova-5.6-sol"}

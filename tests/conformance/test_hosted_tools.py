@@ -24,6 +24,7 @@ import pytest
 
 from tests.conformance.conftest import UPSTREAM_KEY, Wired, issue_key, usage_records
 from tests.conformance.upstreams import Recorded, Scripted, start_fake
+from tests.fakes.searches import ANTHROPIC_SEARCH, anthropic_search_stream, sse_event
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.gateway.clients import SdkClients
 from tests.gateway_server import GatewayServer, running_gateway
@@ -225,104 +226,6 @@ def test_codex_on_an_anthropic_upstream_gets_the_web_search_server_tool(wired: W
     }
 
 
-ANTHROPIC_SEARCH: dict[str, Any] = {
-    "id": "msg_01Search",
-    "type": "message",
-    "role": "assistant",
-    "model": "claude-replay",
-    "content": [
-        {"type": "text", "text": "Let me search."},
-        {
-            "type": "server_tool_use",
-            "id": "srvtoolu_01",
-            "name": "web_search",
-            "input": {"query": "modelgate"},
-        },
-        {
-            "type": "web_search_tool_result",
-            "tool_use_id": "srvtoolu_01",
-            "content": [
-                {
-                    "type": "web_search_result",
-                    "url": "https://example.com/a",
-                    "title": "A",
-                    "encrypted_content": "enc-a",
-                    "page_age": "1 day",
-                },
-                {
-                    "type": "web_search_result",
-                    "url": "https://example.com/b",
-                    "title": "B",
-                    "encrypted_content": "enc-b",
-                },
-            ],
-        },
-        {"type": "text", "text": "It is a gateway."},
-    ],
-    "stop_reason": "end_turn",
-    "stop_sequence": None,
-    "usage": {"input_tokens": 50, "output_tokens": 20, "server_tool_use": {"web_search_requests": 1}},
-}
-
-
-def _sse(event: str, data: dict[str, Any]) -> bytes:
-    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
-
-
-def anthropic_search_stream() -> bytes:
-    message = {
-        **ANTHROPIC_SEARCH,
-        "content": [],
-        "stop_reason": None,
-        "usage": {"input_tokens": 50, "output_tokens": 1},
-    }
-    blocks = ANTHROPIC_SEARCH["content"]
-    out = _sse("message_start", {"type": "message_start", "message": message})
-    out += _sse(
-        "content_block_start",
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-    )
-    out += _sse(
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "text_delta", "text": "Let me search."},
-        },
-    )
-    out += _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-    call = {**blocks[1], "input": {}}
-    out += _sse("content_block_start", {"type": "content_block_start", "index": 1, "content_block": call})
-    for piece in ('{"query": "model', 'gate"}'):
-        delta = {"type": "input_json_delta", "partial_json": piece}
-        out += _sse("content_block_delta", {"type": "content_block_delta", "index": 1, "delta": delta})
-    out += _sse("content_block_stop", {"type": "content_block_stop", "index": 1})
-    out += _sse(
-        "content_block_start", {"type": "content_block_start", "index": 2, "content_block": blocks[2]}
-    )
-    out += _sse("content_block_stop", {"type": "content_block_stop", "index": 2})
-    out += _sse(
-        "content_block_start",
-        {"type": "content_block_start", "index": 3, "content_block": {"type": "text", "text": ""}},
-    )
-    out += _sse(
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 3,
-            "delta": {"type": "text_delta", "text": "It is a gateway."},
-        },
-    )
-    out += _sse("content_block_stop", {"type": "content_block_stop", "index": 3})
-    finish: dict[str, Any] = {
-        "type": "message_delta",
-        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-        "usage": {"output_tokens": 20},
-    }
-    out += _sse("message_delta", finish)
-    return out + _sse("message_stop", {"type": "message_stop"})
-
-
 def _assert_search_output(output: list[Any]) -> None:
     assert [item.type for item in output] == ["message", "web_search_call", "message"]
     search = output[1]
@@ -464,7 +367,7 @@ def test_a_messages_web_search_streams_back_as_blocks(wired: Wired, sdk: SdkClie
         ("response.completed", {"response": RESPONSES_SEARCH}),
     ]
     body = b"".join(
-        _sse(kind, {"type": kind, "sequence_number": n, **data}) for n, (kind, data) in enumerate(events)
+        sse_event(kind, {"type": kind, "sequence_number": n, **data}) for n, (kind, data) in enumerate(events)
     )
     wired.replay.answers.append(Recorded(body))
     client = sdk.anthropic(wired.gateway.base_url, secret)
