@@ -55,9 +55,20 @@ class Usage:
 
 
 @dataclass(slots=True)
+class Citation:
+    """A web source a text part cites (Messages ``web_search_result_location``, Responses
+    ``url_citation``): the whole part cites it."""
+
+    url: str
+    title: str = ""
+
+
+@dataclass(slots=True)
 class TextPart:
     text: str
     type: Literal["text"] = "text"
+    #: Output only: the web sources the text cites (a hosted web search's results).
+    citations: list[Citation] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -307,6 +318,14 @@ class SignatureDelta:
 
 
 @dataclass(slots=True)
+class CitationDelta:
+    """A source the open text block cites (it applies to the whole block)."""
+
+    index: int
+    citation: Citation
+
+
+@dataclass(slots=True)
 class BlockStop:
     index: int
 
@@ -333,6 +352,7 @@ Event = (
     | ToolArgsDelta
     | ThinkingDelta
     | SignatureDelta
+    | CitationDelta
     | BlockStop
     | Finish
     | StreamError

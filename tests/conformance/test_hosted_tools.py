@@ -226,13 +226,24 @@ def test_codex_on_an_anthropic_upstream_gets_the_web_search_server_tool(wired: W
     }
 
 
-def _assert_search_output(output: list[Any]) -> None:
-    assert [item.type for item in output] == ["message", "web_search_call", "message"]
+def _assert_search_output(output: list[Any], *, streamed: bool = False) -> None:
+    """The search item between the two answers; the cited text carries a url_citation over
+    exactly the text that cited it (a stream gives each text block its own message item)."""
+    messages = ["message", "message"] if streamed else ["message"]
+    assert [item.type for item in output] == ["message", "web_search_call", *messages]
     search = output[1]
     assert search.id == "srvtoolu_01" and search.status == "completed"
     assert search.action.type == "search" and search.action.query == "modelgate"
     assert [s.url for s in search.action.sources] == ["https://example.com/a", "https://example.com/b"]
-    assert output[2].content[0].text == "It is a gateway."
+    text = "".join(part.text for item in output[2:] for part in item.content)
+    assert text == "It is a gateway. Sources agree."
+    cited = output[-1].content[0]
+    (annotation,) = cited.annotations
+    assert annotation.type == "url_citation" and (annotation.url, annotation.title) == (
+        "https://example.com/a",
+        "A",
+    )
+    assert cited.text[annotation.start_index : annotation.end_index] == " Sources agree."
 
 
 def test_anthropic_searches_come_back_as_web_search_call_items_whole(wired: Wired, sdk: SdkClients) -> None:
@@ -267,12 +278,13 @@ def test_anthropic_searches_stream_as_web_search_call_events(wired: Wired, sdk: 
     # The call's item is added before its events and done after them, between the two messages.
     added = [e.item.type for e in events if e.type == "response.output_item.added"]
     done = [e.item.type for e in events if e.type == "response.output_item.done"]
-    assert added == done == ["message", "web_search_call", "message"]
+    assert added == done == ["message", "web_search_call", "message", "message"]
     assert kinds.index("response.web_search_call.completed") < kinds.index(
         "response.output_text.done", kinds.index("response.web_search_call.completed")
     )
     assert [e.sequence_number for e in events] == list(range(len(events)))
-    _assert_search_output(final.output)
+    assert kinds.count("response.output_text.annotation.added") == 1
+    _assert_search_output(final.output, streamed=True)
 
 
 # --- Messages client -> OpenAI upstream: the search goes to Responses --------------------------

@@ -7,6 +7,13 @@ from typing import Any
 
 import orjson
 
+CITATION: dict[str, Any] = {
+    "type": "web_search_result_location",
+    "url": "https://example.com/a",
+    "title": "A",
+    "encrypted_index": "idx-a",
+    "cited_text": "modelgate is a gateway",
+}
 ANTHROPIC_SEARCH: dict[str, Any] = {
     "id": "msg_01Search",
     "type": "message",
@@ -40,6 +47,7 @@ ANTHROPIC_SEARCH: dict[str, Any] = {
             ],
         },
         {"type": "text", "text": "It is a gateway."},
+        {"type": "text", "text": " Sources agree.", "citations": [CITATION]},
     ],
     "stop_reason": "end_turn",
     "stop_sequence": None,
@@ -98,6 +106,21 @@ def anthropic_search_stream() -> bytes:
         },
     )
     out += sse_event("content_block_stop", {"type": "content_block_stop", "index": 3})
+    out += sse_event(
+        "content_block_start",
+        {
+            "type": "content_block_start",
+            "index": 4,
+            "content_block": {"type": "text", "text": "", "citations": []},
+        },
+    )
+    deltas: list[dict[str, Any]] = [
+        {"type": "citations_delta", "citation": CITATION},
+        {"type": "text_delta", "text": " Sources agree."},
+    ]
+    for delta in deltas:
+        out += sse_event("content_block_delta", {"type": "content_block_delta", "index": 4, "delta": delta})
+    out += sse_event("content_block_stop", {"type": "content_block_stop", "index": 4})
     finish: dict[str, Any] = {
         "type": "message_delta",
         "delta": {"stop_reason": "end_turn", "stop_sequence": None},

@@ -396,3 +396,46 @@ def test_only_consecutive_tool_references_share_a_text_part() -> None:
         "and",
         "Tool B is now available.",
     ]
+
+
+def test_citations_become_url_citations_over_the_text_that_cited() -> None:
+    from openai.types.responses import Response as OpenAIResponse
+
+    from modelgate.formats.responses import response as responses_response
+
+    source = ir.Citation("https://a.example", "A")
+    answer = ir.Response(
+        "resp_1",
+        "m",
+        [ir.TextPart("Plain. "), ir.TextPart("Cited.", citations=[source]), ir.TextPart(" Tail")],
+        ir.StopReason.END_TURN,
+        ir.Usage(),
+    )
+    body = responses_response.encode_response(answer, ir.Request("m", []))
+    message = OpenAIResponse.model_validate(body).output[0]
+    assert message.type == "message"
+    text = message.content[0]
+    assert text.type == "output_text"
+    (annotation,) = text.annotations
+    assert annotation.type == "url_citation"
+    assert text.text[annotation.start_index : annotation.end_index] == "Cited."
+    assert (annotation.url, annotation.title) == ("https://a.example", "A")
+    # Messages decoding keeps web search citations only (document citations cite what is dropped).
+    decoded = messages_response_decode(
+        [
+            {
+                "type": "text",
+                "text": "x",
+                "citations": [{"type": "web_search_result_location", "url": "u", "title": "t"}],
+            },
+            {"type": "text", "text": "y", "citations": [{"type": "char_location", "document_index": 0}]},
+        ]
+    )
+    assert [p.citations for p in decoded if isinstance(p, ir.TextPart)] == [[ir.Citation("u", "t")], []]
+
+
+def messages_response_decode(content: list[dict[str, Any]]) -> list[ir.OutputPart]:
+    from modelgate.formats.messages import response as messages_response
+
+    body = {"id": "m", "model": "c", "content": content, "stop_reason": "end_turn", "usage": {}}
+    return messages_response.decode_response(body).content

@@ -145,3 +145,20 @@ def decode_result(block: Json) -> ir.WebSearchResult:
 def search_query(tool_input: Any) -> str:
     query = tool_input.get("query") if isinstance(tool_input, dict) else None
     return query if isinstance(query, str) else ""
+
+
+def citation(raw: Any) -> ir.Citation | None:
+    """A ``web_search_result_location`` citation (other kinds cite documents the IR drops)."""
+    if not isinstance(raw, dict) or raw.get("type") != "web_search_result_location":
+        return None
+    url = raw.get("url")
+    if not isinstance(url, str):
+        return None
+    title = raw.get("title")
+    return ir.Citation(url, title if isinstance(title, str) else "")
+
+
+def citations(block: Json) -> list[ir.Citation]:
+    listed = block.get("citations")
+    found = (citation(c) for c in (listed if isinstance(listed, list) else ()))
+    return [c for c in found if c is not None]

@@ -68,7 +68,7 @@ def decode_response(body: dict[str, Any]) -> ir.Response:
             if called is not None:
                 called.result = hosted.decode_result(block)
         elif kind == "text" and isinstance(block.get("text"), str):
-            parts.append(ir.TextPart(block["text"]))
+            parts.append(ir.TextPart(block["text"], citations=hosted.citations(block)))
         elif kind == "tool_use":
             tool_input = block.get("input")
             parts.append(

@@ -68,6 +68,8 @@ class StreamEncoder:
             return _delta(event.index, b'thinking_delta","thinking":', event.thinking)
         if isinstance(event, ir.SignatureDelta):
             return _delta(event.index, b'signature_delta","signature":', event.signature)
+        if isinstance(event, ir.CitationDelta):
+            return b""  # a Messages citation needs the upstream's encrypted index: not carried
         if isinstance(event, ir.BlockStart):
             prefix = _block_stop(self._open) if self._open is not None else b""
             self._open = event.index
@@ -216,6 +218,8 @@ class StreamDecoder:
                 out.append(ir.ThinkingDelta(index, str(delta.get("thinking", ""))))
             elif dtype == "signature_delta":
                 out.append(ir.SignatureDelta(index, str(delta.get("signature", ""))))
+            elif dtype == "citations_delta" and (cited := hosted.citation(delta.get("citation"))):
+                out.append(ir.CitationDelta(index, cited))
         elif kind == "content_block_start":
             self._block_start(data, out)
         elif kind == "content_block_stop":

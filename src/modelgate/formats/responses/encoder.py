@@ -30,11 +30,12 @@ from modelgate.formats.responses.wire import (
     request_echo,
     response_object,
     status_for,
+    url_citation,
 )
 
 
 class _OpenItem:
-    __slots__ = ("block", "call_id", "item_id", "kind", "name", "output_index", "parts")
+    __slots__ = ("block", "call_id", "citations", "item_id", "kind", "name", "output_index", "parts")
 
     def __init__(self, block: int, kind: str, item_id: str, output_index: int) -> None:
         self.block = block
@@ -43,6 +44,8 @@ class _OpenItem:
         #: -1 until the item is emitted (thinking items are emitted on their first text).
         self.output_index = output_index
         self.parts: list[str] = []
+        #: Text items: the sources the text cites (annotated over the whole text when it ends).
+        self.citations: list[ir.Citation] = []
         self.call_id = ""
         self.name = ""
 
@@ -91,6 +94,10 @@ class StreamEncoder:
         out = b"" if self._started or isinstance(event, ir.Start) else self._start(None, None)
         if isinstance(event, ir.TextDelta | ir.ToolArgsDelta | ir.ThinkingDelta):
             return out + self._delta(event)
+        if isinstance(event, ir.CitationDelta):
+            if self._open is not None and self._open.block == event.index and self._open.kind == "text":
+                self._open.citations.append(event.citation)
+            return out
         if isinstance(event, ir.Start):
             return self._start(event.id, event.model) if not self._started else b""
         if isinstance(event, ir.BlockStart):
@@ -254,14 +261,19 @@ class StreamEncoder:
         text = "".join(item.parts)
         ref = {"item_id": item.item_id, "output_index": item.output_index}
         if item.kind == "text":
-            done = message_item(item.item_id, text)
-            out = self._emit(
+            annotations = [url_citation(c, 0, len(text)) for c in item.citations]
+            done = message_item(item.item_id, text, annotations=annotations)
+            out = b""
+            for n, annotation in enumerate(annotations):
+                out += self._emit(
+                    "response.output_text.annotation.added",
+                    {**ref, "content_index": 0, "annotation_index": n, "annotation": annotation},
+                )
+            out += self._emit(
                 "response.output_text.done", {**ref, "content_index": 0, "text": text, "logprobs": []}
             )
-            out += self._emit(
-                "response.content_part.done",
-                {**ref, "content_index": 0, "part": {"type": "output_text", "text": text, "annotations": []}},
-            )
+            part = {"type": "output_text", "text": text, "annotations": annotations}
+            out += self._emit("response.content_part.done", {**ref, "content_index": 0, "part": part})
         elif item.kind == "tool":
             # An empty argument stream means "no arguments" (Messages semantics): send "{}".
             text = text or "{}"

@@ -24,6 +24,7 @@ from modelgate.formats.responses.wire import (
     response_object,
     status_for,
     stop_reason_from,
+    url_citation,
     usage_from_wire,
 )
 
@@ -40,15 +41,26 @@ def encode_response(
     ``request.model`` (the client-facing id) when a request is given, else ``resp.model``."""
     output: list[Json] = []
     text: list[str] = []
+    #: Citations of the message being built, over the text parts that carry them.
+    annotations: list[Json] = []
+    length = 0
 
     def flush_text() -> None:
+        nonlocal length
         if text:
-            output.append(message_item(ids.new_output_message_id(), "".join(text)))
+            output.append(
+                message_item(ids.new_output_message_id(), "".join(text), annotations=list(annotations))
+            )
             text.clear()
+            annotations.clear()
+            length = 0
 
     for part in resp.content:
         if isinstance(part, ir.TextPart):
             text.append(part.text)
+            end = length + len(part.text)
+            annotations.extend(url_citation(c, length, end) for c in part.citations)
+            length = end
             continue
         flush_text()
         if isinstance(part, ir.ToolUsePart):

@@ -74,13 +74,26 @@ def stop_reason_from(status: Any, incomplete_details: Any, has_function_call: bo
     return ir.StopReason.TOOL_USE if has_function_call else ir.StopReason.END_TURN
 
 
-def message_item(item_id: str, text: str | None, status: str = "completed") -> Json:
-    content = [] if text is None else [_output_text(text)]
+def message_item(
+    item_id: str, text: str | None, status: str = "completed", annotations: list[Json] | None = None
+) -> Json:
+    content = [] if text is None else [_output_text(text, annotations or [])]
     return {"id": item_id, "type": "message", "status": status, "role": "assistant", "content": content}
 
 
-def _output_text(text: str) -> Json:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def _output_text(text: str, annotations: list[Json]) -> Json:
+    return {"type": "output_text", "text": text, "annotations": annotations, "logprobs": []}
+
+
+def url_citation(citation: ir.Citation, start: int, end: int) -> Json:
+    """A ``url_citation`` annotation over ``text[start:end]`` of an ``output_text``."""
+    return {
+        "type": "url_citation",
+        "start_index": start,
+        "end_index": end,
+        "url": citation.url,
+        "title": citation.title,
+    }
 
 
 def function_call_item(
