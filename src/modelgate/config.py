@@ -241,7 +241,14 @@ class Settings(_Section):
     def _check_default_provider(self) -> Settings:
         names = {p.name for p in self.providers}
         if self.default_provider and self.default_provider not in names:
-            raise ValueError(f"default_provider: {self.default_provider!r} is not a configured provider")
+            first = self.providers[0].name if self.providers else "my-provider"
+            raise ValueError(
+                f"default_provider: {self.default_provider!r} is not a configured provider "
+                f"(configured: {', '.join(sorted(names)) or 'none'}). Set one at the top of the config "
+                f'file: default_provider = "{first}" serves every model without [deployments] from it, '
+                'or default_provider = "" serves only the models named under [deployments]; '
+                'or keep the simulator with a [[providers]] table holding name = "simulator" and kind = "simulator"'
+            )
         return self
 
     @model_validator(mode="after")
