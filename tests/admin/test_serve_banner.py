@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -184,3 +185,20 @@ def test_the_simulator_label_names_only_simulated_models(tmp_path: Path) -> None
         simulated = next(line for line in printed.splitlines() if line.startswith("The built-in simulator"))
         assert "aria-haiku-4.5" in simulated and "aria-sonnet-4.6" not in simulated
         assert "every model" not in simulated
+
+
+def test_a_busy_port_stops_the_start_before_any_banner_or_secret(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = failed_serve(data, "--port", str(port))
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert f"cannot listen on 127.0.0.1:{port}: the address is already in use" in " ".join(
+        refused.stderr.split()
+    )
+    assert f"make serve PORT={port + 1}" in refused.stderr.replace("\n", "")
+    # Nothing was bootstrapped: the next start is still a first start.
+    with serving(data) as (_, printed):
+        assert "operator admin token" in printed
