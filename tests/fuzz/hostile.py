@@ -79,6 +79,33 @@ TOOL_CHOICES: list[Any] = [
     {"type": "tool", "name": 5},
     {"type": "function"},
 ]
+#: Structured-output schemas the simulator must answer without a 5xx or a stall: huge bounds,
+#: self-reference from required properties, reference loops, contradictions, wrong types.
+SCHEMAS: list[Any] = [
+    {"type": "array", "minItems": 10**9, "items": {"type": "string", "minLength": 10**9}},
+    {"type": "object", "properties": {k: {"$ref": "#"} for k in "abcd"}, "required": list("abcd")},
+    {"allOf": [{"$ref": "#"}]}, {"anyOf": [{"$ref": "#"}]}, {"oneOf": []}, {"enum": []},
+    {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}},
+    {"type": "integer", "minimum": 1e300}, {"type": "number", "minimum": 1e308, "multipleOf": 1e-300},
+    {"type": "integer", "minimum": 5, "maximum": 1}, {"type": "integer", "multipleOf": 0},
+    {"type": "string", "description": "{} " * 20000 + "x"}, {"type": "object", "minProperties": 10**9},
+    {"type": 5, "properties": [], "required": {"a": 1}, "items": "x", "anyOf": "x", "allOf": 7},
+    {"$ref": 5}, {"$ref": "http://127.0.0.1:9/schema"}, {"$ref": "#/nope/0"}, {"type": ["array"], "maxItems": -1},
+    {"type": "string", "pattern": "(x+x+)+y", "minLength": 4000}, {"type": "string", "format": 5},
+]  # fmt: skip
+
+
+def structured(fmt: str, schema: Any, rng: random.Random) -> dict[str, Any]:
+    """The field asking ``fmt``'s endpoint for JSON output, around ``schema``."""
+    if rng.random() < 0.1:
+        schema = {"type": "object", "properties": {"x": schema}, "required": ["x"]}
+    if fmt == "messages":
+        return rng.choice([{"output_config": {"format": {"type": "json_schema", "schema": schema}}},
+                           {"output_format": {"type": "json_schema", "schema": schema}}])  # fmt: skip
+    if fmt == "chat":
+        kind = rng.choice(["json_schema", "json_schema", "json_object"])
+        return {"response_format": {"type": kind, "json_schema": {"name": "x", "schema": schema}}}
+    return {"text": {"format": {"type": "json_schema", "name": "x", "schema": schema}}}
 
 
 @dataclass
@@ -110,7 +137,7 @@ def valid(fmt: str, rng: random.Random) -> dict[str, Any]:
 
 
 def mutate(fmt: str, body: dict[str, Any], rng: random.Random, tags: list[str]) -> dict[str, Any]:
-    choice = rng.randrange(9)
+    choice = rng.randrange(10)
     if choice == 0:
         name = rng.choice(FIELDS[fmt])
         body[name] = rng.choice(ODD_VALUES)
@@ -154,6 +181,9 @@ def mutate(fmt: str, body: dict[str, Any], rng: random.Random, tags: list[str]) 
             if rng.random() < 0.5:
                 body[key] = rng.choice(ODD_VALUES)
         tags.append("many")
+    elif choice == 8:
+        body.update(structured(fmt, rng.choice([*SCHEMAS, *ODD_VALUES]), rng))
+        tags.append("structured")
     else:
         body["stream_options"] = rng.choice([5, {"include_usage": "yes"}, {"include_usage": True}, []])
         tags.append("stream_options")
