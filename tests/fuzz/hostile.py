@@ -234,6 +234,18 @@ def headers_for(fmt: str, keys: dict[str, str], rng: random.Random, tags: list[s
         headers["anthropic-version"] = (
             "2023-06-01" if rng.random() > 0.05 else rng.choice(["", "1.0", "2023-06-01 x"])
         )
+        if rng.random() < 0.1:  # judged per upstream kind (upstream.betas)
+            headers["anthropic-beta"] = rng.choice(
+                [
+                    ",,,",
+                    ", ,x",
+                    "files-api-2025-04-14",
+                    "x" * 6000,
+                    "a," * 2000,
+                    "claude-code-20250219,\tfiles-api-2025-04-14",
+                ]
+            )
+            tags.append("betas")
     else:
         headers["authorization"] = f"Bearer {key}"
     if rng.random() < 0.1:  # W3C trace context: passed on only when well formed (issue 12)
