@@ -40,7 +40,11 @@ def test_unknown_betas_pass_on_anthropic_and_are_stripped_on_the_clouds() -> Non
 
 def test_stripped_betas_take_their_fields_unless_a_sent_beta_needs_them() -> None:
     plan = plan_betas("vertex", ["effort-2025-11-24", "fine-grained-tool-streaming-2025-05-14"])
-    assert plan.strip_fields == ("output_config.effort", "tools[].eager_input_streaming")
+    # Effort is generally available: Vertex loses only the retired beta name, not the field.
+    assert plan.stripped == ("effort-2025-11-24", "fine-grained-tool-streaming-2025-05-14")
+    assert plan.strip_fields == ("tools[].eager_input_streaming",)
+    strip: Any = {"effort-2025-11-24": "strip"}  # an operator's strip takes the field too
+    assert plan_betas("vertex", ["effort-2025-11-24"], strip).strip_fields == ("output_config.effort",)
     overrides: Any = {"advanced-tool-use-2025-11-20": "strip"}
     plan = plan_betas("bedrock", ["advanced-tool-use-2025-11-20", "tool-search-tool-2025-10-19"], overrides)
     assert "tools[].defer_loading" not in plan.strip_fields  # tool search still sent

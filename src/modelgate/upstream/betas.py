@@ -9,7 +9,8 @@ flag`` (400) for the rest, so for them the table below decides, beta by beta:
 - ``pass``: sent (under the cloud's own name where it has one: tool search is
   ``tool-search-tool-2025-10-19`` there, ``advanced-tool-use-2025-11-20`` on the Anthropic API);
 - ``strip``: not sent, and the request's body fields that only that beta allows are removed
-  with it (``BODY_FIELDS``), so the cloud neither refuses the beta nor the fields;
+  with it (``BODY_FIELDS``), so the cloud neither refuses the beta nor the fields (a beta whose
+  feature has become generally available loses only its name: ``HEADER_ONLY``);
 - ``refuse``: the request is refused with a 400 naming the beta: the feature cannot work on the
   cloud and quietly dropping it would change the answer (files, MCP servers, skills, server-run
   code execution and web fetch).
@@ -50,12 +51,16 @@ class Rule:
     action: Action
     #: The name the cloud knows the beta by, when it differs.
     send_as: str | None = None
+    #: Whether a strip takes the beta's body fields too; not when the feature has become
+    #: generally available and only the retired beta name is refused.
+    fields: bool = True
 
 
 PASS = Rule("pass")
 STRIP = Rule("strip")
 REFUSE = Rule("refuse")
 TOOL_SEARCH_CLOUD = Rule("pass", send_as="tool-search-tool-2025-10-19")
+HEADER_ONLY = Rule("strip", fields=False)
 
 #: Body fields only a beta allows: removed when the beta is stripped. ``a.b`` is a nested key,
 #: ``tools[].x`` a key of every tool, ``a>b.c`` moves ``a`` to ``b.c`` (unless that is set).
@@ -115,7 +120,8 @@ TABLE: Mapping[str, Mapping[str, Rule]] = {
     "vertex": {
         **_COMMON,
         "claude-code-20250219": PASS,
-        "effort-2025-11-24": STRIP,
+        # Vertex refuses the beta name; output_config.effort itself is generally available.
+        "effort-2025-11-24": HEADER_ONLY,
         "mid-conversation-tool-changes-2026-07-01": STRIP,
         "per-turn-control-2026-07-01": PASS,
         "fine-grained-tool-streaming-2025-05-14": STRIP,
@@ -199,7 +205,8 @@ def plan_betas(
             if beta not in table and override is None:
                 log.debug("anthropic-beta %s is unknown for kind %s: not sent", beta, kind)
             stripped.append(beta)
-            fields += [f for f in BODY_FIELDS.get(beta, ()) if f not in fields]
+            if rule.fields:
+                fields += [f for f in BODY_FIELDS.get(beta, ()) if f not in fields]
             continue
         name = rule.send_as or beta
         if name not in send:
