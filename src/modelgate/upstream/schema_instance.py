@@ -7,8 +7,8 @@ value), ``properties``/``required``/``additionalProperties``/``min|maxProperties
 ``$ref`` into ``$defs``/``definitions``, ``items``/``prefixItems`` (and draft-7 item lists),
 ``min|maxItems``, ``uniqueItems``, ``min|maxLength``, ``minimum``/``maximum`` and the exclusive
 bounds (draft 4 booleans too), ``multipleOf``, and ``format`` date, time, date-time, duration,
-email, hostname, ipv4, ipv6, uri, uuid. ``pattern`` is not honoured (no general generator
-for patterns; the text is ``simulated``); ``not``, ``if``/``then`` and ``dependentSchemas`` are ignored. Numeric bounds
+email, hostname, ipv4, ipv6, uri, uuid. ``pattern`` (``schema_pattern``: the shortest text the
+pattern describes, lookarounds aside; lengths are then not adjusted); ``not``, ``if``/``then`` and ``dependentSchemas`` are ignored. Numeric bounds
 a description ends with (``{minLength: 12, minimum: 5}``: the Anthropic SDK moves the constraints
 its API does not take there, for the model to follow) are honoured as the keywords would be.
 
@@ -27,6 +27,8 @@ import math
 import re
 from fractions import Fraction
 from typing import Any
+
+from modelgate.upstream.schema_pattern import pattern_text
 
 #: Nesting below which optional properties and one array item are still generated.
 _RICH_DEPTH = 4
@@ -317,6 +319,12 @@ def _is(value: Any, kind: str) -> bool:
 
 
 def _string(node: dict[str, Any], index: int) -> str:
+    pattern = node.get("pattern")
+    low = node.get("minLength")
+    wanted = low if isinstance(low, int) and not isinstance(low, bool) else 0
+    text = pattern_text(pattern, wanted) if isinstance(pattern, str) else None
+    if text is not None:
+        return text  # what the pattern describes; lengths are not adjusted (anchors would break)
     fmt = node.get("format")
     text = _FORMATS.get(fmt, "simulated") if isinstance(fmt, str) else "simulated"
     if index and fmt not in _FORMATS:
