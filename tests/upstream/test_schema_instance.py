@@ -50,6 +50,9 @@ SCHEMAS: list[Any] = [
     {"type": "array", "items": {"type": "integer"}, "minItems": 4, "uniqueItems": True},
     {"type": "array", "items": {"type": "string"}, "minItems": 3, "maxItems": 3, "uniqueItems": True},
     {"type": "array", "maxItems": 0},
+    {"type": "array", "contains": {"const": 5}},
+    {"type": "array", "items": {"type": "integer"}, "contains": {"minimum": 7}, "minItems": 3},
+    {"type": "array", "prefixItems": [{"const": "x"}], "contains": {"type": "integer"}},
     {
         "type": "array",
         "prefixItems": [{"type": "integer"}, {"type": "boolean"}],

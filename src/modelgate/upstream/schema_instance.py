@@ -5,7 +5,7 @@ output uses (OpenAI strict schemas, Pydantic's, Anthropic's): ``type`` (a list m
 value), ``properties``/``required``/``additionalProperties``/``min|maxProperties``, ``enum``,
 ``const``, ``anyOf``/``oneOf`` (the first branch that yields a value), ``allOf`` (merged), local
 ``$ref`` into ``$defs``/``definitions``, ``items``/``prefixItems`` (and draft-7 item lists),
-``min|maxItems``, ``uniqueItems``, ``min|maxLength``, ``minimum``/``maximum`` and the exclusive
+``min|maxItems``, ``uniqueItems``, ``contains``, ``min|maxLength``, ``minimum``/``maximum`` and the exclusive
 bounds (draft 4 booleans too), ``multipleOf``, and ``format`` date, time, date-time, duration,
 email, hostname, ipv4, ipv6, uri, uuid. ``pattern`` (``schema_pattern``: the shortest text the
 pattern describes, lookarounds aside; lengths are then not adjusted); ``not``, ``if``/``then`` and ``dependentSchemas`` are ignored. Numeric bounds
@@ -223,10 +223,15 @@ class _Walk:
         if high is not None:
             count = min(count, high)
         unique = node.get("uniqueItems") is True
+        contains = node.get("contains")
         result: list[Any] = []
         for i in range(count):
             schema = prefix[i] if i < len(prefix) else items
+            if i == len(prefix) and isinstance(contains, dict):
+                schema = {"allOf": [schema, contains]}  # one item also satisfies ``contains``
             result.append(self.value(schema, depth + 1, i if unique else 0))
+        if isinstance(contains, dict) and count <= len(prefix) and (high is None or count < high):
+            result.append(self.value({"allOf": [items, contains]}, depth + 1, count if unique else 0))
         return result
 
 
