@@ -90,6 +90,22 @@ def test_messages_parse_whole_and_streamed(gateway: GatewayServer, sdk: SdkClien
     assert streamed == text and final.parsed_output == whole.parsed_output
 
 
+class Ticket(BaseModel):
+    code: str = Field(pattern=r"^[A-Z]{3}-\d{4}$")
+    phone: str = Field(pattern=r"^\+?[1-9]\d{6,14}$")
+    labels: list[Literal["bug", "feature"]]
+
+
+def test_patterns_through_the_openai_helpers(gateway: GatewayServer, sdk: SdkClients) -> None:
+    client = sdk.openai(gateway.base_url, gateway.key(gateway.account("acme"), "Nova").secret)
+    chat = client.chat.completions.parse(
+        model="nova-5.5", messages=[{"role": "user", "content": PROMPT}], response_format=Ticket
+    )
+    assert chat.choices[0].message.parsed == Ticket(code="AAA-0000", phone="1000000", labels=["bug"])
+    responses = client.responses.parse(model="nova-5.5", input=PROMPT, text_format=Ticket)
+    assert responses.output_parsed == chat.choices[0].message.parsed
+
+
 def test_raw_schemas_in_each_field_and_json_object_mode(gateway: GatewayServer) -> None:
     account = gateway.account("acme")
     nova = {"authorization": "Bearer " + gateway.key(account, "Nova").secret}
