@@ -33,6 +33,7 @@ async def test_settle_records_one_hour_writes_and_web_searches(store: Store) -> 
     assert record == usage
     page = await store.usage_page(UsageFilter(account_id=account.id), limit=10)
     assert [(r.cache_write_1h_tokens, r.web_search_requests) for r in page.records] == [(600, 3)]
+    assert (await store.usage_summary(MONTH, account_id=account.id)).web_search_requests == 3
 
 
 async def test_batched_settlements_keep_each_records_figures(store: Store) -> None:
@@ -50,6 +51,7 @@ async def test_batched_settlements_keep_each_records_figures(store: Store) -> No
     assert {r.request_id: (r.cache_write_1h_tokens, r.web_search_requests) for r in records.values()} == {
         u.request_id: (u.cache_write_1h_tokens, u.web_search_requests) for u in usages
     }
+    assert (await store.usage_summary(MONTH, key_id=key.id)).web_search_requests == sum(range(6))
 
 
 async def test_a_settle_from_an_instance_not_yet_upgraded_records_zero() -> None:

@@ -264,6 +264,7 @@ def usage_summary_view(summary: UsageSummary) -> dict[str, Any]:
         "output_tokens": summary.output_tokens,
         "cache_creation_tokens": summary.cache_creation_tokens,
         "cache_read_tokens": summary.cache_read_tokens,
+        "web_search_requests": summary.web_search_requests,
         **money("charged", summary.charged_uc),
         "by_model": [{"model": m, **money("charged", uc)} for m, uc in summary.by_model.items()],
     }

@@ -279,6 +279,8 @@ class UsageSummary:
     cache_read_tokens: int
     charged_uc: int
     by_model: dict[str, int] = field(default_factory=dict)
+    #: Server web searches the provider ran (billed per request).
+    web_search_requests: int = 0
 
 
 class AccountStore(Protocol):
