@@ -9,6 +9,7 @@ import pytest
 
 from modelgate import ir
 from modelgate.billing.server_tools import web_search_bound
+from modelgate.formats.messages.response import encode_response
 from modelgate.formats.messages.wire import decode_usage
 from modelgate.formats.responses.wire import response_usage
 
@@ -156,3 +157,16 @@ def test_responses_count_web_search_call_items() -> None:
 )
 def test_the_web_search_bound(tools: Any, bound: int) -> None:
     assert web_search_bound({"tools": tools}, 10) == bound
+
+
+def test_a_messages_answer_reports_the_split_and_the_searches_it_was_billed_for() -> None:
+    usage = ir.Usage(
+        10, 2, cache_creation_input_tokens=500, cache_write_1h_input_tokens=300, web_search_requests=2
+    )
+    body = encode_response(ir.Response("msg_1", "aria-sonnet-4.6", [], ir.StopReason.END_TURN, usage))
+    assert body["usage"]["cache_creation"] == {
+        "ephemeral_5m_input_tokens": 200,
+        "ephemeral_1h_input_tokens": 300,
+    }
+    assert body["usage"]["server_tool_use"] == {"web_search_requests": 2, "web_fetch_requests": 0}
+    assert decode_usage(body["usage"]) == usage
