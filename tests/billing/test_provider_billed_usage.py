@@ -6,6 +6,7 @@ translated; and a request offering a web search tool holds enough for its search
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ from tests.billing.helpers import PATHS, Seen, _parse_sse, body_for, headers_for
 from tests.fakes.upstream import FakeUpstream, Reply
 from tests.gateway_server import GatewayServer, running_gateway
 from tests.loop_thread import LoopThread
+from tests.polling import wait_until
 
 #: A compacting request: the compaction pass read 3,000 tokens and wrote 400; the message pass
 #: (what the top level reports) read 120 fresh, 500 cached, wrote 1,000 cache tokens of which
@@ -143,12 +145,23 @@ def test_a_translated_client_sees_the_billed_usage(wired: GatewayServer) -> None
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_responses_web_search_calls_are_billed_per_call(wired: GatewayServer, stream: bool) -> None:
+def test_responses_web_search_calls_are_billed_per_call(
+    wired: GatewayServer, stream: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="modelgate.requests")
     seen, key_id = _run(wired, "responses", "nova-6-sol", stream, f"searching-{stream}")
     assert seen.status == 200
     (record,) = wait_for_record(wired, seen.request_id, key_id)
     assert (record.input_tokens, record.output_tokens, record.web_search_requests) == (50, 5, 3)
     assert record.charged_uc == SEARCHING_UC == 30_180
+    # The request log line says so too (written once the request has ended).
+
+    def lines() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = [getattr(r, "fields", {}) for r in caplog.records]
+        return [f for f in found if f.get("request_id") == seen.request_id]
+
+    wait_until(lines, "the request's log line")
+    assert [(f["web_search_requests"], f["charged_uc"]) for f in lines()] == [(3, SEARCHING_UC)]
 
 
 def _hold_seen(wired: GatewayServer, body: dict[str, Any], name: str) -> tuple[int, int, str]:
