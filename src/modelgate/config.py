@@ -112,6 +112,9 @@ class BillingConfig(_Section):
     #: ``pdf_pages_when_unknown`` pages for a PDF by URL or file id, or whose page tree is unreadable.
     tokens_per_pdf_page: int = Field(3000, ge=0)
     pdf_pages_when_unknown: int = Field(100, ge=0)
+    #: Server web searches (priced per request) a hold covers for a request that offers a web
+    #: search tool; a tool's lower ``max_uses`` wins. 0 holds nothing for them.
+    max_web_searches_per_request: int = Field(10, ge=0, le=10_000)
 
     def media_rules(self) -> MediaRules:
         return MediaRules(

@@ -69,6 +69,12 @@ TOOLS: list[Any] = [
     [{"type": "function", "function": 5}], [{"type": "function", "function": {"name": None}}],
     [{"type": "namespace", "name": "ns", "tools": 5}], [{"type": "namespace", "tools": [5, {"type": "function"}]}],
     [{"type": "web_search"}], [{"type": "custom", "name": "x"}], [{"type": "function", "name": "f", "parameters": 5}],
+    # Web search tools with hostile max_uses (the hold's search bound reads them).
+    [{"type": "web_search_20250305", "name": "web_search", "max_uses": -5}],
+    [{"type": "web_search_20250305", "name": "web_search", "max_uses": 10**30}],
+    [{"type": "web_search_20250305", "name": "web_search", "max_uses": True}],
+    [{"type": "web_search_20250305", "name": "web_search", "max_uses": "3"}],
+    [{"type": 5, "max_uses": 2}, {"type": "web_search_preview", "max_uses": None}, {"type": "web_search_x"}],
 ]  # fmt: skip
 TOOL_CHOICES: list[Any] = [
     5,
