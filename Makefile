@@ -17,7 +17,8 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
 $(SERVE_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	@echo "installing modelgate and what serving needs into $(VENV) (the first time takes a minute or two)"
+	$(BIN)/pip install --progress-bar on -e .
 	touch $@
 
 $(TEST_STAMP): pyproject.toml | $(BIN)/python

@@ -26,7 +26,8 @@ ensure_npm() {
         return 1
     fi
     log "installing nodejs and npm from Debian's packages"
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm) >&2
+    (apt-get -o DPkg::Lock::Timeout=300 update -qq &&
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq nodejs npm) >&2
 }
 
 # install DIR: npm ci of clients/package.json + lock into DIR (atomically: a half-done install is

@@ -36,7 +36,10 @@ _mg_svc_apt_install() {
     if [ ! -e "$policy" ]; then
         printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy" && created_policy=1
     fi
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@") >&2
+    # Another package install may hold the dpkg lock (an unattended upgrade, a parallel job):
+    # wait for it up to 5 minutes rather than fail.
+    (apt-get -o DPkg::Lock::Timeout=300 update -qq &&
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq "$@") >&2
     local rc=$?
     [ -n "$created_policy" ] && rm -f "$policy"
     return $rc

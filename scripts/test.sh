@@ -11,7 +11,9 @@ echo "== pytest"
 if [ -x scripts/services.sh ]; then
     # shellcheck disable=SC1091
     source scripts/services.sh
-    start_services
+    # Set before starting: a start that fails half-way (PostgreSQL up, Redis not) still stops
+    # what it started.
     trap stop_services EXIT
+    start_services
 fi
 $BIN/pytest -q -p no:cacheprovider "$@"

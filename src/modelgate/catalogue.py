@@ -30,14 +30,23 @@ def credits_to_micro(value: float | int | str | Decimal, *, what: str) -> int:
     return int(micro)
 
 
+#: Anthropic's and OpenAI's list price of a server-side web search: 10 credits per 1,000.
+DEFAULT_WEB_SEARCH_PER_THOUSAND = 10
+
+
 @dataclass(frozen=True, slots=True)
 class Price:
-    """Micro-credits per million tokens, per token kind."""
+    """Micro-credits per million tokens, per token kind; web searches in micro-credits per
+    million requests, so every kind shares one divisor (``billing.pricing``)."""
 
     input: int
     output: int
     cache_write: int
     cache_read: int
+    #: 1-hour cache writes (the catalogue default is twice the input price).
+    cache_write_1h: int = 0
+    #: Per server-side web search request, µc per MILLION requests (catalogue: credits per 1,000).
+    web_search_request: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +207,24 @@ def _preset_aliases(data: dict[str, Any], names: Any) -> dict[str, str]:
     return merged
 
 
+def _cache_write_1h(price: dict[str, Any], where: str) -> int:
+    """``cache_write_1h`` credits per million tokens; twice the input price when not given."""
+    value = price.get("cache_write_1h")
+    if value is None:
+        return 2 * credits_to_micro(price["input"], what=f"{where}.price.input")
+    return credits_to_micro(value, what=f"{where}.price.cache_write_1h")
+
+
+def _web_search_request(price: dict[str, Any], where: str) -> int:
+    """``web_search_request`` credits per 1,000 requests, held as µc per million requests (x1000,
+    exact: a catalogue price has at most 6 decimals of a credit)."""
+    value = price.get("web_search_request", DEFAULT_WEB_SEARCH_PER_THOUSAND)
+    micro = credits_to_micro(value, what=f"{where}.price.web_search_request")
+    if micro < 0:
+        raise ValueError(f"{where}.price.web_search_request: must be >= 0, got {value}")
+    return micro * 1000
+
+
 def _model(model_id: str, fields: dict[str, Any], default_limit: int) -> Model:
     where = f"catalogue.models.{model_id}"
     family = fields.get("family") or model_id.split("-", 1)[0]
@@ -225,6 +252,8 @@ def _model(model_id: str, fields: dict[str, Any], default_limit: int) -> Model:
             cache_read=credits_to_micro(
                 price.get("cache_read") or price["input"], what=f"{where}.price.cache_read"
             ),
+            cache_write_1h=_cache_write_1h(price, where),
+            web_search_request=_web_search_request(price, where),
         ),
         context_length=fields.get("context_length"),
         max_output_tokens=max_output,

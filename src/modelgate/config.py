@@ -112,6 +112,9 @@ class BillingConfig(_Section):
     #: ``pdf_pages_when_unknown`` pages for a PDF by URL or file id, or whose page tree is unreadable.
     tokens_per_pdf_page: int = Field(3000, ge=0)
     pdf_pages_when_unknown: int = Field(100, ge=0)
+    #: Server web searches (priced per request) a hold covers for a request that offers a web
+    #: search tool; a tool's lower ``max_uses`` wins. 0 holds nothing for them.
+    max_web_searches_per_request: int = Field(10, ge=0, le=10_000)
 
     def media_rules(self) -> MediaRules:
         return MediaRules(
@@ -241,7 +244,14 @@ class Settings(_Section):
     def _check_default_provider(self) -> Settings:
         names = {p.name for p in self.providers}
         if self.default_provider and self.default_provider not in names:
-            raise ValueError(f"default_provider: {self.default_provider!r} is not a configured provider")
+            first = self.providers[0].name if self.providers else "my-provider"
+            raise ValueError(
+                f"default_provider: {self.default_provider!r} is not a configured provider "
+                f"(configured: {', '.join(sorted(names)) or 'none'}). Set one at the top of the config "
+                f'file: default_provider = "{first}" serves every model without [deployments] from it, '
+                'or default_provider = "" serves only the models named under [deployments]; '
+                'or keep the simulator with a [[providers]] table holding name = "simulator" and kind = "simulator"'
+            )
         return self
 
     @model_validator(mode="after")

@@ -43,6 +43,11 @@ class Usage:
     cache_creation_input_tokens: int = 0
     cache_read_input_tokens: int = 0
     reasoning_tokens: int = 0
+    #: The part of ``cache_creation_input_tokens`` written to the 1-hour cache (priced at
+    #: ``cache_write_1h``); always <= ``cache_creation_input_tokens``.
+    cache_write_1h_input_tokens: int = 0
+    #: Server-side web searches the provider ran (and charges per request), not tokens.
+    web_search_requests: int = 0
 
     @property
     def total_input(self) -> int:

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,18 +23,18 @@ SECRET = "serve-banner-secret-" + "q" * 40
 
 
 @contextmanager
-def serving(data_dir: Path, *args: str) -> Iterator[tuple[str, str]]:
+def serving(
+    data_dir: Path, *args: str, command: Sequence[str] = (sys.executable, "-m", "modelgate")
+) -> Iterator[tuple[str, str]]:
     """(base URL, everything printed until the server answered) of a running `modelgate serve`."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MODELGATE_")}
-    env.update(MODELGATE_SECRET=SECRET, COLUMNS="200")
+    env = _env()
+    env.update(COLUMNS="200")
     log = data_dir.parent / f"serve-{port}.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "modelgate",
+                *command,
                 "serve",
                 "--port",
                 str(port),
@@ -69,9 +70,18 @@ def serving(data_dir: Path, *args: str) -> Iterator[tuple[str, str]]:
             process.wait(timeout=5)
 
 
-def failed_serve(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _env() -> dict[str, str]:
+    """No MODELGATE_ settings but the secret, and no virtual environment on PATH (as after
+    `make serve`, which activates nothing)."""
+    venv_bin = str(Path(sys.executable).parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODELGATE_")}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv_bin)
     env["MODELGATE_SECRET"] = SECRET
+    return env
+
+
+def failed_serve(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = _env()
     return subprocess.run(
         [
             sys.executable,
@@ -118,11 +128,15 @@ def test_first_start_prints_secrets_once_then_a_hint(tmp_path: Path) -> None:
         assert "Try it (aria-sonnet-4.6, served by the built-in simulator, not a real model)" in printed
         assert "The built-in simulator (not a real model) serves every model." in printed
         assert admin_me(url, token) == 200 and messages(url, basic) == 200
-    with serving(data) as (url, printed):
+    # Started as `make serve` starts it: the virtual environment's script, not on PATH.
+    script = str(Path(sys.executable).parent / "modelgate")
+    with serving(data, command=[script]) as (url, printed):
         assert token not in printed and basic not in printed and "sk-cs4-" not in printed
-        assert "New key: modelgate keys create --account NAME --group Basic|Pro|Nova" in printed
-        assert "new admin token: modelgate tokens create" in printed
+        assert f"New key: {script} keys create --account NAME --group Basic|Pro|Nova" in printed
+        assert f"new admin token: {script} tokens create" in printed
         assert admin_me(url, token) == 200
+    # The command the hint names runs from a shell that has nothing but PATH.
+    assert subprocess.run([script, "keys", "--help"], env=_env(), capture_output=True).returncode == 0
 
 
 def test_bootstrap_file_holds_the_secrets_and_stdout_none(tmp_path: Path) -> None:
@@ -184,3 +198,20 @@ def test_the_simulator_label_names_only_simulated_models(tmp_path: Path) -> None
         simulated = next(line for line in printed.splitlines() if line.startswith("The built-in simulator"))
         assert "aria-haiku-4.5" in simulated and "aria-sonnet-4.6" not in simulated
         assert "every model" not in simulated
+
+
+def test_a_busy_port_stops_the_start_before_any_banner_or_secret(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = failed_serve(data, "--port", str(port))
+    assert refused.returncode == 1 and refused.stdout == ""
+    assert f"cannot listen on 127.0.0.1:{port}: the address is already in use" in " ".join(
+        refused.stderr.split()
+    )
+    assert f"make serve PORT={port + 1}" in refused.stderr.replace("\n", "")
+    # Nothing was bootstrapped: the next start is still a first start.
+    with serving(data) as (_, printed):
+        assert "operator admin token" in printed

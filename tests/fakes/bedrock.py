@@ -84,6 +84,8 @@ class FakeBedrock(FakeUpstream):
         self.region = region
         self.requests: list[CloudRequest] = []  # type: ignore[assignment]
         self._numbers = itertools.count(1)
+        #: When set, a body ``anthropic_beta`` naming anything else is refused as Bedrock does.
+        self.accepted_betas: frozenset[str] | None = None
 
     def revoke(self, access_key_id: str) -> None:
         del self.keys[access_key_id]
@@ -122,6 +124,9 @@ class FakeBedrock(FakeUpstream):
         problem = _check_body(rec.body)
         if problem:
             return aws_error(400, "ValidationException", problem)
+        betas = orjson.loads(rec.body).get("anthropic_beta") or []
+        if self.accepted_betas is not None and not set(betas) <= self.accepted_betas:
+            return aws_error(400, "ValidationException", "invalid beta flag")
         step = self._next_step(rec)
         try:
             response = await self._bedrock_answer(request, rec, operation, step)

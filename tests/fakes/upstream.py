@@ -76,6 +76,14 @@ class Reply:
     input_tokens: int = 12
     output_tokens: int = 7
     cache_read_tokens: int = 0
+    #: Messages: all cache writes (``cache_creation_input_tokens``) and the 1-hour part of them.
+    cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    #: Server web searches: Messages ``server_tool_use.web_search_requests``; Responses
+    #: ``web_search_call`` output items.
+    web_search_requests: int = 0
+    #: Messages ``usage.iterations`` entries (a compacting request's passes), verbatim.
+    iterations: tuple[dict[str, Any], ...] = ()
     chunks: int = 3
     tool: ToolCall | None = None
     #: Seconds between SSE events (a slow stream, for disconnect tests).
@@ -465,15 +473,36 @@ def _sse(data: dict[str, Any], event: str | None = None) -> bytes:
 
 
 def _usage_anthropic(r: Reply) -> dict[str, Any]:
-    return {
+    usage: dict[str, Any] = {
         "input_tokens": r.input_tokens,
         "output_tokens": r.output_tokens,
-        "cache_creation_input_tokens": 0,
+        "cache_creation_input_tokens": r.cache_write_tokens,
         "cache_read_input_tokens": r.cache_read_tokens,
-        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
-        "server_tool_use": None,
+        "cache_creation": {
+            "ephemeral_5m_input_tokens": r.cache_write_tokens - r.cache_write_1h_tokens,
+            "ephemeral_1h_input_tokens": r.cache_write_1h_tokens,
+        },
+        "server_tool_use": _server_tool_use(r),
         "service_tier": "standard",
     }
+    if r.iterations:
+        usage["iterations"] = list(r.iterations)
+    return usage
+
+
+def _server_tool_use(r: Reply) -> dict[str, Any] | None:
+    if not r.web_search_requests:
+        return None
+    return {"web_search_requests": r.web_search_requests, "web_fetch_requests": 0}
+
+
+def _final_delta_usage(r: Reply) -> dict[str, Any]:
+    """A ``message_delta``'s usage: output only, or, when the reply has server tool use or
+    iterations, every cumulative figure as the API sends it (no ``cache_creation`` split there)."""
+    if not (r.iterations or r.web_search_requests):
+        return {"output_tokens": r.output_tokens}
+    usage = {k: v for k, v in _usage_anthropic(r).items() if k not in ("cache_creation", "service_tier")}
+    return usage
 
 
 def _usage_chat(r: Reply) -> dict[str, Any]:
@@ -548,7 +577,15 @@ def _whole(dialect: str, r: Reply, model: str, n: int) -> dict[str, Any]:
 
 
 def _response_output(r: Reply, n: int) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = [
+        {
+            "type": "web_search_call",
+            "id": f"ws_fake{n:06d}{i:02d}",
+            "status": "completed",
+            "action": {"type": "search", "query": f"query {i}"},
+        }
+        for i in range(r.web_search_requests)
+    ]
     if r.text:
         out.append(
             {
@@ -611,7 +648,8 @@ def _events(dialect: str, r: Reply, model: str, n: int, include_usage: bool) -> 
 
 
 def _events_messages(r: Reply, model: str, n: int) -> list[bytes]:
-    start_usage = {**_usage_anthropic(r), "output_tokens": 1}
+    start_usage = {**_usage_anthropic(r), "output_tokens": 1, "server_tool_use": None}
+    start_usage.pop("iterations", None)
     message: dict[str, Any] = {
         "id": f"msg_fake{n:06d}",
         "type": "message",
@@ -674,7 +712,7 @@ def _events_messages(r: Reply, model: str, n: int) -> list[bytes]:
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": "tool_use" if r.tool else "end_turn", "stop_sequence": None},
-                "usage": {"output_tokens": r.output_tokens},
+                "usage": _final_delta_usage(r),
             },
         )
     )
@@ -777,6 +815,17 @@ def _events_responses(r: Reply, model: str, n: int) -> list[bytes]:
                     "content_index": 0,
                     "part": {"type": "output_text", "text": r.text, "annotations": []},
                 }
+            )
+        elif item["type"] == "web_search_call":
+            ev.append(
+                {
+                    "type": "response.output_item.added",
+                    "output_index": idx,
+                    "item": {"type": "web_search_call", "id": item["id"], "status": "in_progress"},
+                }
+            )
+            ev.append(
+                {"type": "response.web_search_call.completed", "output_index": idx, "item_id": item["id"]}
             )
         else:
             ev.append(

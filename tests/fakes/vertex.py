@@ -99,6 +99,8 @@ class FakeVertex(FakeUpstream):
         self._tokens: dict[str, tuple[str, float]] = {}
         self._numbers = itertools.count(1)
         self.requests: list[CloudRequest] = []  # type: ignore[assignment]
+        #: When set, an ``anthropic-beta`` header naming anything else is refused as Vertex does.
+        self.accepted_betas: frozenset[str] | None = None
 
     def write_credentials(self, directory: Path) -> list[Path]:
         """One service-account JSON file per account, their ``token_uri`` pointing here."""
@@ -145,6 +147,9 @@ class FakeVertex(FakeUpstream):
         problem = _check_body(body, counting)
         if problem:
             return google_error(400, "INVALID_ARGUMENT", problem)
+        betas = {b.strip() for b in headers.get("anthropic-beta", "").split(",") if b.strip()}
+        if self.accepted_betas is not None and not betas <= self.accepted_betas:
+            return google_error(400, "INVALID_ARGUMENT", "invalid beta flag")
         if method not in ("rawPredict", "streamRawPredict"):
             return google_error(404, "NOT_FOUND", f"unknown method {method}")
         data: dict[str, Any] = orjson.loads(body)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import pytest
 
 from modelgate.config import load_settings
@@ -55,7 +56,8 @@ def _dry_run(*args: str) -> list[str]:
 def test_make_serve_installs_only_what_serving_needs_and_takes_port() -> None:
     dry = _dry_run("-B", "serve", "PORT=9000")
     assert dry[-1].split() == [".venv/bin/modelgate", "serve", "--port", "9000"]
-    assert "pip install -q -e ." in "\n".join(dry) and "[test]" not in "\n".join(dry)
+    # Not quiet: the first install takes a minute and must not look like a hang.
+    assert "pip install --progress-bar on -e ." in "\n".join(dry) and "[test]" not in "\n".join(dry)
     assert _dry_run("serve")[-1].split() == [".venv/bin/modelgate", "serve"]
     assert "pip install -q -e '.[test]'" in "\n".join(_dry_run("-B", "test"))
 
@@ -106,3 +108,20 @@ def test_curl_examples_say_where_the_key_comes_from() -> None:
         if "$KEY" in block:
             assert re.search(r"^KEY=", block, re.MULTILINE), block
     assert "`KEY` is one of the `sk-cs4-…` keys the first start printed" in README
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+def test_a_json_body_is_served_whatever_its_content_type_says(
+    unconfigured_gateway: Any, content_type: str | None
+) -> None:
+    """The README's promise under the curl example: the content-type is not what decides."""
+    assert "read as JSON whatever their `content-type` says" in " ".join(README.split())
+    key = unconfigured_gateway.key(unconfigured_gateway.account(f"ctype-{content_type}"), "Basic")
+    headers = {"authorization": f"Bearer {key.secret}"}
+    if content_type is not None:
+        headers["content-type"] = content_type
+    url = f"{unconfigured_gateway.base_url}/v1/chat/completions"
+    body = b'{"model":"aria-haiku-4.5","messages":[{"role":"user","content":"Hi"}]}'
+    assert httpx.post(url, headers=headers, content=body).status_code == 200
+    refused = httpx.post(url, headers=headers, content=b"model=aria-haiku-4.5&messages=Hi")
+    assert refused.status_code == 400 and refused.json()["error"]["type"] == "invalid_request_error"

@@ -143,7 +143,14 @@ def test_decode_options() -> None:
     assert req.tools == [ir.Tool("f", "F", {"type": "object"}), ir.Tool("g")]
     assert req.tool_choice == ir.ToolChoice("any", disable_parallel=True)
     assert req.reasoning_effort == "low" and req.user == "user-9"
-    assert req.response_format == {"type": "json_schema", "name": "out", "schema": {"type": "object"}}
+    assert req.response_format == {
+        "type": "json_schema",
+        "name": "out",
+        "schema": {"type": "object"},
+        "strict": True,
+    }
+    # strict survives a translation to another Chat upstream (it was dropped before).
+    assert chat_request.encode_request(req, "m")["response_format"]["json_schema"]["strict"] is True
     assert chat_request.decode_request(body(max_tokens=7, stop=["a", "b"])).max_tokens == 7
     assert chat_request.decode_request(body(response_format={"type": "json_object"})).response_format == {
         "type": "json_object"

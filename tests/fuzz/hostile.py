@@ -85,6 +85,12 @@ TOOLS: list[Any] = [
     [{"name": "d", "defer_loading": "yes", "input_schema": {}}], [{"name": "DeferredToolPlaceholder", "defer_loading": True}],
     [{"type": "file_search"}, {"type": "mcp", "server_label": 5}, {"type": 5}],
     [{"type": "x\r\nset-cookie: a=b"}], [{"type": "t" * 300, "name": "n"}], [{"type": "é", "name": "n"}],
+    # Web search tools with hostile max_uses (the hold's search bound reads them).
+    [{"type": "web_search_20250305", "name": "web_search", "max_uses": -5}],
+    [{"type": "web_search_20250305", "name": "web_search", "max_uses": 10**30}],
+    [{"type": "web_search_20250305", "name": "web_search", "max_uses": True}],
+    [{"type": "web_search_20250305", "name": "web_search", "max_uses": "3"}],
+    [{"type": 5, "max_uses": 2}, {"type": "web_search_preview", "max_uses": None}, {"type": "web_search_x"}],
 ]  # fmt: skip
 TOOL_CHOICES: list[Any] = [
     5,
@@ -111,6 +117,33 @@ EFFORTS: dict[str, list[tuple[str, Any]]] = {
     "responses": [("reasoning", {"effort": 5}), ("reasoning", {"effort": []}), ("reasoning", 5),
                   ("reasoning", {"effort": "minimal", "summary": 5})],
 }  # fmt: skip
+#: Structured-output schemas the simulator must answer without a 5xx or a stall: huge bounds,
+#: self-reference from required properties, reference loops, contradictions, wrong types.
+SCHEMAS: list[Any] = [
+    {"type": "array", "minItems": 10**9, "items": {"type": "string", "minLength": 10**9}},
+    {"type": "object", "properties": {k: {"$ref": "#"} for k in "abcd"}, "required": list("abcd")},
+    {"allOf": [{"$ref": "#"}]}, {"anyOf": [{"$ref": "#"}]}, {"oneOf": []}, {"enum": []},
+    {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}},
+    {"type": "integer", "minimum": 1e300}, {"type": "number", "minimum": 1e308, "multipleOf": 1e-300},
+    {"type": "integer", "minimum": 5, "maximum": 1}, {"type": "integer", "multipleOf": 0},
+    {"type": "string", "description": "{} " * 20000 + "x"}, {"type": "object", "minProperties": 10**9},
+    {"type": 5, "properties": [], "required": {"a": 1}, "items": "x", "anyOf": "x", "allOf": 7},
+    {"$ref": 5}, {"$ref": "http://127.0.0.1:9/schema"}, {"$ref": "#/nope/0"}, {"type": ["array"], "maxItems": -1},
+    {"type": "string", "pattern": "(x+x+)+y", "minLength": 4000}, {"type": "string", "format": 5},
+]  # fmt: skip
+
+
+def structured(fmt: str, schema: Any, rng: random.Random) -> dict[str, Any]:
+    """The field asking ``fmt``'s endpoint for JSON output, around ``schema``."""
+    if rng.random() < 0.1:
+        schema = {"type": "object", "properties": {"x": schema}, "required": ["x"]}
+    if fmt == "messages":
+        return rng.choice([{"output_config": {"format": {"type": "json_schema", "schema": schema}}},
+                           {"output_format": {"type": "json_schema", "schema": schema}}])  # fmt: skip
+    if fmt == "chat":
+        kind = rng.choice(["json_schema", "json_schema", "json_object"])
+        return {"response_format": {"type": kind, "json_schema": {"name": "x", "schema": schema}}}
+    return {"text": {"format": {"type": "json_schema", "name": "x", "schema": schema}}}
 
 
 @dataclass
@@ -142,7 +175,7 @@ def valid(fmt: str, rng: random.Random) -> dict[str, Any]:
 
 
 def mutate(fmt: str, body: dict[str, Any], rng: random.Random, tags: list[str]) -> dict[str, Any]:
-    choice = rng.randrange(10)
+    choice = rng.randrange(11)
     if choice == 0:
         name = rng.choice(FIELDS[fmt])
         body[name] = rng.choice(ODD_VALUES)
@@ -187,6 +220,9 @@ def mutate(fmt: str, body: dict[str, Any], rng: random.Random, tags: list[str]) 
                 body[key] = rng.choice(ODD_VALUES)
         tags.append("many")
     elif choice == 8:
+        body.update(structured(fmt, rng.choice([*SCHEMAS, *ODD_VALUES]), rng))
+        tags.append("structured")
+    elif choice == 9:
         body["stream_options"] = rng.choice([5, {"include_usage": "yes"}, {"include_usage": True}, []])
         tags.append("stream_options")
     else:
@@ -240,6 +276,18 @@ def headers_for(fmt: str, keys: dict[str, str], rng: random.Random, tags: list[s
         headers["anthropic-version"] = (
             "2023-06-01" if rng.random() > 0.05 else rng.choice(["", "1.0", "2023-06-01 x"])
         )
+        if rng.random() < 0.1:  # judged per upstream kind (upstream.betas)
+            headers["anthropic-beta"] = rng.choice(
+                [
+                    ",,,",
+                    ", ,x",
+                    "files-api-2025-04-14",
+                    "x" * 6000,
+                    "a," * 2000,
+                    "claude-code-20250219,\tfiles-api-2025-04-14",
+                ]
+            )
+            tags.append("betas")
     else:
         headers["authorization"] = f"Bearer {key}"
     if rng.random() < 0.1:  # W3C trace context: passed on only when well formed (issue 12)

@@ -126,8 +126,13 @@ def test_configuration_errors_name_the_key(tmp_path: Path) -> None:
             deployments={"aria-sonnet-4.6": [{"provider": "ant", "upstream_model": "x"}]},
             default_provider="",
         )
-    with pytest.raises(ConfigError, match="default_provider: 'simulator' is not a configured provider"):
+    # The message gives the lines that fix it.
+    with pytest.raises(ConfigError) as missing:
         _build(tmp_path, providers=[ant])
+    assert "default_provider: 'simulator' is not a configured provider (configured: ant)" in str(
+        missing.value
+    )
+    assert 'default_provider = "ant"' in str(missing.value) and 'default_provider = ""' in str(missing.value)
 
 
 def test_hidden_models_are_listed_nowhere_and_answer_404(tmp_path: Path) -> None:

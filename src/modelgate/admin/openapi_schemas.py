@@ -162,6 +162,8 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
             "output_tokens": _INT,
             "cache_creation_tokens": _INT,
             "cache_read_tokens": _INT,
+            "cache_write_1h_tokens": _INT,
+            "web_search_requests": _INT,
             **_money("charged"),
             "shortfall_uc": _INT,
         }
@@ -173,6 +175,7 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
             "output_tokens": _INT,
             "cache_creation_tokens": _INT,
             "cache_read_tokens": _INT,
+            "web_search_requests": _INT,
             **_money("charged"),
             "by_model": {"type": "array", "items": _obj({"model": _STR, **_money("charged")})},
         }

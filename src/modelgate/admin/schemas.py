@@ -248,6 +248,9 @@ def usage_record_view(record: UsageRecord) -> dict[str, Any]:
         "output_tokens": record.output_tokens,
         "cache_creation_tokens": record.cache_creation_tokens,
         "cache_read_tokens": record.cache_read_tokens,
+        # The part of cache_creation_tokens written to the 1-hour cache, and server web searches.
+        "cache_write_1h_tokens": record.cache_write_1h_tokens,
+        "web_search_requests": record.web_search_requests,
         **money("charged", record.charged_uc),
         # What the upstream's usage cost beyond the hold and could not be charged (docs/billing.md).
         "shortfall_uc": record.shortfall_uc,
@@ -261,6 +264,7 @@ def usage_summary_view(summary: UsageSummary) -> dict[str, Any]:
         "output_tokens": summary.output_tokens,
         "cache_creation_tokens": summary.cache_creation_tokens,
         "cache_read_tokens": summary.cache_read_tokens,
+        "web_search_requests": summary.web_search_requests,
         **money("charged", summary.charged_uc),
         "by_model": [{"model": m, **money("charged", uc)} for m, uc in summary.by_model.items()],
     }

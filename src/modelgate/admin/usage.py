@@ -40,6 +40,8 @@ CSV_COLUMNS = (
     "output_tokens",
     "cache_creation_tokens",
     "cache_read_tokens",
+    "cache_write_1h_tokens",
+    "web_search_requests",
     "charged_uc",
     "charged",
 )
@@ -69,6 +71,8 @@ def _csv_row(record: UsageRecord) -> list[Any]:
             record.output_tokens,
             record.cache_creation_tokens,
             record.cache_read_tokens,
+            record.cache_write_1h_tokens,
+            record.web_search_requests,
             record.charged_uc,
             format_credits(record.charged_uc),
         )

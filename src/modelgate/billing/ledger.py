@@ -166,6 +166,8 @@ class Hold:
             cache_creation_tokens=usage.cache_creation_input_tokens,
             cache_read_tokens=usage.cache_read_input_tokens,
             charged_uc=cost_uc(usage, purpose.model.price) if charge else 0,
+            cache_write_1h_tokens=min(usage.cache_write_1h_input_tokens, usage.cache_creation_input_tokens),
+            web_search_requests=usage.web_search_requests,
         )
         operation = self._store.settle(record) if charge else self._store.release(record)
         self._ended = asyncio.ensure_future(self._runner.run(operation))
@@ -179,9 +181,12 @@ class Ledger:
         self._clock = clock
         self._ttl = ttl_seconds
 
-    async def reserve(self, purpose: Purpose, *, input_bound: int, max_tokens: int) -> Hold | Refusal:
-        """Hold the worst case of ``input_bound`` input and ``max_tokens`` output tokens, or as
-        much as is available down to input plus one output token; otherwise the refusal."""
+    async def reserve(
+        self, purpose: Purpose, *, input_bound: int, max_tokens: int, web_searches: int = 0
+    ) -> Hold | Refusal:
+        """Hold the worst case of ``input_bound`` input and ``max_tokens`` output tokens and
+        ``web_searches`` server web searches, or as much as is available down to input, searches
+        and one output token; otherwise the refusal."""
         price = purpose.model.price
         outcome = await self._store.reserve(
             ReserveRequest(
@@ -189,8 +194,8 @@ class Ledger:
                 key_id=purpose.key_id,
                 account_id=purpose.account_id,
                 month=month_of(purpose.started),
-                amount_uc=bound_uc(input_bound, max_tokens, price),
-                minimum_uc=bound_uc(input_bound, min(1, max_tokens), price),
+                amount_uc=bound_uc(input_bound, max_tokens, price, web_searches),
+                minimum_uc=bound_uc(input_bound, min(1, max_tokens), price, web_searches),
                 now=purpose.started,
                 expires_at=purpose.started + self._ttl,
                 endpoint=purpose.endpoint,
@@ -202,7 +207,9 @@ class Ledger:
         return Hold(
             purpose,
             granted_uc=outcome.granted_uc,
-            max_tokens=min(max_tokens, affordable_output_tokens(outcome.granted_uc, input_bound, price)),
+            max_tokens=min(
+                max_tokens, affordable_output_tokens(outcome.granted_uc, input_bound, price, web_searches)
+            ),
             balance_after_uc=outcome.balance_after_uc,
             cap_remaining_after_uc=outcome.cap_remaining_after_uc,
             store=self._store,

@@ -10,6 +10,8 @@ start prints where the gateway and its dashboard are and how to get a new key or
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,11 +171,25 @@ def banner(
     else:
         if bootstrap_file is not None:
             out.append(f"Not a first start: nothing was written to {bootstrap_file}.")
+        cli = cli_command()
         out.append(
-            "New key: modelgate keys create --account NAME --group Basic|Pro|Nova;"
-            " new admin token: modelgate tokens create [--account NAME]"
+            f"New key: {cli} keys create --account NAME --group Basic|Pro|Nova;"
+            f" new admin token: {cli} tokens create [--account NAME]"
         )
     if simulated:
         which = "every model" if len(simulated) == len(deployments) else ", ".join(simulated)
         out.append(f"The built-in simulator (not a real model) serves {which}.")
     return "\n".join(out)
+
+
+def cli_command() -> str:
+    """How a shell calls this CLI: ``modelgate`` when that name on PATH is this very program, else
+    the path it was started by (``.venv/bin/modelgate`` after ``make serve``, which puts nothing
+    on PATH) or ``<python> -m modelgate``."""
+    started = Path(sys.argv[0])
+    if started.name != "modelgate":
+        return f"{sys.executable} -m modelgate"
+    on_path = shutil.which("modelgate")
+    if on_path is not None and Path(on_path).resolve() == started.resolve():
+        return "modelgate"
+    return str(started)

@@ -322,6 +322,7 @@ def usage(
         "output_tokens": summary.output_tokens,
         "cache_creation_tokens": summary.cache_creation_tokens,
         "cache_read_tokens": summary.cache_read_tokens,
+        "web_search_requests": summary.web_search_requests,
         "charged": format_credits(summary.charged_uc),
         "charged_uc": summary.charged_uc,
         "by_model_uc": summary.by_model,

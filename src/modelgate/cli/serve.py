@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated
@@ -61,6 +63,25 @@ def warn_if_metrics_public(settings: Settings) -> None:
         )
 
 
+def port_refusal(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on, with the settings that pick another; None when it
+    can. Checked before anything is printed or written, so a busy port never looks like a start
+    (the server binds again for real a moment later)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            reason = "the address is already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+            return (
+                f"cannot listen on {host}:{port}: {reason}. Pick another port with "
+                f"`modelgate serve --port {port + 1}` (`make serve PORT={port + 1}`), or server.port in "
+                "the config file (MODELGATE_SERVER__PORT); --host / server.host picks the address"
+            )
+    return None
+
+
 def serve_command(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="Config file (TOML).")] = None,
     host: Annotated[str | None, typer.Option("--host", help="Listen address (default 127.0.0.1).")] = None,
@@ -91,6 +112,9 @@ def serve_command(
     if workers is not None:
         server["workers"] = int(workers) if workers.strip().isdigit() else workers.strip()
     settings = options.settings(server=server or None)
+    refusal = port_refusal(settings.server.host, settings.server.port)
+    if refusal is not None:
+        fail(refusal)
     request_writer = configure_logging(settings.log_level, settings.log_format, requests=settings.request_log)
     # Build (and so validate) everything before the first-start bootstrap: a bad config must not
     # leave a seeded database and printed secrets behind.

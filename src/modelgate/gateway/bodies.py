@@ -18,6 +18,7 @@ import orjson
 from modelgate import errors, ir
 from modelgate.billing.estimate import count_tokens, prompt_tokens
 from modelgate.billing.input_bound import MediaRules, input_bound
+from modelgate.billing.server_tools import web_search_bound
 from modelgate.errors import WireFormat
 from modelgate.formats import CODECS, ClientRequest
 from modelgate.formats.base import decode_untrusted
@@ -31,6 +32,8 @@ from modelgate.upstream.base import Dialect
 class BodyRules:
     max_depth: int
     media: MediaRules
+    #: ``billing.max_web_searches_per_request``: the most web searches a hold covers.
+    max_web_searches: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +45,8 @@ class Facts:
     #: The format's verdict on the body's fields, raised once the model is authorized.
     invalid: errors.GatewayError | None
     offloaded: bool = False
+    #: Server web searches the hold covers (``billing.server_tools``).
+    web_searches: int = 0
     #: Offloaded: the IR request without its conversation (what response encoders echo).
     request: ir.Request | None = None
     #: Offloaded: the body offers a hosted web search (``Codec.offers_web_search``).
@@ -66,7 +71,12 @@ def analyse(raw: bytes, fmt: WireFormat, counting: bool, rules: BodyRules) -> Fa
         invalid = None
     except errors.GatewayError as error:
         invalid = error
-    return Facts(body, input_bound(raw, body, rules.media), invalid)
+    return Facts(
+        body,
+        input_bound(raw, body, rules.media),
+        invalid,
+        web_searches=web_search_bound(body, rules.max_web_searches),
+    )
 
 
 def analyse_in_worker(raw: bytes, fmt: WireFormat, counting: bool, rules: BodyRules) -> Facts:
@@ -87,6 +97,7 @@ def analyse_in_worker(raw: bytes, fmt: WireFormat, counting: bool, rules: BodyRu
         facts.input_bound,
         facts.invalid,
         offloaded=True,
+        web_searches=facts.web_searches,
         request=request,
         web_search=codec.offers_web_search(body),
     )

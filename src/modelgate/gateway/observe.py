@@ -87,6 +87,7 @@ def settled(
         record.output_tokens = usage.output_tokens
         record.cache_read_tokens = usage.cache_read_input_tokens
         record.cache_write_tokens = usage.cache_creation_input_tokens
+        record.web_search_requests = usage.web_search_requests
 
 
 class AttemptLog:

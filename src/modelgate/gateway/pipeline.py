@@ -259,7 +259,8 @@ async def admit(services: Services, exchange: Exchange, key: KeyRecord, raw: byt
 async def analyse_body(services: Services, exchange: Exchange, raw: bytes) -> Facts:
     server = services.settings.server
     endpoint = exchange.endpoint
-    rules = BodyRules(server.max_json_depth, services.settings.billing.media_rules())
+    billing = services.settings.billing
+    rules = BodyRules(server.max_json_depth, billing.media_rules(), billing.max_web_searches_per_request)
     if len(raw) > server.offload_body_bytes:
         return await services.offload.run(
             analyse_in_worker, raw, endpoint.codec.name, endpoint.counting, rules
@@ -302,7 +303,9 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
     purpose = Purpose(
         exchange.request_id, key.id, key.account_id, exchange.endpoint.name, model, exchange.started
     )
-    outcome = await services.ledger.reserve(purpose, input_bound=input_bound, max_tokens=max_tokens)
+    outcome = await services.ledger.reserve(
+        purpose, input_bound=input_bound, max_tokens=max_tokens, web_searches=admitted.facts.web_searches
+    )
     if isinstance(outcome, Refusal):
         # A refused request consumes no rate-limit unit either.
         admission = admitted.admission

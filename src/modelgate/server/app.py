@@ -16,6 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
+from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Router
@@ -31,6 +32,7 @@ from modelgate.gateway.pipeline import Endpoint
 from modelgate.gateway.replies import codec_for_path, error_reply
 from modelgate.gateway.state import conversations_api, responses_api
 from modelgate.server.metrics_port import MetricsPort
+from modelgate.server.unknown_path import unknown_path_message
 from modelgate.services import Services
 
 log = logging.getLogger("modelgate")
@@ -165,7 +167,8 @@ class EdgeApp:
         path = scope["path"]
         route = self.route_for(path)
         if route is None:
-            await self._refuse(scope, receive, send, errors.NotFound(f"no endpoint {scope['method']} {path}"))
+            message = unknown_path_message(scope["method"], path, Headers(scope=scope), scope["scheme"])
+            await self._refuse(scope, receive, send, errors.NotFound(message))
             return
         if _is_upgrade(scope):
             message = f"{path} has no WebSocket endpoint; send the request as plain HTTP"

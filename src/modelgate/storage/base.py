@@ -248,6 +248,11 @@ class UsageRecord:
     #: What the upstream's usage cost beyond the hold and could not be charged (the account's
     #: free balance or the key's free cap ran out); 0 when the input bound held, as it should.
     shortfall_uc: int = 0
+    #: The part of ``cache_creation_tokens`` written to the 1-hour cache (its own price), so the
+    #: record alone recomputes ``charged_uc``.
+    cache_write_1h_tokens: int = 0
+    #: Server-side web searches the provider ran and charges per request.
+    web_search_requests: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +279,8 @@ class UsageSummary:
     cache_read_tokens: int
     charged_uc: int
     by_model: dict[str, int] = field(default_factory=dict)
+    #: Server web searches the provider ran (billed per request).
+    web_search_requests: int = 0
 
 
 class AccountStore(Protocol):

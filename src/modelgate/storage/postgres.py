@@ -420,14 +420,17 @@ class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
             total = await conn.fetchrow(
                 "SELECT COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
                 "COALESCE(SUM(cache_creation_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
-                f"COALESCE(SUM(charged_uc), 0) FROM usage_records WHERE {where}",
+                "COALESCE(SUM(charged_uc), 0), COALESCE(SUM(web_search_requests), 0) "
+                f"FROM usage_records WHERE {where}",
                 *args,
             )
             by_model = await conn.fetch(
                 f"SELECT model, SUM(charged_uc) FROM usage_records WHERE {where} GROUP BY model ORDER BY model",
                 *args,
             )
-        requests, input_tokens, output_tokens, cache_creation, cache_read, charged = (int(v) for v in total)
+        requests, input_tokens, output_tokens, cache_creation, cache_read, charged, searches = (
+            int(v) for v in total
+        )
         return UsageSummary(
             month,
             requests,
@@ -437,6 +440,7 @@ class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
             cache_read,
             charged,
             by_model={m: int(c) for m, c in by_model},
+            web_search_requests=searches,
         )
 
     async def usage_records(

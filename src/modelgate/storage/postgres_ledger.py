@@ -1,7 +1,7 @@
 """Group commit for PostgreSQL ledger writes: what one instance has ready together shares a transaction.
 
 Reserves, settles and releases submitted in the same turn of the event loop go to the database as
-ONE call of ``modelgate_ledger`` (migration 0006): one statement, so one transaction, one commit
+ONE call of ``modelgate_ledger`` (migration 0006; as of 0011): one statement, so one transaction, one commit
 and one round trip for all of them, instead of four or five round trips and a commit each. While
 a batch is at the database, new operations wait and leave together in the next one
 (``postgres_batches``), so the busier the instance the larger its batches (measured: at 16
@@ -94,6 +94,8 @@ def _arguments(batch: list[_Op]) -> tuple[str, str]:
                     "output_tokens": u.output_tokens,
                     "cache_creation_tokens": u.cache_creation_tokens,
                     "cache_read_tokens": u.cache_read_tokens,
+                    "cache_write_1h_tokens": u.cache_write_1h_tokens,
+                    "web_search_requests": u.web_search_requests,
                 }
             )
     locks = [{"c": c, "k": k} for c, k in sorted(_locks(batch))]

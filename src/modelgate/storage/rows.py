@@ -22,7 +22,8 @@ ADMIN_TOKEN_COLUMNS = (
 )
 USAGE_COLUMNS = (
     "request_id, key_id, account_id, endpoint, model, month, status, created_at, finished_at, "
-    "input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, charged_uc, shortfall_uc"
+    "input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, charged_uc, shortfall_uc, "
+    "cache_write_1h_tokens, web_search_requests"
 )
 
 

@@ -484,14 +484,15 @@ class SqliteStore(SqliteAdminTokens, SqliteReports, SqliteResponses):
             total = db.execute(
                 "SELECT COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
                 "COALESCE(SUM(cache_creation_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
-                f"COALESCE(SUM(charged_uc), 0) FROM usage_records WHERE {where}",
+                "COALESCE(SUM(charged_uc), 0), COALESCE(SUM(web_search_requests), 0) "
+                f"FROM usage_records WHERE {where}",
                 args,
             ).fetchone()
             by_model = db.execute(
                 f"SELECT model, SUM(charged_uc) FROM usage_records WHERE {where} GROUP BY model ORDER BY model",
                 args,
             ).fetchall()
-            requests, input_tokens, output_tokens, cache_creation, cache_read, charged = (
+            requests, input_tokens, output_tokens, cache_creation, cache_read, charged, searches = (
                 int(v) for v in total
             )
             return UsageSummary(
@@ -503,6 +504,7 @@ class SqliteStore(SqliteAdminTokens, SqliteReports, SqliteResponses):
                 cache_read,
                 charged,
                 by_model={m: int(c) for m, c in by_model},
+                web_search_requests=searches,
             )
 
         return await self._run(op)

@@ -99,7 +99,7 @@ def finish(db: sqlite3.Connection, usage: UsageRecord, *, charge: bool) -> Settl
     ).fetchall()
     cap = db.execute("SELECT monthly_cap_uc FROM api_keys WHERE id = ?", (key_id,)).fetchone()
     db.execute(
-        f"INSERT INTO usage_records ({rows.USAGE_COLUMNS}) VALUES ({', '.join('?' * 15)})",
+        f"INSERT INTO usage_records ({rows.USAGE_COLUMNS}) VALUES ({', '.join('?' * 17)})",
         (
             usage.request_id,
             key_id,
@@ -116,6 +116,8 @@ def finish(db: sqlite3.Connection, usage: UsageRecord, *, charge: bool) -> Settl
             usage.cache_read_tokens,
             charged,
             shortfall,
+            usage.cache_write_1h_tokens,
+            usage.web_search_requests,
         ),
     )
     cap_left = None

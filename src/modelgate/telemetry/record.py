@@ -45,6 +45,8 @@ class RequestRecord:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    #: Server web searches the provider ran (billed per request).
+    web_search_requests: int = 0
     charged_uc: int = 0
     #: Seconds from arrival to the last byte (whole) or the stream's end.
     seconds: float = 0.0

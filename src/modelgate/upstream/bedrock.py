@@ -3,7 +3,8 @@
 ``POST {endpoint}/model/{modelId}/invoke`` (whole), ``/invoke-with-response-stream`` (streamed)
 and ``/count-tokens``, signed with AWS Signature V4 (``aws_auth``). The body is the Messages
 request without ``model`` and ``stream``, with ``anthropic_version`` (default
-``bedrock-2023-05-31``) and the forwarded betas as the body array ``anthropic_beta``. Streamed
+``bedrock-2023-05-31``) and the betas Bedrock takes (``upstream.betas``) as the body array
+``anthropic_beta``. Streamed
 answers are event streams, relayed as Messages SSE (``bedrock_stream``), so a Messages client is
 a near-passthrough and the other formats are translated from Messages as for ``anthropic``.
 
@@ -25,11 +26,10 @@ from urllib.parse import quote, unquote
 import orjson
 
 from modelgate import errors
-from modelgate.upstream.anthropic import forwarded_betas
 from modelgate.upstream.aws_auth import resolve_aws_credentials
 from modelgate.upstream.base import BufferedReply, Dialect, UpstreamReply
 from modelgate.upstream.bedrock_stream import BedrockStream, EventStreamDecoder, response_stream_shape
-from modelgate.upstream.cloud_claude import WholeRenamed, cloud_body
+from modelgate.upstream.cloud_claude import WholeRenamed, cloud_betas, cloud_body
 from modelgate.upstream.config import ProviderConfig
 from modelgate.upstream.credentials import Credential, Outgoing
 from modelgate.upstream.error_mapping import UpstreamError
@@ -77,15 +77,16 @@ class BedrockProvider(HttpProvider):
     ) -> Outgoing:
         model, data = cloud_body(body, version=self._version)
         data.pop("stream", None)
-        betas = forwarded_betas(self._config.anthropic_beta, client_headers.get("anthropic-beta"))
-        if betas:
-            data["anthropic_beta"] = betas
+        counting = path_suffix == "/count_tokens"
+        plan = cloud_betas(self.kind, self._config, data, client_headers, counting=counting)
+        if plan.send:
+            data["anthropic_beta"] = list(plan.send)
         # The model id is one path segment: ARNs and ids with ':' are percent-encoded, and the
         # request is sent (and signed) with exactly that encoding.
         path = f"/model/{quote(model, safe='')}"
         headers = self._headers(stream, client_headers)
         headers["x-amzn-bedrock-accept"] = "application/json"
-        if path_suffix == "/count_tokens":
+        if counting:
             data.setdefault("max_tokens", 1)  # an InvokeModel body needs one; it counts nothing
             invoke = base64.b64encode(orjson.dumps(data)).decode()
             payload = orjson.dumps({"input": {"invokeModel": {"body": invoke}}})

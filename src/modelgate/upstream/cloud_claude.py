@@ -22,6 +22,8 @@ import orjson
 
 from modelgate import errors
 from modelgate.upstream.base import UpstreamReply
+from modelgate.upstream.betas import BetaPlan, body_betas, plan_for, split_betas, strip_fields
+from modelgate.upstream.config import ProviderConfig
 
 _MODEL = re.compile(rb'"model"\s*:\s*"(?:[^"\\]|\\.)*"')
 
@@ -38,6 +40,22 @@ def cloud_body(body: bytes, *, version: str, keep: tuple[str, ...] = ()) -> tupl
     model: str = data["model"] if "model" in keep else data.pop("model")
     data["anthropic_version"] = version
     return model, data
+
+
+def cloud_betas(
+    kind: str,
+    config: ProviderConfig,
+    data: dict[str, Any],
+    client_headers: Mapping[str, str],
+    *,
+    counting: bool,
+) -> BetaPlan:
+    """The betas to send the cloud, from the client's header and body, with the body fields of
+    the stripped ones removed from ``data``; raises ``InvalidRequest`` for a refused beta."""
+    betas = split_betas(client_headers.get("anthropic-beta")) + body_betas(data)
+    plan = plan_for(kind, config.anthropic_beta, config.betas.actions(), betas, counting=counting)
+    strip_fields(data, plan.strip_fields)
+    return plan
 
 
 def rename_model(data: bytes, model: str) -> bytes:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ProviderKind = Literal[
     "anthropic", "openai", "openai-compatible", "bedrock", "vertex", "azure-openai", "simulator"
@@ -32,6 +32,33 @@ DEFAULT_BASE_URLS: Mapping[str, str] = {
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BetasConfig(_Strict):
+    """Per-provider verdicts on ``anthropic-beta`` values, over the kind's table
+    (``upstream.betas``): ``pass`` sends a beta as named, ``strip`` drops it with its body
+    fields, ``refuse`` answers 400 naming it."""
+
+    pass_: list[str] = Field(default_factory=list, alias="pass")
+    strip: list[str] = Field(default_factory=list)
+    refuse: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _names(self) -> BetasConfig:
+        seen: set[str] = set()
+        for name in (*self.pass_, *self.strip, *self.refuse):
+            if not name or any(c in name for c in ", \t"):
+                raise ValueError(f"beta names are single values without commas or spaces, not {name!r}")
+            if name in seen:
+                raise ValueError(f"beta {name!r} is listed more than once")
+            seen.add(name)
+        return self
+
+    def actions(self) -> dict[str, Literal["pass", "strip", "refuse"]]:
+        out: dict[str, Literal["pass", "strip", "refuse"]] = {b: "pass" for b in self.pass_}
+        out.update({b: "strip" for b in self.strip})
+        out.update({b: "refuse" for b in self.refuse})
+        return out
 
 
 class TimeoutConfig(_Strict):
@@ -119,6 +146,8 @@ class ProviderConfig(_Strict):
     max_concurrency: int = Field(default=256, ge=1)
     #: ``forward`` the client's ``anthropic-beta``, ``drop`` it, or forward only the listed betas.
     anthropic_beta: Literal["forward", "drop"] | list[str] = "forward"
+    #: ``anthropic``, ``bedrock``, ``vertex``: verdicts on betas that override the kind's table.
+    betas: BetasConfig = Field(default_factory=BetasConfig)
     #: Extra static headers sent on every request (cannot override the credential headers).
     headers: dict[str, str] = Field(default_factory=dict)
     #: ``openai`` and ``azure-openai``: who keeps Responses state (stored responses,

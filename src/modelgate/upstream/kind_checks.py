@@ -22,6 +22,7 @@ _KIND_KEYS: Mapping[str, frozenset[str]] = {
     "project": frozenset({"vertex"}),
     "credentials_file": frozenset({"vertex"}),
     "anthropic_version": frozenset({"bedrock", "vertex"}),
+    "betas": frozenset({"anthropic", "bedrock", "vertex"}),
     "azure_api": frozenset({"azure-openai"}),
     "api_version": frozenset({"azure-openai"}),
     "entra_id": frozenset({"azure-openai"}),

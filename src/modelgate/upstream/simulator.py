@@ -11,6 +11,10 @@ Behaviour, documented for users and relied on by tests:
   words picked deterministically from a hash of the whole prompt; the same request always gets
   the same reply. ``max_tokens`` truncates it (stop reason ``max_tokens``) and stop sequences cut
   it (``stop_sequence``).
+- Structured output is honoured: a request asking for a JSON schema (Chat ``response_format``,
+  Responses ``text.format``, Messages ``output_config.format`` or ``output_format``) is answered
+  with a deterministic instance valid against the schema (``schema_instance``); ``json_object``
+  mode with ``{"reply": <the text above>}``. Streams carry the same JSON split into deltas.
 - A tool call is made when the request offers tools and asks for one: ``tool_choice`` is
   ``any``/``required`` or names a tool, or the last user text mentions a tool's name. Its input
   fills the schema's required properties with placeholder values. After a tool result the
@@ -36,6 +40,7 @@ from modelgate.formats.base import decode_untrusted
 from modelgate.offload import Offload
 from modelgate.upstream.base import Dialect, UpstreamReply
 from modelgate.upstream.config import SimulatorConfig
+from modelgate.upstream.schema_instance import instance_of
 
 _VOCABULARY = [
     "gateway",
@@ -105,22 +110,34 @@ def _pieces(text: str) -> list[str]:
     return re.findall(r"\s*(?:\w+|[^\w\s])", text)
 
 
+def _structured(req: ir.Request, text: str) -> str:
+    """The reply as the requested JSON (``text`` unchanged when no JSON output was asked for)."""
+    fmt = req.response_format
+    kind = fmt.get("type") if fmt is not None else None
+    if fmt is not None and kind == "json_schema":
+        return orjson.dumps(instance_of(fmt.get("schema") or {})).decode()
+    if kind == "json_object":
+        return orjson.dumps({"reply": text}).decode()
+    return text
+
+
 def simulate(req: ir.Request, response_id: str, tool_id: str, reply_words: int) -> ir.Response:
     prompt = prompt_text(req)
     seed = hashlib.sha256(prompt.encode()).digest()
     usage = ir.Usage(input_tokens=count_tokens(prompt))
     tool = _tool_to_call(req)
     if tool is not None:
-        text = f"[simulator] Calling {tool.name}."
+        # With JSON output asked for, any text would have to be that JSON: the call comes alone.
+        text = "" if req.response_format is not None else f"[simulator] Calling {tool.name}."
     elif _ends_with_tool_result(req):
         # Echo the result itself, so a client can see its tool output reached the model.
         results = " ".join(part_text(p) for p in req.messages[-1].content if isinstance(p, ir.ToolResultPart))
         text = "[simulator] Tool result received: " + " ".join(results.split()[:8]).strip()
-        text = text.rstrip() + " Done."
+        text = _structured(req, text.rstrip() + " Done.")
     else:
         echo = " ".join(_last_user_text(req).split()[:8])
         words = [_VOCABULARY[seed[i % len(seed)] % len(_VOCABULARY)] for i in range(reply_words)]
-        text = f"[simulator] You said: {echo}. " + " ".join(words) + "."
+        text = _structured(req, f"[simulator] You said: {echo}. " + " ".join(words) + ".")
     limit = req.max_tokens if req.max_tokens is not None else 1 << 30
     stop = ir.StopReason.END_TURN
     stop_sequence = None

@@ -3,7 +3,8 @@
 ``POST {endpoint}/v1/projects/{project}/locations/{region}/publishers/anthropic/models/{model}``
 ``:rawPredict`` (whole) or ``:streamRawPredict`` (streamed), and ``.../models/count-tokens:rawPredict``.
 The body is the Messages request without ``model`` (kept for counting), with ``anthropic_version``
-(default ``vertex-2023-10-16``); betas go in the ``anthropic-beta`` header. Answers are the
+(default ``vertex-2023-10-16``); the betas Vertex takes (``upstream.betas``) go in the
+``anthropic-beta`` header. Answers are the
 Anthropic API's JSON and SSE, so a Messages client is a near-passthrough. OAuth2 bearer tokens
 come from ``google_auth``. Every 403 from Vertex concerns the gateway's identity (IAM), never
 the client's request: it refuses the credential.
@@ -18,9 +19,8 @@ from urllib.parse import quote, unquote
 
 import orjson
 
-from modelgate.upstream.anthropic import forwarded_betas
 from modelgate.upstream.base import Dialect, UpstreamReply
-from modelgate.upstream.cloud_claude import StreamRenamed, WholeRenamed, cloud_body
+from modelgate.upstream.cloud_claude import StreamRenamed, WholeRenamed, cloud_betas, cloud_body
 from modelgate.upstream.config import ProviderConfig
 from modelgate.upstream.credentials import Credential, Outgoing
 from modelgate.upstream.error_mapping import UpstreamError
@@ -66,9 +66,9 @@ class VertexProvider(HttpProvider):
         else:
             data.pop("stream", None)
         headers = self._headers(stream, client_headers)
-        betas = forwarded_betas(self._config.anthropic_beta, client_headers.get("anthropic-beta"))
-        if betas:
-            headers["anthropic-beta"] = ",".join(betas)
+        plan = cloud_betas(self.kind, self._config, data, client_headers, counting=counting)
+        if plan.send:
+            headers["anthropic-beta"] = ",".join(plan.send)
         if counting:
             url = self._models + _COUNT
         else:

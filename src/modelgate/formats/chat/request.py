@@ -166,7 +166,10 @@ def _decode_response_format(value: Any) -> dict[str, Any] | None:
         if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
             raise _invalid("response_format.json_schema: expected an object", "response_format.json_schema")
         name = spec.get("name") if isinstance(spec.get("name"), str) else "response"
-        return {"type": "json_schema", "name": name, "schema": spec.get("schema", {})}
+        result = {"type": "json_schema", "name": name, "schema": spec.get("schema", {})}
+        if isinstance(spec.get("strict"), bool):
+            result["strict"] = spec["strict"]  # kept across translation (strict decoding upstream)
+        return result
     return None
 
 
@@ -383,6 +386,8 @@ def encode_request(req: ir.Request, upstream_model: str) -> dict[str, Any]:
     if fmt is not None:
         if fmt.get("type") == "json_schema":
             schema = {"name": fmt.get("name") or "response", "schema": fmt.get("schema", {})}
+            if isinstance(fmt.get("strict"), bool):
+                schema["strict"] = fmt["strict"]
             body["response_format"] = {"type": "json_schema", "json_schema": schema}
         elif fmt.get("type") == "json_object":
             body["response_format"] = {"type": "json_object"}

@@ -29,12 +29,15 @@ def _encode_output(part: ir.OutputPart) -> list[dict[str, Any]]:
 
 def encode_response(resp: ir.Response) -> dict[str, Any]:
     usage = usage_json(resp.usage)
-    # Cache writes are reported as 5-minute writes: the IR does not carry the TTL split.
+    one_hour = min(resp.usage.cache_write_1h_input_tokens, resp.usage.cache_creation_input_tokens)
     usage["cache_creation"] = {
-        "ephemeral_5m_input_tokens": resp.usage.cache_creation_input_tokens,
-        "ephemeral_1h_input_tokens": 0,
+        "ephemeral_5m_input_tokens": resp.usage.cache_creation_input_tokens - one_hour,
+        "ephemeral_1h_input_tokens": one_hour,
     }
-    usage["server_tool_use"] = None
+    searches = resp.usage.web_search_requests
+    usage["server_tool_use"] = (
+        {"web_search_requests": searches, "web_fetch_requests": 0} if searches else None
+    )
     usage["service_tier"] = "standard"
     return {
         "id": resp.id,

@@ -15,7 +15,7 @@ from modelgate.formats.responses.decoder import StreamDecoder
 from modelgate.formats.responses.encoder import StreamEncoder
 from modelgate.formats.responses.state import STATE_FIELDS
 from modelgate.formats.responses.tap import StreamTap
-from modelgate.formats.responses.wire import usage_from_wire
+from modelgate.formats.responses.wire import response_usage
 
 
 class ResponsesCodec:
@@ -61,7 +61,7 @@ class ResponsesCodec:
         return fields
 
     def usage_of(self, body: Any) -> ir.Usage:
-        return usage_from_wire(body.get("usage") if isinstance(body, dict) else None)
+        return response_usage(body)
 
     def decode_response(self, body: Json) -> ir.Response:
         return response.decode_response(body)

@@ -10,7 +10,13 @@ from modelgate import ir
 from modelgate.formats import ids, sse
 from modelgate.formats.jsonutil import Json, as_object
 from modelgate.formats.responses import hosted
-from modelgate.formats.responses.wire import TERMINAL_TYPES, error_kind, stop_reason_from, usage_from_wire
+from modelgate.formats.responses.wire import (
+    TERMINAL_TYPES,
+    error_kind,
+    response_usage,
+    stop_reason_from,
+    usage_from_wire,
+)
 
 
 class StreamDecoder:
@@ -91,7 +97,7 @@ class StreamDecoder:
                 for item in response.get("output") or ()
             )
             stop = stop_reason_from(response.get("status"), response.get("incomplete_details"), has_call)
-            out.append(ir.Finish(stop, usage_from_wire(response.get("usage"))))
+            out.append(ir.Finish(stop, response_usage(response)))
         elif kind == "error":
             self._done = True
             nested = data.get("error")

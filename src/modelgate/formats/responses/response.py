@@ -22,10 +22,10 @@ from modelgate.formats.responses.wire import (
     reasoning_item,
     request_echo,
     response_object,
+    response_usage,
     status_for,
     stop_reason_from,
     url_citation,
-    usage_from_wire,
 )
 
 
@@ -121,7 +121,7 @@ def decode_response(body: dict[str, Any]) -> ir.Response:
         model=str(body.get("model") or ""),
         content=content,
         stop_reason=stop,
-        usage=usage_from_wire(body.get("usage")),
+        usage=response_usage(body),
     )
 
 

@@ -15,7 +15,7 @@ from modelgate.formats.base import TokenEstimator
 from modelgate.formats.jsonutil import as_object
 from modelgate.formats.passthrough import PassthroughTap
 from modelgate.formats.responses.response import stream_error_frame
-from modelgate.formats.responses.wire import TERMINAL_TYPES, error_kind, stop_reason_from, usage_from_wire
+from modelgate.formats.responses.wire import TERMINAL_TYPES, error_kind, response_usage, stop_reason_from
 
 _DELTA_TYPES = ("response.output_text.delta", "response.function_call_arguments.delta")
 
@@ -57,7 +57,7 @@ class StreamTap(PassthroughTap):
         if kind in TERMINAL_TYPES:
             response = as_object(response)
             self.finished = True
-            self.usage = usage_from_wire(response.get("usage"))
+            self.usage = response_usage(response)
             if kind == "response.failed":
                 self.error = ir.StreamError(*error_kind(response.get("error")))
                 return self._scrubbed(block, value)

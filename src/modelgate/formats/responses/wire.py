@@ -58,6 +58,20 @@ def usage_from_wire(raw: Any) -> ir.Usage:
     )
 
 
+def response_usage(response: Any) -> ir.Usage:
+    """The usage of a whole (or terminal) Responses object: its ``usage``, and one web search
+    request per ``web_search_call`` output item (OpenAI bills each call; the usage object does
+    not count them)."""
+    response = response if isinstance(response, dict) else {}
+    usage = usage_from_wire(response.get("usage"))
+    output = response.get("output")
+    if isinstance(output, list):
+        usage.web_search_requests = sum(
+            1 for item in output if isinstance(item, dict) and item.get("type") == "web_search_call"
+        )
+    return usage
+
+
 def status_for(stop: ir.StopReason) -> tuple[str, Json | None]:
     """§4.7: ``(status, incomplete_details)`` for a stop reason."""
     if stop in (ir.StopReason.MAX_TOKENS, ir.StopReason.CONTEXT_WINDOW):

@@ -218,7 +218,8 @@ async def _expanded(
     resolved: dict[str, StoredItem],
 ) -> tuple[bytes, Facts]:
     server = services.settings.server
-    rules = BodyRules(server.max_json_depth, services.settings.billing.media_rules())
+    billing = services.settings.billing
+    rules = BodyRules(server.max_json_depth, billing.media_rules(), billing.max_web_searches_per_request)
     fmt = admitted.client.codec.name
     references = {ident: item.body for ident, item in resolved.items()}
     stored_bytes = sum(len(h) for h in history) + sum(len(r) for r in references.values())
