@@ -160,5 +160,5 @@ def test_an_anthropic_web_search_reaches_codex(
     _, last = codex(gateway, clients.bins.codex, tmp_path, key.secret, "What is modelgate?", "nova-5.6-sol")
     assert last == "Sources agree."  # the last message item: the cited text block
     (sent,) = [orjson.loads(body) for body in replay.bodies]
-    assert {"type": "web_search_20250305", "name": "web_search"} in sent["tools"]
+    assert {"type": "web_search_20250305", "name": "web_search", "max_uses": 10} in sent["tools"]
     assert {r.model for r in usage_records(gateway, key.record.id)} == {"nova-5.6-sol"}

@@ -208,6 +208,8 @@ def test_codex_on_an_anthropic_upstream_gets_the_web_search_server_tool(wired: W
             {
                 "type": "web_search_20250305",
                 "name": "web_search",
+                # At most the searches the hold covers (billing.max_web_searches_per_request).
+                "max_uses": 10,
                 "allowed_domains": ["docs.python.org"],
                 "user_location": {"type": "approximate", "city": "Oslo", "country": "NO"},
             },
@@ -247,7 +249,7 @@ def _assert_search_output(output: list[Any], *, streamed: bool = False) -> None:
 
 
 def test_anthropic_searches_come_back_as_web_search_call_items_whole(wired: Wired, sdk: SdkClients) -> None:
-    secret, _ = issue_key(wired.gateway, "Nova")
+    secret, key_id = issue_key(wired.gateway, "Nova")
     wired.replay.answers.append(Recorded(orjson.dumps(ANTHROPIC_SEARCH), "application/json"))
     response = sdk.openai(wired.gateway.base_url, secret).responses.create(
         model="nova-6-sol", input="What is modelgate?", tools=[{"type": "web_search"}]
@@ -255,8 +257,10 @@ def test_anthropic_searches_come_back_as_web_search_call_items_whole(wired: Wire
     assert response.status == "completed" and response.model == "nova-6-sol"
     _assert_search_output(response.output)
     assert orjson.loads(wired.replay.bodies[-1])["tools"] == [
-        {"type": "web_search_20250305", "name": "web_search"}
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 10}
     ]
+    (record,) = usage_records(wired.gateway, key_id)
+    assert record.web_search_requests == 1  # the upstream's count, billed whatever the client's format
 
 
 def test_anthropic_searches_stream_as_web_search_call_events(wired: Wired, sdk: SdkClients) -> None:
@@ -329,7 +333,7 @@ MESSAGES_SEARCH_TOOL = {
 def test_a_messages_web_search_goes_to_the_responses_api_and_comes_back_as_blocks(
     wired: Wired, sdk: SdkClients
 ) -> None:
-    secret, _ = issue_key(wired.gateway, "Pro")
+    secret, key_id = issue_key(wired.gateway, "Pro")
     wired.replay.answers.append(Recorded(orjson.dumps(RESPONSES_SEARCH), "application/json"))
     message = sdk.anthropic(wired.gateway.base_url, secret).messages.create(
         model="aria-opus-4.6",
@@ -351,6 +355,8 @@ def test_a_messages_web_search_goes_to_the_responses_api_and_comes_back_as_block
     assert isinstance(call, anthropic.types.ServerToolUseBlock) and call.input == {"query": "modelgate"}
     assert isinstance(result, anthropic.types.WebSearchToolResultBlock) and result.tool_use_id == call.id
     assert isinstance(result.content, list) and result.content[0].url == "https://example.com/a"
+    (record,) = usage_records(wired.gateway, key_id)
+    assert record.web_search_requests == 1  # one web_search_call item
 
 
 def test_a_messages_web_search_streams_back_as_blocks(wired: Wired, sdk: SdkClients) -> None:
@@ -475,7 +481,11 @@ def test_large_bodies_follow_the_same_hosted_tool_rules(
         url, json=codex_body("nova-5.6-terra", instructions=padding), headers=headers, timeout=30
     )
     assert anthropic_route.status_code == 200 and "x-modelgate-dropped-tools" not in anthropic_route.headers
-    assert fake.requests[-1].json()["tools"][1] == {"type": "web_search_20250305", "name": "web_search"}
+    assert fake.requests[-1].json()["tools"][1] == {
+        "type": "web_search_20250305",
+        "name": "web_search",
+        "max_uses": 10,
+    }
     forced = codex_body("nova-5.6-sol", instructions=padding, tool_choice={"type": "web_search_preview"})
     refused = httpx.post(url, json=forced, headers=headers, timeout=30)
     assert refused.status_code == 400 and refused.json()["error"]["param"] == "tool_choice"

@@ -439,3 +439,29 @@ def messages_response_decode(content: list[dict[str, Any]]) -> list[ir.OutputPar
 
     body = {"id": "m", "model": "c", "content": content, "stop_reason": "end_turn", "usage": {}}
     return messages_response.decode_response(body).content
+
+
+def test_a_translated_web_search_is_limited_to_the_searches_the_hold_covers() -> None:
+    common: Any = {"upstream_model": "up", "max_tokens": 10, "stream": False, "legacy_limit": False}
+
+    def sent(body: dict[str, Any], dialect: str, web_searches: int) -> dict[str, Any]:
+        codec = CODECS["responses"] if "input" in body else CODECS["messages"]
+        built = build_body(ClientRequest(codec, body, "m"), b"", dialect, web_searches=web_searches, **common)  # type: ignore[arg-type]
+        return dict(orjson.loads(built.body))
+
+    codex = responses_body(tools=[{"type": "web_search"}])
+    assert sent(codex, "messages", 10)["tools"][0]["max_uses"] == 10
+    assert "max_uses" not in sent(codex, "messages", 0)["tools"][0]  # 0: the hold covers none, no limit
+    # A client's lower limit wins; a higher one is lowered.
+    assert (
+        sent(responses_body(tools=[{"type": "web_search"}], max_tool_calls=3), "messages", 10)["tools"][0][
+            "max_uses"
+        ]
+        == 3
+    )
+    claude = messages_body(tools=[{"type": "web_search_20250305", "name": "web_search", "max_uses": 50}])
+    assert sent(claude, "responses", 10)["max_tool_calls"] == 10
+    # The shared request keeps the client's own limit for the next attempt and the echo.
+    client = ClientRequest(CODECS["messages"], claude, "m")
+    build_body(client, b"", "responses", web_searches=10, **common)
+    assert client.request().web_search is not None and client.request().web_search.max_uses == 50  # type: ignore[union-attr]

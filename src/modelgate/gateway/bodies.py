@@ -113,6 +113,7 @@ def upstream_body_in_worker(
     stream: bool,
     legacy_limit: bool,
     hosted_tools: HostedToolPolicy,
+    web_searches: int,
 ) -> Built:
     """``translate.build_body`` for a large body (runs in a worker process)."""
     codec = CODECS[fmt]
@@ -128,6 +129,7 @@ def upstream_body_in_worker(
         stream=stream,
         legacy_limit=legacy_limit,
         hosted_tools=hosted_tools,
+        web_searches=web_searches,
     )
 
 

@@ -425,6 +425,7 @@ async def upstream_body(
             stream=admitted.stream,
             legacy_limit=provider.legacy_chat_limit,
             hosted_tools=policy,
+            web_searches=facts.web_searches,
         )
     else:
         built = await services.offload.run(
@@ -438,6 +439,7 @@ async def upstream_body(
             admitted.stream,
             provider.legacy_chat_limit,
             policy,
+            facts.web_searches,
         )
     exchange = admitted.exchange
     exchange.record.dropped_tools = ",".join(built.dropped) or None

@@ -65,9 +65,12 @@ def build_body(
     stream: bool,
     legacy_limit: bool,
     hosted_tools: HostedToolPolicy = "drop",
+    web_searches: int = 0,
 ) -> Built:
     """The body to send in ``dialect``: the client's bytes with the gateway's fields spliced in
-    (same dialect), or the request translated through the IR."""
+    (same dialect), or the request translated through the IR. ``web_searches``: the searches the
+    request's hold covers (``billing.server_tools``); a translated web search is limited to them
+    (0: no limit), so the hold stays a true upper bound."""
     codec = client.codec
     if dialect == codec.name:
         fields = codec.passthrough_fields(
@@ -83,11 +86,14 @@ def build_body(
     dropped = _hosted_tools_dropped(request, target.runs_hosted, hosted_tools)
     request.max_tokens = max_tokens
     request.stream = stream
+    # The decoded request is shared by the attempts (a failover may reach an upstream that can
+    # search) and by the response encoder: what changes for this upstream changes on copies.
     sent = request
-    if request.web_search is not None and ir.WEB_SEARCH_NAME not in target.runs_hosted:
-        # The decoded request is shared by the attempts (a failover may reach an upstream that
-        # can search) and by the response encoder: dropping happens on a copy.
+    search = request.web_search
+    if search is not None and ir.WEB_SEARCH_NAME not in target.runs_hosted:
         sent = replace(request, web_search=None)
+    elif search is not None and web_searches > 0 and (search.max_uses or web_searches + 1) > web_searches:
+        sent = replace(request, web_search=replace(search, max_uses=web_searches))
     return Built(orjson.dumps(target.encode_request(sent, upstream_model)), dropped)
 
 
