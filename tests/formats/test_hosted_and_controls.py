@@ -465,3 +465,19 @@ def test_a_translated_web_search_is_limited_to_the_searches_the_hold_covers() ->
     client = ClientRequest(CODECS["messages"], claude, "m")
     build_body(client, b"", "responses", web_searches=10, **common)
     assert client.request().web_search is not None and client.request().web_search.max_uses == 50  # type: ignore[union-attr]
+
+
+def test_bedrock_runs_no_server_tools_so_a_web_search_is_dropped_there() -> None:
+    common: Any = {"upstream_model": "up", "max_tokens": 10, "stream": False, "legacy_limit": False}
+    client = ClientRequest(CODECS["responses"], responses_body(tools=[{"type": "web_search"}]), "m")
+    bedrock = build_body(client, b"", "messages", provider_kind="bedrock", **common)
+    assert bedrock.dropped == ("web_search",) and "tools" not in orjson.loads(bedrock.body)
+    vertex = build_body(client, b"", "messages", provider_kind="vertex", **common)
+    assert vertex.dropped == () and orjson.loads(vertex.body)["tools"][0]["type"] == "web_search_20250305"
+    forced = ClientRequest(
+        CODECS["responses"],
+        responses_body(tools=[{"type": "web_search"}], tool_choice={"type": "web_search_preview"}),
+        "m",
+    )
+    with pytest.raises(errors.InvalidRequest, match="web_search_preview"):
+        build_body(forced, b"", "messages", provider_kind="bedrock", **common)

@@ -114,6 +114,7 @@ def upstream_body_in_worker(
     legacy_limit: bool,
     hosted_tools: HostedToolPolicy,
     web_searches: int,
+    provider_kind: str,
 ) -> Built:
     """``translate.build_body`` for a large body (runs in a worker process)."""
     codec = CODECS[fmt]
@@ -130,6 +131,7 @@ def upstream_body_in_worker(
         legacy_limit=legacy_limit,
         hosted_tools=hosted_tools,
         web_searches=web_searches,
+        provider_kind=provider_kind,
     )
 
 

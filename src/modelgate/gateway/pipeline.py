@@ -426,6 +426,7 @@ async def upstream_body(
             legacy_limit=provider.legacy_chat_limit,
             hosted_tools=policy,
             web_searches=facts.web_searches,
+            provider_kind=provider.kind,
         )
     else:
         built = await services.offload.run(
@@ -440,6 +441,7 @@ async def upstream_body(
             provider.legacy_chat_limit,
             policy,
             facts.web_searches,
+            provider.kind,
         )
     exchange = admitted.exchange
     exchange.record.dropped_tools = ",".join(built.dropped) or None

@@ -26,6 +26,10 @@ from modelgate.upstream.base import Dialect, Provider
 #: What a provider does with hosted tools its dialect cannot run (``providers[].hosted_tools``).
 HostedToolPolicy = Literal["drop", "refuse"]
 
+#: Provider kinds whose dialect's hosted tools they cannot run: Amazon Bedrock's InvokeModel
+#: runs no Anthropic server tools (a web search offered there is dropped and named).
+_RUNS_NO_HOSTED_TOOLS = frozenset({"bedrock"})
+
 #: Dialects to try, best first, for each client format.
 _PREFERENCE: Mapping[WireFormat, tuple[Dialect, ...]] = {
     "messages": ("messages", "chat", "responses"),
@@ -66,6 +70,7 @@ def build_body(
     legacy_limit: bool,
     hosted_tools: HostedToolPolicy = "drop",
     web_searches: int = 0,
+    provider_kind: str = "",
 ) -> Built:
     """The body to send in ``dialect``: the client's bytes with the gateway's fields spliced in
     (same dialect), or the request translated through the IR. ``web_searches``: the searches the
@@ -83,14 +88,15 @@ def build_body(
         return Built(splice_top_level(raw, fields, parsed=client.body))
     request = client.request()
     target = CODECS[dialect]
-    dropped = _hosted_tools_dropped(request, target.runs_hosted, hosted_tools)
+    runs = frozenset() if provider_kind in _RUNS_NO_HOSTED_TOOLS else target.runs_hosted
+    dropped = _hosted_tools_dropped(request, runs, hosted_tools)
     request.max_tokens = max_tokens
     request.stream = stream
     # The decoded request is shared by the attempts (a failover may reach an upstream that can
     # search) and by the response encoder: what changes for this upstream changes on copies.
     sent = request
     search = request.web_search
-    if search is not None and ir.WEB_SEARCH_NAME not in target.runs_hosted:
+    if search is not None and ir.WEB_SEARCH_NAME not in runs:
         sent = replace(request, web_search=None)
     elif search is not None and web_searches > 0 and (search.max_uses or web_searches + 1) > web_searches:
         sent = replace(request, web_search=replace(search, max_uses=web_searches))
