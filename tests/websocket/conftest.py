@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from websockets.sync.client import ClientConnection, connect
+from websockets.sync.connection import Connection
 
 from modelgate.clock import month_of
 from modelgate.storage.base import UsageRecord
@@ -45,11 +46,11 @@ def open_socket(gateway: GatewayServer, secret: str | None, **headers: str) -> C
     return connect(url(gateway), additional_headers=sent, open_timeout=10, max_size=None)
 
 
-def send(socket: ClientConnection, **fields: Any) -> None:
+def send(socket: Connection, **fields: Any) -> None:
     socket.send(json.dumps({"type": "response.create", **fields}))
 
 
-def events(socket: ClientConnection, timeout: float = 20) -> list[dict[str, Any]]:
+def events(socket: Connection, timeout: float = 20) -> list[dict[str, Any]]:
     """Messages up to the response's end (its terminal event or an ``error`` message)."""
     out: list[dict[str, Any]] = []
     while True:
@@ -61,7 +62,7 @@ def events(socket: ClientConnection, timeout: float = 20) -> list[dict[str, Any]
             return out
 
 
-def completed(socket: ClientConnection, **fields: Any) -> dict[str, Any]:
+def completed(socket: Connection, **fields: Any) -> dict[str, Any]:
     send(socket, **fields)
     got = events(socket)
     assert got[-1]["type"] == "response.completed", got[-1]
@@ -69,7 +70,7 @@ def completed(socket: ClientConnection, **fields: Any) -> dict[str, Any]:
     return response
 
 
-def refused(socket: ClientConnection, **fields: Any) -> dict[str, Any]:
+def refused(socket: Connection, **fields: Any) -> dict[str, Any]:
     send(socket, **fields)
     (error,) = events(socket)
     assert error["type"] == "error" and isinstance(error["status"], int), error
@@ -109,7 +110,9 @@ class Suite:
 @pytest.fixture(scope="module")
 def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
     loop = LoopThread("websocket-fakes")
-    fake = loop.start(FakeUpstream(default=Reply(text="Hello over the socket.", input_tokens=20, output_tokens=5)))
+    fake = loop.start(
+        FakeUpstream(default=Reply(text="Hello over the socket.", input_tokens=20, output_tokens=5))
+    )
     providers = [
         {"name": "simulator", "kind": "simulator"},
         {"name": "fake-openai", "kind": "openai", "base_url": fake.base_url, "api_key_env": "FAKE_KEY"},

@@ -93,9 +93,19 @@ def test_store_false_responses_chain_on_the_socket(suite: Suite, model: str) -> 
     with open_socket(suite.gateway, secret) as socket:
         first = completed(socket, model=model, input=[user(f"first {model}")], store=False)
         second = completed(
-            socket, model=model, input=[user(f"second {model}")], store=False, previous_response_id=first["id"]
+            socket,
+            model=model,
+            input=[user(f"second {model}")],
+            store=False,
+            previous_response_id=first["id"],
         )
-        completed(socket, model=model, input=[user(f"third {model}")], store=False, previous_response_id=second["id"])
+        completed(
+            socket,
+            model=model,
+            input=[user(f"third {model}")],
+            store=False,
+            previous_response_id=second["id"],
+        )
     upstream = "gpt-fake" if model == PASSTHROUGH else "claude-fake"
     bodies = [r.json() for r in suite.sent(upstream) if f"first {model}" in json.dumps(r.json())]
     assert len(bodies) == 3
@@ -120,7 +130,14 @@ def test_a_prewarm_generates_nothing_and_bills_nothing_and_can_be_chained(suite:
     before = suite.available(account_id)
     asked = len(suite.fake.requests)
     with open_socket(suite.gateway, secret) as socket:
-        send(socket, model=PASSTHROUGH, instructions="Be brief.", input=[user("warm me")], store=False, generate=False)
+        send(
+            socket,
+            model=PASSTHROUGH,
+            instructions="Be brief.",
+            input=[user("warm me")],
+            store=False,
+            generate=False,
+        )
         created, done = events(socket)
         assert created["type"] == "response.created" and done["type"] == "response.completed"
         warm = done["response"]
@@ -129,7 +146,14 @@ def test_a_prewarm_generates_nothing_and_bills_nothing_and_can_be_chained(suite:
         assert len(suite.fake.requests) == asked and suite.usage(key_id, timeout=0.3) == []
         assert suite.available(account_id) == before
         # Codex's next request chains from the pre-warm with only what is new.
-        completed(socket, model=PASSTHROUGH, instructions="Be brief.", input=[], store=False, previous_response_id=warm["id"])
+        completed(
+            socket,
+            model=PASSTHROUGH,
+            instructions="Be brief.",
+            input=[],
+            store=False,
+            previous_response_id=warm["id"],
+        )
     (body,) = [r.json() for r in suite.sent("gpt-fake") if "warm me" in json.dumps(r.json())]
     assert texts(body) == ["warm me"] and body["instructions"] == "Be brief."
     (record,) = suite.usage(key_id)
@@ -219,7 +243,9 @@ def request_lines() -> Iterator[list[dict[str, Any]]]:
         logger.removeHandler(handler)
 
 
-def test_request_log_lines_say_how_the_request_arrived(suite: Suite, request_lines: list[dict[str, Any]]) -> None:
+def test_request_log_lines_say_how_the_request_arrived(
+    suite: Suite, request_lines: list[dict[str, Any]]
+) -> None:
     secret, key_id, _ = suite.key()
     with open_socket(suite.gateway, secret) as socket:
         completed(socket, model=SIMULATED, input="over the socket", store=False)

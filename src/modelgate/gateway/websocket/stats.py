@@ -12,6 +12,19 @@ from modelgate.telemetry.metrics import counter, gauge, labelled_counter
 
 #: Why a socket closed, by the close code the client (or the protocol layer) ended it with.
 _CLIENT_CLOSES = {1009: "message_too_big", 1007: "invalid_utf8", 1002: "protocol_error", 1011: "ping_timeout"}
+#: Every close reason, exported from the start (at 0) so dashboards see each series.
+CLOSE_REASONS = (
+    "client",
+    *_CLIENT_CLOSES.values(),
+    "idle_timeout",
+    "lifetime",
+    "drain",
+    "too_many_pending",
+    "binary_message",
+    "key_refused",
+)
+#: Statuses an upgrade is refused with.
+REFUSAL_STATUSES = ("400", "401", "404", "426", "503")
 
 
 class WebSocketStats:
@@ -21,9 +34,9 @@ class WebSocketStats:
         self.open = 0
         self.accepted = 0
         #: Upgrades answered with an HTTP error instead of 101, by status.
-        self.refused: Counter[str] = Counter()
+        self.refused: Counter[str] = Counter(dict.fromkeys(REFUSAL_STATUSES, 0))
         #: Sockets closed, by reason (``idle_timeout``, ``lifetime``, ``drain``, ``client`` …).
-        self.closed: Counter[str] = Counter()
+        self.closed: Counter[str] = Counter(dict.fromkeys(CLOSE_REASONS, 0))
         #: Messages received from clients.
         self.messages = 0
 
