@@ -26,7 +26,7 @@ from modelgate import errors
 from modelgate.admin import admin_routes
 from modelgate.clock import Clock
 from modelgate.config import Settings
-from modelgate.formats import CODECS
+from modelgate.formats import CODECS, Codec
 from modelgate.gateway import health, metrics_endpoint, models, pipeline, state_metrics
 from modelgate.gateway.pipeline import Endpoint
 from modelgate.gateway.replies import codec_for_path, error_reply
@@ -192,7 +192,9 @@ class EdgeApp:
             await self._refuse(scope, receive, send, errors.NotFound(message))
             return
         if _is_upgrade(scope):
-            await self._refuse(scope, receive, send, _upgrade_refusal(self.services, path))
+            # On the Responses path the answer is in its format whatever headers came with it.
+            codec = CODECS["responses"] if path == WEBSOCKET_PATH else None
+            await self._refuse(scope, receive, send, _upgrade_refusal(self.services, path), codec)
             return
         if scope["method"] not in route.methods:
             error = errors.MethodNotAllowed(
@@ -207,9 +209,17 @@ class EdgeApp:
             log.exception("unhandled error serving %s %s", scope["method"], path)
             await self._refuse(scope, receive, send, errors.InternalError("internal error"))
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send, error: errors.GatewayError) -> None:
+    async def _refuse(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        error: errors.GatewayError,
+        codec: Codec | None = None,
+    ) -> None:
         request = Request(scope, receive)
-        response = error_reply(codec_for_path(scope["path"], request.headers), error, {"connection": "close"})
+        codec = codec or codec_for_path(scope["path"], request.headers)
+        response = error_reply(codec, error, {"connection": "close"})
         with contextlib.suppress(RuntimeError, OSError):  # an answer had already begun: nothing to add
             await response(scope, receive, send)
 

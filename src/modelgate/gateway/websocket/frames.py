@@ -85,6 +85,9 @@ def prepare(data: bytes, link: Link | None) -> Prepared:
         return _create(value, link)
     except errors.GatewayError as error:
         return Prepared(CREATE, error=error)
+    except orjson.JSONEncodeError:  # deeper than the encoder goes (far beyond server.max_json_depth)
+        too_deep = errors.InvalidRequest("request body is nested too deeply")
+        return Prepared(CREATE, error=too_deep)
 
 
 def _create(value: dict[str, Any], link: Link | None) -> Prepared:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 
 from starlette.datastructures import Headers
@@ -43,7 +44,8 @@ from modelgate.services import Services
 ENDPOINT = Endpoint(CODECS["responses"], "responses", stateful=True)
 DISCONNECT: Message = {"type": "http.disconnect"}
 #: Close codes (RFC 6455 §7.4.1) and the reasons sent with them.
-NORMAL, GOING_AWAY, UNSUPPORTED_DATA, POLICY = 1000, 1001, 1003, 1008
+NORMAL, GOING_AWAY, UNSUPPORTED_DATA, POLICY, INTERNAL = 1000, 1001, 1003, 1008, 1011
+log = logging.getLogger("modelgate.request")
 
 
 class Session:
@@ -78,7 +80,11 @@ class Session:
         stop_watching = self.services.drain.when_draining(self._wake.set)
         try:
             while (message := await self._next()) is not None:
-                await self._serve(message)
+                try:
+                    await self._serve(message)
+                except Exception:  # a bug outside the request path's own boundary: end cleanly
+                    log.exception("websocket message failed with an unexpected error")
+                    self._end((INTERNAL, "internal error", "error"))
                 self._active = self._now()
         finally:
             stop_watching()

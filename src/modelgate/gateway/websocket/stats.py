@@ -22,6 +22,7 @@ CLOSE_REASONS = (
     "too_many_pending",
     "binary_message",
     "key_refused",
+    "error",
 )
 #: Statuses an upgrade is refused with.
 REFUSAL_STATUSES = ("400", "401", "404", "426", "503")
