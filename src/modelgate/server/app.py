@@ -180,10 +180,9 @@ class EdgeApp:
         if kind == "lifespan":
             await self._lifespan(receive, send)
             return
-        if kind == "websocket":  # only GET /v1/responses reaches here (server.websocket)
-            await self.sockets(scope, receive, send)
-            return
         if kind != "http":
+            if kind == "websocket":  # only GET /v1/responses upgrades (server.websocket)
+                await self.sockets(scope, receive, send)
             return
         path = scope["path"]
         route = self.route_for(path)

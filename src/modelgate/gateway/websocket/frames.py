@@ -56,6 +56,8 @@ class Prepared:
     previous_response_id: str | None = None
     #: Why the message cannot be served (answered as an ``error`` message).
     error: errors.GatewayError | None = None
+    #: ``client_metadata.traceparent`` (Codex sends each request's W3C trace context there).
+    traceparent: str | None = None
 
 
 def prepare(data: bytes, link: Link | None) -> Prepared:
@@ -117,12 +119,15 @@ def _create(value: dict[str, Any], link: Link | None) -> Prepared:
             body["previous_response_id"] = link.previous_response_id
         previous = link.previous_response_id
     items = orjson.dumps(history + own)
+    metadata = value.get("client_metadata")
+    traceparent = metadata.get("traceparent") if isinstance(metadata, dict) else None
     return Prepared(
         CREATE,
         generate=generate,
         body=orjson.dumps(body),
         items=items,
         previous_response_id=previous if isinstance(previous, str) else None,
+        traceparent=traceparent if isinstance(traceparent, str) and len(traceparent) < 256 else None,
     )
 
 

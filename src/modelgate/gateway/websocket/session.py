@@ -160,8 +160,18 @@ class Session:
         prepared = await self._prepare(text.encode())
         if prepared.kind == PROCESSED:
             return
+        trace_headers: dict[str, str] | None = None
+        if prepared.traceparent is not None and self.services.telemetry.tracing is not None:
+            # The request's own trace context (Codex's client_metadata) over the upgrade's.
+            trace_headers = {**self.headers, "traceparent": prepared.traceparent}
         exchange = pipeline.open_exchange(
-            self.services, ENDPOINT, self.headers, "GET", self.scope["path"], transport="websocket"
+            self.services,
+            ENDPOINT,
+            self.headers,
+            "GET",
+            self.scope["path"],
+            transport="websocket",
+            trace_headers=trace_headers,
         )
         response = await pipeline.run(self.services, exchange, self._work(exchange, prepared))
         await self._answer(prepared, response)
