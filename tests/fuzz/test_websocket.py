@@ -28,6 +28,7 @@ from websockets.sync.connection import Connection
 from modelgate.clock import month_of
 from tests.gateway_server import GatewayServer, running_gateway
 from tests.hardening.wire import read_reply, request_head
+from tests.polling import wait_until
 
 SEED = int(os.environ.get("MODELGATE_TEST_FUZZ_SEED", "0") or random.randrange(1 << 30))
 SOCKETS = 24
@@ -224,6 +225,9 @@ def test_hostile_websocket_traffic_is_refused_in_format_and_never_charged(tmp_pa
             f"websocket fuzz: upgrades {dict(upgrades)}; message statuses {dict(outcomes.statuses)}; "
             f"closes {dict(outcomes.closes)}; completed {outcomes.completed}"
         )
+        stats = gateway.app.sockets.stats
+        wait_until(lambda: stats.open == 0, "every socket counted closed")
+        assert sum(stats.closed.values()) == stats.accepted
         deadline = time.monotonic() + 15
         while gateway.call(gateway.services.store.reservation_stats())[0] and time.monotonic() < deadline:
             time.sleep(0.05)

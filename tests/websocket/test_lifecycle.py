@@ -94,6 +94,8 @@ def test_an_idle_socket_is_closed_with_1000(tmp_path: Path) -> None:
             assert close_code(socket) == 1000
         exposition = gateway.call(gateway.services.telemetry.exposition()).decode()
         assert 'modelgate_websocket_connections_closed_total{reason="idle_timeout"} 1.0' in exposition
+        assert "modelgate_websocket_connections_open 0.0" in exposition
+        assert "modelgate_websocket_connections_accepted_total 1.0" in exposition
 
 
 def test_a_socket_past_its_lifetime_closes_after_its_response(tmp_path: Path) -> None:

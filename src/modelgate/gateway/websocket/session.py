@@ -67,6 +67,8 @@ class Session:
         #: The socket is over: the client left, or a close was decided that cuts what runs.
         self._ended = asyncio.Event()
         self._client_gone = False
+        #: The close code the client (or the protocol layer) ended the socket with.
+        self._client_code = 1006
         #: (code, reason, metric label) of the close this side sends.
         self._close: tuple[int, str, str] | None = None
         self._link: Link | None = None
@@ -99,7 +101,7 @@ class Session:
             message = await self._receive()
             if message["type"] == "websocket.disconnect":
                 self._client_gone = True
-                self.stats.closed_by_client(int(message.get("code") or 1005))
+                self._client_code = int(message.get("code") or 1005)
                 self._end()
                 return
             if message["type"] != "websocket.receive":
@@ -232,8 +234,10 @@ class Session:
             self._end()
 
     async def _finish(self) -> None:
+        """Close from this side unless the client is gone; the socket is counted closed once."""
         close = self._close
         if self._client_gone or close is None:
+            self.stats.closed_by_client(self._client_code)
             return
         code, reason, label = close
         self.stats.closed_by_server(label)
