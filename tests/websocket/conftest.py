@@ -24,6 +24,7 @@ from tests.loop_thread import LoopThread
 UPSTREAM_KEY = "sk-upstream-websocket-0123456789"
 PASSTHROUGH = "nova-5.6-sol"  # Responses -> fake openai (same dialect)
 TRANSLATED = "nova-5.5"  # Responses -> fake anthropic (Messages dialect)
+CHAT_ONLY = "nova-6-sol"  # Responses -> fake openai-compatible (Chat dialect)
 SIMULATED = "nova-6-astra"  # the simulator
 TERMINAL = ("response.completed", "response.incomplete", "response.failed", "error")
 #: What Codex 0.171.0 sends on the upgrade besides its key (wire-formats.md §7).
@@ -117,10 +118,12 @@ def suite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Suite]:
         {"name": "simulator", "kind": "simulator"},
         {"name": "fake-openai", "kind": "openai", "base_url": fake.base_url, "api_key_env": "FAKE_KEY"},
         {"name": "fake-anthropic", "kind": "anthropic", "base_url": fake.base_url, "api_key_env": "FAKE_KEY"},
+        {"name": "fake-compat", "kind": "openai-compatible", "base_url": fake.base_url},
     ]
     deployments = {
         PASSTHROUGH: [{"provider": "fake-openai", "upstream_model": "gpt-fake"}],
         TRANSLATED: [{"provider": "fake-anthropic", "upstream_model": "claude-fake"}],
+        CHAT_ONLY: [{"provider": "fake-compat", "upstream_model": "chat-fake"}],
     }
     try:
         with running_gateway(

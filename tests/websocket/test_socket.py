@@ -14,6 +14,7 @@ import openai
 import pytest
 
 from tests.websocket.conftest import (
+    CHAT_ONLY,
     PASSTHROUGH,
     SIMULATED,
     TRANSLATED,
@@ -87,7 +88,7 @@ def test_the_openai_sdk_socket_client_reads_every_event(suite: Suite) -> None:
     assert [r.model for r in suite.usage(key_id)] == [SIMULATED]
 
 
-@pytest.mark.parametrize("model", [PASSTHROUGH, TRANSLATED])
+@pytest.mark.parametrize("model", [PASSTHROUGH, TRANSLATED, CHAT_ONLY])
 def test_store_false_responses_chain_on_the_socket(suite: Suite, model: str) -> None:
     secret, key_id, _ = suite.key()
     with open_socket(suite.gateway, secret) as socket:
@@ -106,7 +107,7 @@ def test_store_false_responses_chain_on_the_socket(suite: Suite, model: str) -> 
             store=False,
             previous_response_id=second["id"],
         )
-    upstream = "gpt-fake" if model == PASSTHROUGH else "claude-fake"
+    upstream = {PASSTHROUGH: "gpt-fake", TRANSLATED: "claude-fake", CHAT_ONLY: "chat-fake"}[model]
     bodies = [r.json() for r in suite.sent(upstream) if f"first {model}" in json.dumps(r.json())]
     assert len(bodies) == 3
     answer = "Hello over the socket."
