@@ -5,6 +5,7 @@ answer with a JSON body in the OpenAI error shape; every close carries a code.""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from websockets.sync.connection import Connection
 
 from modelgate.clock import month_of
 from tests.fakes.upstream import FakeUpstream, Reply
-from tests.gateway_server import GatewayServer, running_gateway
+from tests.gateway_server import GatewayServer, make_settings, running_gateway
 from tests.hardening.wire import connect, read_reply, request_head
 from tests.loop_thread import LoopThread
 from tests.websocket.conftest import SIMULATED, completed, events, open_socket, send
@@ -159,3 +160,22 @@ def test_a_drain_closes_the_socket_with_1001_after_the_response_in_flight(tmp_pa
             assert record.status == "ok" and record.output_tokens > 0
     finally:
         loop.close()
+
+
+def test_stopping_the_server_closes_an_open_socket_with_1001(tmp_path: Path) -> None:
+    """The server's own shutdown (what SIGTERM runs): the socket gets 1001 from the drain, not
+    uvicorn's immediate 1012."""
+    gateway = GatewayServer(make_settings(tmp_path / "data")).start()
+    stopping = threading.Thread(target=gateway.stop)
+    try:
+        secret = gateway.key(gateway.account("stop"), "Nova").secret
+        socket = open_socket(gateway, secret)
+        completed(socket, model=SIMULATED, input="before the stop", store=False)
+        stopping.start()
+        assert close_code(socket) == 1001
+        socket.close()
+    finally:
+        if stopping.is_alive() or stopping.ident is not None:
+            stopping.join(timeout=30)
+        else:
+            gateway.stop()
