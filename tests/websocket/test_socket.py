@@ -13,6 +13,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.fakes.upstream import Reply
 from tests.websocket.conftest import (
     CHAT_ONLY,
     PASSTHROUGH,
@@ -255,3 +256,17 @@ def test_request_log_lines_say_how_the_request_arrived(
     suite.usage(key_id, count=2)
     mine = [line for line in request_lines if line["key_id"] == key_id]
     assert sorted(line["transport"] for line in mine) == ["http", "websocket"]
+
+
+def test_a_client_leaving_mid_response_is_billed_what_was_relayed(suite: Suite) -> None:
+    secret, key_id, account_id = suite.key()
+    before = suite.available(account_id)
+    suite.fake.push(Reply(text="a long slow answer " * 10, chunks=30, event_delay=0.1, input_tokens=20))
+    with open_socket(suite.gateway, secret) as socket:
+        send(socket, model=PASSTHROUGH, input="then I leave", store=False)
+        while json.loads(socket.recv(timeout=10))["type"] != "response.output_text.delta":
+            pass
+    (record,) = suite.usage(key_id)
+    assert record.status == "client_disconnected" and record.input_tokens > 0  # estimated: no usage came
+    assert record.output_tokens > 0 and record.charged_uc > 0
+    assert suite.available(account_id) == before - record.charged_uc
