@@ -11,7 +11,7 @@ Invariants:
   end cuts that response in-band, as on HTTP;
 - the client's disconnect (or a close decided here while a response runs) ends the response in
   flight the way an HTTP client's disconnect does: the upstream call is aborted and the usage so
-  far settled (``relay.StreamResponse``).
+  far settled (``gateway.relay.StreamResponse``).
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from modelgate.formats import CODECS
 from modelgate.gateway import pipeline
 from modelgate.gateway.pipeline import Endpoint, Exchange
 from modelgate.gateway.relay import StreamResponse
-from modelgate.gateway.websocket.frames import PROCESSED, Link, Prepared, next_link, prepare
-from modelgate.gateway.websocket.relay import (
+from modelgate.gateway.websocket.answers import (
     FrameSink,
     prewarm_messages,
     prewarm_reply,
     refusal_message,
     whole_body,
 )
+from modelgate.gateway.websocket.frames import PROCESSED, Link, Prepared, next_link, prepare
 from modelgate.gateway.websocket.stats import WebSocketStats
 from modelgate.services import Services
 
