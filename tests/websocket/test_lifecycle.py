@@ -79,6 +79,8 @@ def test_websocket_off_answers_the_upgrade_with_426(tmp_path: Path) -> None:
         secret = gateway.key(gateway.account("off"), "Nova").secret
         status, body = refusal(gateway, secret)
         assert status == 426 and body["error"]["code"] == "websocket_not_supported"  # type: ignore[index]
+        exposition = gateway.call(gateway.services.telemetry.exposition()).decode()
+        assert 'modelgate_websocket_upgrades_refused_total{status="426"} 1.0' in exposition
         client = httpx.post(
             f"{gateway.base_url}/v1/responses",
             headers={"authorization": f"Bearer {secret}"},

@@ -192,8 +192,12 @@ class EdgeApp:
             return
         if _is_upgrade(scope):
             # On the Responses path the answer is in its format whatever headers came with it.
-            codec = CODECS["responses"] if path == WEBSOCKET_PATH else None
-            await self._refuse(scope, receive, send, _upgrade_refusal(self.services, path), codec)
+            refusal = _upgrade_refusal(self.services, path)
+            codec = None
+            if path == WEBSOCKET_PATH:
+                codec = CODECS["responses"]
+                self.sockets.stats.refused[str(refusal.status_for("responses"))] += 1
+            await self._refuse(scope, receive, send, refusal, codec)
             return
         if scope["method"] not in route.methods:
             error = errors.MethodNotAllowed(
