@@ -3,7 +3,10 @@
 edge → authenticate → authorize (group, model, alias) → limit → reserve → route to a deployment →
 call (passthrough or translate) → stream back → settle.
 
-This module only orders the steps; each is a call into a small module. It also owns the one
+This module only orders the steps; each is a call into a small module. ``handle`` serves an HTTP
+request; a ``response.create`` message on a Responses WebSocket (``gateway.websocket``) is served
+by the same steps, entered through ``open_exchange`` and ``run`` with its body in hand
+(``authenticate``, ``admit_request``, ``serve_admitted``). It also owns the one
 lifecycle rule of a request: once money is held, the hold ends exactly once (``Hold.settle`` or
 ``Hold.release``), whatever happens (success, upstream failure, client disconnect, bug).
 """
