@@ -193,6 +193,21 @@ class ResponsesConfig(_Section):
     max_chain_depth: int = Field(1000, ge=1, le=100_000)
     #: How often expired objects are deleted (seconds).
     sweep_interval_seconds: float = Field(600.0, gt=0)
+    #: Serve ``GET /v1/responses`` upgraded to a WebSocket (Responses WebSocket mode, as Codex
+    #: speaks it). Off: the upgrade is answered 426, so clients fall back to HTTP.
+    websocket: bool = True
+    #: Seconds a socket may wait for its next ``response.create`` (none in flight); then it is
+    #: closed with code 1000.
+    websocket_idle_timeout_seconds: float = Field(300.0, gt=0)
+    #: Seconds a socket may live; it is closed (code 1000) once its response in flight ended.
+    websocket_max_connection_seconds: float = Field(3600.0, gt=0)
+    #: Largest message a client may send on a socket; a larger one closes it with code 1009.
+    websocket_max_message_bytes: int = Field(32 * MIB, ge=1024)
+    #: Messages a client may send ahead while a response is in flight; one more closes the
+    #: socket with code 1008 (the response in flight is ended as a disconnect).
+    websocket_max_pending_messages: int = Field(4, ge=1, le=1024)
+    #: Seconds between the server's keep-alive pings; a pong must come within as many (0: off).
+    websocket_ping_interval_seconds: float = Field(20.0, ge=0)
 
 
 class Settings(_Section):

@@ -19,6 +19,8 @@ class Drain:
         self._started: float | None = None
         self._cut = False
         self._subscribers: set[Callable[[], None]] = set()
+        #: Told once when the drain begins (open WebSockets close after their response in flight).
+        self._on_begin: set[Callable[[], None]] = set()
         self._timer: asyncio.TimerHandle | None = None
 
     @property
@@ -40,6 +42,9 @@ class Drain:
             return
         self._started = time.monotonic()
         self._timer = asyncio.get_running_loop().call_later(grace, self.cut_now)
+        for subscriber in list(self._on_begin):
+            subscriber()
+        self._on_begin.clear()
 
     def cut_now(self) -> None:
         """End the grace: every subscriber is told once."""
@@ -49,9 +54,10 @@ class Drain:
         if self._started is None:
             self._started = time.monotonic()
         self._cut = True
-        for subscriber in list(self._subscribers):
+        for subscriber in [*self._on_begin, *self._subscribers]:
             subscriber()
         self._subscribers.clear()
+        self._on_begin.clear()
 
     def subscribe(self, on_cut: Callable[[], None]) -> Callable[[], None]:
         """Call ``on_cut`` when the grace ends (at once if it already has); returns the unsubscribe."""
@@ -60,6 +66,14 @@ class Drain:
             return _nothing
         self._subscribers.add(on_cut)
         return lambda: self._subscribers.discard(on_cut)
+
+    def when_draining(self, on_begin: Callable[[], None]) -> Callable[[], None]:
+        """Call ``on_begin`` when the drain begins (at once if it has); returns the unsubscribe."""
+        if self._started is not None:
+            on_begin()
+            return _nothing
+        self._on_begin.add(on_begin)
+        return lambda: self._on_begin.discard(on_begin)
 
 
 def _nothing() -> None:

@@ -160,7 +160,7 @@ def test_unknown_paths_and_methods_answer_json(
         assert response.headers["allow"]
 
 
-def test_a_websocket_upgrade_is_a_json_404(edge: GatewayServer) -> None:
+def test_a_websocket_upgrade_off_its_path_is_a_json_404(edge: GatewayServer) -> None:
     with connect(edge.port) as sock:
         headers = {
             "connection": "Upgrade",
@@ -168,7 +168,7 @@ def test_a_websocket_upgrade_is_a_json_404(edge: GatewayServer) -> None:
             "sec-websocket-version": "13",
             "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
         }
-        sock.sendall(request_head("GET", "/v1/responses", headers))
+        sock.sendall(request_head("GET", "/v1/chat/completions", headers))
         reply = read_reply(sock)
         assert reply.status == 404 and "WebSocket" in reply.json()["error"]["message"]
 

@@ -64,6 +64,13 @@ PINNED: dict[str, tuple[str, frozenset[str]]] = {
     "modelgate_reservations_pending": ("gauge", frozenset()),
     "modelgate_reservation_oldest_age_seconds": ("gauge", frozenset()),
     "modelgate_account_available_microcredits": ("gauge", frozenset({"account_id"})),
+    "modelgate_websocket_connections_open": ("gauge", frozenset()),
+    "modelgate_websocket_connections_accepted": ("counter", frozenset()),
+    "modelgate_websocket_upgrades_refused": ("counter", frozenset({"status"})),
+    "modelgate_websocket_connections_closed": ("counter", frozenset({"reason"})),
+    "modelgate_websocket_messages_received": ("counter", frozenset()),
+    "modelgate_websocket_idle_timeout_seconds": ("gauge", frozenset()),
+    "modelgate_websocket_max_connection_seconds": ("gauge", frozenset()),
 }
 #: Only with Redis (``redis_url``): tests/observability/test_prometheus.py runs with it.
 REDIS_ONLY: dict[str, tuple[str, frozenset[str]]] = {

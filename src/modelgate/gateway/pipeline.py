@@ -3,7 +3,10 @@
 edge → authenticate → authorize (group, model, alias) → limit → reserve → route to a deployment →
 call (passthrough or translate) → stream back → settle.
 
-This module only orders the steps; each is a call into a small module. It also owns the one
+This module only orders the steps; each is a call into a small module. ``handle`` serves an HTTP
+request; a ``response.create`` message on a Responses WebSocket (``gateway.websocket``) is served
+by the same steps, entered through ``open_exchange`` and ``run`` with its body in hand
+(``authenticate``, ``admit_request``, ``serve_admitted``). It also owns the one
 lifecycle rule of a request: once money is held, the hold ends exactly once (``Hold.settle`` or
 ``Hold.release``), whatever happens (success, upstream failure, client disconnect, bug).
 """
@@ -13,12 +16,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.types import Receive
 
 from modelgate import errors, ir
 from modelgate.billing.ledger import Hold, Purpose, UsageStatus
@@ -56,6 +61,8 @@ from modelgate.upstream.base import Deployment, Dialect, Provider, Redacts
 from modelgate.upstream.error_mapping import sanitise
 
 log = logging.getLogger("modelgate.request")
+#: The admission of a request that takes no rate-limit unit (``admit(rate=False)``).
+UNMETERED = Decision(admitted=True, limit=0, remaining=0, reset_after=0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,21 +124,46 @@ class Admitted:
 
 async def handle(services: Services, endpoint: Endpoint, request: Request) -> Response:
     """Serve one model request; every refusal is rendered in the endpoint's wire format."""
-    exchange = Exchange(endpoint, services.clock.time(), request.headers)
+    exchange = open_exchange(services, endpoint, request.headers, "POST", request.scope["path"])
+    return await run(services, exchange, _serve(services, exchange, request))
+
+
+def open_exchange(
+    services: Services,
+    endpoint: Endpoint,
+    headers: Mapping[str, str],
+    method: str,
+    path: str,
+    *,
+    transport: str = "http",
+    trace_headers: Mapping[str, str] | None = None,
+) -> Exchange:
+    """A request begins: its id (in the log context) and, when tracing is on, its server span.
+    ``transport`` is how it arrived (``http``, or ``websocket`` for a frame on a socket)."""
+    exchange = Exchange(endpoint, services.clock.time(), headers)
+    exchange.record.transport = transport
     CURRENT_REQUEST.set(exchange.request_id)
-    telemetry = services.telemetry
-    if telemetry.tracing is not None:
-        exchange.trace = telemetry.tracing.begin(
-            request.headers, "POST", request.scope["path"], exchange.record
+    tracing = services.telemetry.tracing
+    if tracing is not None:
+        exchange.trace = tracing.begin(
+            headers if trace_headers is None else trace_headers, method, path, exchange.record
         )
+    return exchange
+
+
+async def run(services: Services, exchange: Exchange, work: Coroutine[Any, Any, Response]) -> Response:
+    """Run ``work`` (the request's steps) as one request: it holds an in-flight slot, and every
+    way it ends is an answer in the endpoint's wire format (a stream finishes when it ends). The
+    one place the request path turns storage failures into 503s and surprises into 500s."""
     early = admission_refusal(services)
     if early is not None:
+        work.close()  # never started
         refusal = render_error(exchange, early)
         finish_exchange(services, exchange, refusal, slot=False)
         return refusal
     response: Response
     try:
-        response = await _serve(services, exchange, request)
+        response = await work
     except errors.GatewayError as error:
         response = render_error(exchange, error)
     except ClientDisconnect:  # gone while sending its body: nothing reserved, nobody to answer
@@ -191,14 +223,29 @@ async def _serve(services: Services, exchange: Exchange, request: Request) -> Re
     with exchange.span("authenticate"):
         key = authenticate(services, exchange)
         raw = await read_body(services, exchange, request)
-        admitted = await admit(services, exchange, key, raw)
-        if exchange.endpoint.stateful:  # [responses state] stored history resolved and expanded
-            admitted = await stored_state.admit(services, admitted)
+        admitted = await admit_request(services, exchange, key, raw)
+    return await serve_admitted(services, admitted, request.receive)
+
+
+async def admit_request(
+    services: Services, exchange: Exchange, key: KeyRecord, raw: bytes, *, rate: bool = True
+) -> Admitted:
+    """``admit``, then (stateful endpoints) the stored state the request refers to resolved."""
+    admitted = await admit(services, exchange, key, raw, rate=rate)
+    if exchange.endpoint.stateful:  # [responses state] stored history resolved and expanded
+        admitted = await stored_state.admit(services, admitted)
+    return admitted
+
+
+async def serve_admitted(services: Services, admitted: Admitted, receive: Receive) -> Response:
+    """Reserve, call the upstream and relay (or count): the steps after admission, shared by
+    HTTP requests and WebSocket frames. ``receive`` reports the client's disconnect."""
+    exchange = admitted.exchange
     if exchange.endpoint.counting:
         return await count_tokens(services, admitted)
     with exchange.span("reserve"):
         hold = await reserve(services, admitted)
-    watch = DisconnectWatch(request.receive, services.drain)
+    watch = DisconnectWatch(receive, services.drain)
     try:
         return await call_upstream(services, admitted, hold, watch)
     finally:
@@ -221,29 +268,32 @@ async def read_body(services: Services, exchange: Exchange, request: Request) ->
     """The body, bounded by ``server.max_body_bytes``; a large one first takes a large-body slot,
     so an instance never holds more than ``server.max_large_bodies`` of them."""
     server = services.settings.server
-
-    def take_large_slot() -> None:
-        if not services.large_bodies.try_acquire():
-            raise errors.RateLimited(
-                "the gateway is handling its limit of large requests; retry shortly",
-                headers={"retry-after": str(server.overload_retry_after)},
-            )
-        exchange.large_body = True
-
     raw = await read_limited(
         request.stream(),
         exchange.headers.get("content-length"),
         server.max_body_bytes,
         large=server.offload_body_bytes,
-        on_large=take_large_slot,
+        on_large=functools.partial(take_large_body_slot, services, exchange),
     )
     exchange.body_read = True
     return raw
 
 
-async def admit(services: Services, exchange: Exchange, key: KeyRecord, raw: bytes) -> Admitted:
+def take_large_body_slot(services: Services, exchange: Exchange) -> None:
+    """Before a large body is held: one of the instance's large-body slots, or a fast 429."""
+    if not services.large_bodies.try_acquire():
+        raise errors.RateLimited(
+            "the gateway is handling its limit of large requests; retry shortly",
+            headers={"retry-after": str(services.settings.server.overload_retry_after)},
+        )
+    exchange.large_body = True
+
+
+async def admit(
+    services: Services, exchange: Exchange, key: KeyRecord, raw: bytes, *, rate: bool = True
+) -> Admitted:
     """Analyse the body, authorize the model (alias, family, allowed list), validate, then take a
-    rate-limit unit."""
+    rate-limit unit (unless ``rate`` is false: a WebSocket pre-warm, which calls no upstream)."""
     facts = await analyse_body(services, exchange, raw)
     codec = exchange.endpoint.codec
     model = policy.model_for(services.catalogue, key, facts.body)
@@ -251,7 +301,7 @@ async def admit(services: Services, exchange: Exchange, key: KeyRecord, raw: byt
     exchange.record.model, exchange.record.stream = model.id, stream
     if facts.invalid is not None:
         raise facts.invalid
-    admission = await admit_rate(services, exchange, key)
+    admission = await admit_rate(services, exchange, key) if rate else UNMETERED
     client = ClientRequest(codec, facts.body, model.id, facts.request)
     return Admitted(exchange, key, model, client, raw, facts, stream, admission)
 

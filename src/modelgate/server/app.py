@@ -26,11 +26,14 @@ from modelgate import errors
 from modelgate.admin import admin_routes
 from modelgate.clock import Clock
 from modelgate.config import Settings
-from modelgate.formats import CODECS
+from modelgate.formats import CODECS, Codec
 from modelgate.gateway import health, metrics_endpoint, models, pipeline, state_metrics
 from modelgate.gateway.pipeline import Endpoint
 from modelgate.gateway.replies import codec_for_path, error_reply
 from modelgate.gateway.state import conversations_api, responses_api
+from modelgate.gateway.websocket import PATH as WEBSOCKET_PATH
+from modelgate.gateway.websocket import ResponsesSocket
+from modelgate.gateway.websocket.endpoint import upgrade_required
 from modelgate.server.metrics_port import MetricsPort
 from modelgate.server.unknown_path import unknown_path_message
 from modelgate.services import Services
@@ -130,11 +133,26 @@ def _is_upgrade(scope: Scope) -> bool:
     return any(name == b"upgrade" for name, _ in scope["headers"])
 
 
+def _upgrade_refusal(services: Services, path: str) -> errors.GatewayError:
+    """An upgrade served as plain HTTP (``server.websocket``): why it is not a socket."""
+    if path != WEBSOCKET_PATH:
+        return errors.NotFound(f"{path} has no WebSocket endpoint; send the request as plain HTTP")
+    if not services.settings.responses.websocket:
+        return upgrade_required("WebSocket mode is off on this gateway; send requests as POST /v1/responses")
+    return errors.InvalidRequest(
+        "malformed WebSocket upgrade: GET with Sec-WebSocket-Version: 13 and a Sec-WebSocket-Key "
+        "of 16 base64-encoded bytes is required",
+        code="invalid_websocket_upgrade",
+    )
+
+
 class EdgeApp:
     """The ASGI entry point (see the module docstring)."""
 
     def __init__(self, services: Services, table: Sequence[Route]) -> None:
         self.services = services
+        #: ``GET /v1/responses`` upgraded (``gateway.websocket``).
+        self.sockets = ResponsesSocket(services)
         self._exact = {r.path: r for r in table if not r.prefix}
         self._prefixed = sorted((r for r in table if r.prefix), key=lambda r: -len(r.path))
         #: The serving loop, once started (signal handlers hand work to it).
@@ -163,7 +181,9 @@ class EdgeApp:
             await self._lifespan(receive, send)
             return
         if kind != "http":
-            return  # uvicorn runs with ws="none": upgrades arrive as plain HTTP, refused below
+            if kind == "websocket":  # only GET /v1/responses upgrades (server.websocket)
+                await self.sockets(scope, receive, send)
+            return
         path = scope["path"]
         route = self.route_for(path)
         if route is None:
@@ -171,8 +191,13 @@ class EdgeApp:
             await self._refuse(scope, receive, send, errors.NotFound(message))
             return
         if _is_upgrade(scope):
-            message = f"{path} has no WebSocket endpoint; send the request as plain HTTP"
-            await self._refuse(scope, receive, send, errors.NotFound(message))
+            # On the Responses path the answer is in its format whatever headers came with it.
+            refusal = _upgrade_refusal(self.services, path)
+            codec = None
+            if path == WEBSOCKET_PATH:
+                codec = CODECS["responses"]
+                self.sockets.stats.refused[str(refusal.status_for("responses"))] += 1
+            await self._refuse(scope, receive, send, refusal, codec)
             return
         if scope["method"] not in route.methods:
             error = errors.MethodNotAllowed(
@@ -187,9 +212,17 @@ class EdgeApp:
             log.exception("unhandled error serving %s %s", scope["method"], path)
             await self._refuse(scope, receive, send, errors.InternalError("internal error"))
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send, error: errors.GatewayError) -> None:
+    async def _refuse(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        error: errors.GatewayError,
+        codec: Codec | None = None,
+    ) -> None:
         request = Request(scope, receive)
-        response = error_reply(codec_for_path(scope["path"], request.headers), error, {"connection": "close"})
+        codec = codec or codec_for_path(scope["path"], request.headers)
+        response = error_reply(codec, error, {"connection": "close"})
         with contextlib.suppress(RuntimeError, OSError):  # an answer had already begun: nothing to add
             await response(scope, receive, send)
 

@@ -28,6 +28,7 @@ from modelgate.config import ServerConfig
 from modelgate.formats import ids
 from modelgate.gateway.replies import codec_for_path
 from modelgate.limits.edge import EdgeStats
+from modelgate.server.websocket import accepts_upgrade
 
 log = logging.getLogger("modelgate.edge")
 
@@ -152,7 +153,12 @@ def guarded_protocol(server: ServerConfig, stats: EdgeStats) -> type[HttpToolsPr
             self._refuse(errors.InvalidRequest(f"malformed HTTP request: {msg}"), path)
 
         def _unsupported_upgrade_warning(self) -> None:
-            # A websocket upgrade is served as a plain request: the route answers it in JSON.
+            # An upgrade not handed to the WebSocket protocol is served as a plain request: the
+            # route answers it in JSON.
             log.debug("upgrade request served as plain HTTP")
+
+        def _should_upgrade(self) -> bool:
+            # Called only for requests that ask to upgrade (server.websocket.accepts_upgrade).
+            return super()._should_upgrade() and accepts_upgrade(self.scope["method"], self.url, self.headers)
 
     return GuardedProtocol

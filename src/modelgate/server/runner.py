@@ -24,6 +24,7 @@ import uvicorn
 from modelgate.config import Settings
 from modelgate.server.app import EdgeApp
 from modelgate.server.protocol import guarded_protocol
+from modelgate.server.websocket import DrainingWebSocketProtocol
 
 log = logging.getLogger("modelgate")
 
@@ -61,15 +62,20 @@ def tune_garbage_collector() -> None:
 def uvicorn_config(
     settings: Settings, app: EdgeApp, *, loop: str = "auto", log_level: str | None = None
 ) -> uvicorn.Config:
-    server = settings.server
+    server, responses = settings.server, settings.responses
     return uvicorn.Config(
         app,
         host=server.host,
         port=server.port,
         loop=loop,
         http=guarded_protocol(server, app.services.edge),
-        # No websocket endpoint exists: an upgrade is served as plain HTTP and refused in JSON.
-        ws="none",
+        # GET /v1/responses may upgrade (server.websocket); with responses.websocket off every
+        # upgrade is served as plain HTTP and refused in JSON (426 on /v1/responses).
+        ws=DrainingWebSocketProtocol if responses.websocket else "none",
+        ws_max_size=responses.websocket_max_message_bytes,
+        ws_ping_interval=responses.websocket_ping_interval_seconds or None,
+        ws_ping_timeout=responses.websocket_ping_interval_seconds or None,
+        ws_per_message_deflate=True,
         lifespan="on",
         # Our own handlers (telemetry.logs) format uvicorn's lines too: JSON or text alike.
         log_config=None,

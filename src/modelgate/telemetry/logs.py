@@ -29,6 +29,7 @@ LogFormat = Literal["json", "text"]
 REQUEST_FIELDS = (
     "request_id",
     "endpoint",
+    "transport",
     "model",
     "stream",
     "status",
@@ -74,6 +75,7 @@ def request_fields(record: RequestRecord) -> dict[str, Any]:
     return {
         "request_id": record.request_id,
         "endpoint": record.endpoint,
+        "transport": record.transport,
         "model": record.model or None,
         "stream": record.stream,
         "status": record.status,

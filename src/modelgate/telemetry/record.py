@@ -26,6 +26,8 @@ OUTCOMES = (
 class RequestRecord:
     request_id: str
     endpoint: str
+    #: How the request arrived: ``http``, or ``websocket`` (a ``response.create`` frame).
+    transport: str = "http"
     #: ``time.perf_counter()`` at arrival; durations below are measured from it.
     began: float = field(default_factory=time.perf_counter)
     stream: bool = False

@@ -161,6 +161,7 @@ class RequestTrace:
             "http.response.status_code": record.status,
             "modelgate.outcome": record.outcome,
             "modelgate.stream": record.stream,
+            "modelgate.transport": record.transport,
         }
         if record.model:
             attributes["gen_ai.request.model"] = record.model
