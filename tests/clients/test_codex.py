@@ -1,15 +1,19 @@
 """The real Codex CLI (``codex exec``) against the gateway with a Nova key: a plain answer and a
-shell round trip over HTTP on a passthrough route (an ``openai`` upstream) and on translated
-routes (an Anthropic-dialect upstream and a Chat-only one), where Codex's hosted ``web_search``
-tool cannot run and must not stop the request."""
+shell round trip, over HTTP and over the Responses WebSocket, on a passthrough route (an
+``openai`` upstream) and on translated routes (an Anthropic-dialect upstream and a Chat-only one),
+where Codex's hosted ``web_search`` tool cannot run as it is and must not stop the request; the
+426 fallback to HTTP; Codex's built-in provider pointed at the gateway."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import orjson
 import pytest
 
@@ -41,24 +45,30 @@ def codex(
     model: str,
     *,
     websockets: bool = False,
+    builtin: bool = False,
 ) -> tuple[Run, str]:
     """Run ``codex exec`` with a custom provider aimed at the gateway; returns the run and the last
     message Codex wrote."""
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    (home / "config.toml").write_text(
-        f'model = "{model}"\n'
-        'model_provider = "modelgate"\n'
-        "[model_providers.modelgate]\n"
-        'name = "modelgate"\n'
-        f'base_url = "{gateway.base_url}/v1"\n'
-        'env_key = "MODELGATE_API_KEY"\n'
-        'wire_api = "responses"\n'
-        f"supports_websockets = {str(websockets).lower()}\n"
-        "request_max_retries = 0\n"
-        "stream_max_retries = 0\n"
-    )
+    if builtin:
+        # Codex's own OpenAI provider aimed at the gateway: it always opens the WebSocket first.
+        config = f'model = "{model}"\nopenai_base_url = "{gateway.base_url}/v1"\n'
+    else:
+        config = (
+            f'model = "{model}"\n'
+            'model_provider = "modelgate"\n'
+            "[model_providers.modelgate]\n"
+            'name = "modelgate"\n'
+            f'base_url = "{gateway.base_url}/v1"\n'
+            'env_key = "MODELGATE_API_KEY"\n'
+            'wire_api = "responses"\n'
+            f"supports_websockets = {str(websockets).lower()}\n"
+            "request_max_retries = 0\n"
+            "stream_max_retries = 0\n"
+        )
+    (home / "config.toml").write_text(config)
     last = tmp_path / "last-message.txt"
     argv = [
         "node",
@@ -71,6 +81,18 @@ def codex(
         prompt,
     ]
     env = {"HOME": str(tmp_path), "CODEX_HOME": str(home), "MODELGATE_API_KEY": secret}
+    if builtin:
+        # The built-in provider takes its key from Codex's own login, as a user gives it.
+        login = subprocess.run(
+            ["node", binary, "login", "--with-api-key"],
+            input=secret,
+            env={**os.environ, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert login.returncode == 0, login.stderr
     run = run_cli(argv, env=env, cwd=work)
     assert run.returncode == 0, (
         f"exit {run.returncode}\nstdout: {run.stdout[-3000:]}\nstderr: {run.stderr[-3000:]}"
@@ -162,3 +184,70 @@ def test_an_anthropic_web_search_reaches_codex(
     (sent,) = [orjson.loads(body) for body in replay.bodies]
     assert {"type": "web_search_20250305", "name": "web_search", "max_uses": 10} in sent["tools"]
     assert {r.model for r in usage_records(gateway, key.record.id)} == {"nova-5.6-sol"}
+
+
+def websocket_counts(gateway: GatewayServer) -> tuple[float, float]:
+    """(upgrades accepted, upgrades refused with 426) so far, from the gateway's metrics."""
+    exposition = httpx.get(f"{gateway.base_url}/metrics").text
+    values = {}
+    for line in exposition.splitlines():
+        if line.startswith(
+            ("modelgate_websocket_connections_accepted_total ", "modelgate_websocket_upgrades_refused_total{")
+        ):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    accepted = values["modelgate_websocket_connections_accepted_total"]
+    refused = next(v for k, v in values.items() if 'status="426"' in k)
+    return accepted, refused
+
+
+@pytest.mark.parametrize("model", list(MODELS))
+def test_a_shell_round_trip_over_a_websocket(clients: Clients, tmp_path: Path, model: str) -> None:
+    secret, key_id = clients.key("Nova")
+    turn = AgentTurn(shell_call)
+    clients.script.turn = turn
+    accepted, refused = websocket_counts(clients.gateway)
+    prompt = f"Run the shell command `{SHELL_COMMAND}` and report what it printed."
+    run, last = codex(clients.gateway, clients.bins.codex, tmp_path, secret, prompt, model, websockets=True)
+    assert last == FINAL_TEXT, run.stderr[-2000:]
+    assert turn.calls == 1 and any(tool_output_seen(r) for r in clients.fake.requests)
+    assert websocket_counts(clients.gateway) == (accepted + 1, refused)  # one socket, no fallback
+    assert {r.model for r in clients.records(key_id, count=2)} == {model}
+
+
+def test_an_unconfigured_gateway_answers_over_a_websocket(
+    clients: Clients, unconfigured: GatewayServer, tmp_path: Path
+) -> None:
+    key = unconfigured.key(unconfigured.account("codex-sim-ws"), "Nova")
+    accepted, refused = websocket_counts(unconfigured)
+    _, last = codex(
+        unconfigured, clients.bins.codex, tmp_path, key.secret, "Say hello.", "nova-5.5", websockets=True
+    )
+    assert last.startswith("[simulator]")
+    assert websocket_counts(unconfigured) == (accepted + 1, refused)
+    # Codex's pre-warm (generate: false) is free: one usage record, for the answer.
+    assert [r.model for r in usage_records(unconfigured, key.record.id)] == ["nova-5.5"]
+
+
+def test_codexs_built_in_provider_answers_over_a_websocket(
+    clients: Clients, unconfigured: GatewayServer, tmp_path: Path
+) -> None:
+    key = unconfigured.key(unconfigured.account("codex-builtin"), "Nova")
+    accepted, _ = websocket_counts(unconfigured)
+    _, last = codex(
+        unconfigured, clients.bins.codex, tmp_path, key.secret, "Say hello.", "nova-5.5", builtin=True
+    )
+    assert last.startswith("[simulator]")
+    assert websocket_counts(unconfigured)[0] > accepted
+
+
+def test_with_websockets_off_codex_falls_back_to_http(clients: Clients, tmp_path: Path) -> None:
+    with running_gateway(tmp_path / "data", responses={"websocket": False}) as gateway:
+        key = gateway.key(gateway.account("codex-426"), "Nova")
+        _, last = codex(
+            gateway, clients.bins.codex, tmp_path, key.secret, "Say hello.", "nova-5.5", websockets=True
+        )
+        assert last.startswith("[simulator]")
+        accepted, refused = websocket_counts(gateway)
+        assert accepted == 0 and refused >= 1  # the upgrade got 426, the answer came over HTTP
+        assert [r.model for r in usage_records(gateway, key.record.id)] == ["nova-5.5"]
