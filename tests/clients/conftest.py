@@ -21,13 +21,12 @@ from dataclasses import dataclass
 
 import pytest
 
-from modelgate.clock import month_of
 from modelgate.storage.base import UsageRecord
 from tests.clients.harness import Binaries, binaries
+from tests.conformance.conftest import usage_records
 from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply, Step
 from tests.gateway_server import GatewayServer, running_gateway
 from tests.loop_thread import LoopThread
-from tests.polling import POLL_TIMEOUT
 
 UPSTREAM_KEY = "sk-upstream-clients-0123456789"
 
@@ -66,16 +65,6 @@ class Clients:
 
     def records(self, key_id: str, count: int = 1) -> list[UsageRecord]:
         return usage_records(self.gateway, key_id, count)
-
-
-def usage_records(gateway: GatewayServer, key_id: str, count: int = 1) -> list[UsageRecord]:
-    """The key's usage records once ``count`` exist (streams settle after the last byte)."""
-    deadline = time.monotonic() + POLL_TIMEOUT
-    while True:
-        records = gateway.call(gateway.services.store.usage_records(month_of(time.time()), key_id=key_id))
-        if len(records) >= count or time.monotonic() > deadline:
-            return sorted(records, key=lambda r: r.created_at)
-        time.sleep(0.02)
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.clients.conftest import ROUTES, Clients, usage_records
+from tests.clients.conftest import ROUTES, Clients
 from tests.clients.harness import (
     FINAL_TEXT,
     SHELL_COMMAND,
@@ -21,6 +21,7 @@ from tests.clients.harness import (
     tool_names,
     tool_output_seen,
 )
+from tests.conformance.conftest import usage_records
 from tests.gateway_server import GatewayServer, running_gateway
 
 #: Claude Code's --model choice -> the gateway model its ids resolve to (catalogue claude_tiers).

@@ -17,7 +17,7 @@ import httpx
 import orjson
 import pytest
 
-from tests.clients.conftest import ROUTES, Clients, usage_records
+from tests.clients.conftest import ROUTES, Clients
 from tests.clients.harness import (
     FINAL_TEXT,
     SHELL_COMMAND,
@@ -27,6 +27,7 @@ from tests.clients.harness import (
     tool_names,
     tool_output_seen,
 )
+from tests.conformance.conftest import usage_records
 from tests.conformance.upstreams import Recorded, ReplayUpstream
 from tests.fakes.searches import anthropic_search_stream
 from tests.gateway_server import GatewayServer, running_gateway

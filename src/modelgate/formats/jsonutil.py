@@ -47,3 +47,23 @@ def check_messages(body: Json, *, allow_empty: bool) -> None:
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise InvalidRequest(f"messages.{i}: each message needs a role", param=f"messages.{i}.role")
+
+
+#: The fields of a web search's approximate user location (Messages and Responses share them).
+_LOCATION_FIELDS = ("city", "region", "country", "timezone")
+
+
+def user_location(location: Any, param: str) -> dict[str, str]:
+    """A web search's approximate user location, as both wires write it; always typed
+    ``approximate``, unknown fields left out."""
+    if not isinstance(location, dict):
+        raise InvalidRequest(f"{param}: expected an object", param=param)
+    out = {"type": "approximate"}
+    for key in _LOCATION_FIELDS:
+        value = location.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise InvalidRequest(f"{param}.{key}: expected a string", param=f"{param}.{key}")
+        out[key] = value
+    return out

@@ -8,12 +8,11 @@ import re
 from typing import Any
 
 from modelgate import errors, ir
-from modelgate.formats.jsonutil import Json, is_int
+from modelgate.formats.jsonutil import Json, is_int, user_location
 
 #: The web search tool version sent to Anthropic-dialect upstreams when translating.
 WEB_SEARCH_TOOL_TYPE = "web_search_20250305"
 _WEB_SEARCH_PREFIX = "web_search_"
-_LOCATION_FIELDS = ("city", "region", "country", "timezone")
 #: What a server tool's type may look like: it is named back in a response header and a log line.
 _TOOL_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -55,7 +54,7 @@ def decode_server_tool(tool: Json, param: str, req: ir.Request) -> None:
     search.blocked_domains = _domains(tool, "blocked_domains", param)
     location = tool.get("user_location")
     if location is not None:
-        search.user_location = _location(location, f"{param}.user_location")
+        search.user_location = user_location(location, f"{param}.user_location")
     req.web_search = search
 
 
@@ -66,20 +65,6 @@ def _domains(tool: Json, key: str, param: str) -> list[str] | None:
     if not isinstance(value, list) or not all(isinstance(d, str) for d in value):
         raise errors.InvalidRequest(f"{param}.{key}: expected a list of strings", param=f"{param}.{key}")
     return list(value) or None
-
-
-def _location(location: Any, param: str) -> dict[str, str]:
-    if not isinstance(location, dict):
-        raise errors.InvalidRequest(f"{param}: expected an object", param=param)
-    out = {"type": "approximate"}
-    for key in _LOCATION_FIELDS:
-        value = location.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, str):
-            raise errors.InvalidRequest(f"{param}.{key}: expected a string", param=f"{param}.{key}")
-        out[key] = value
-    return out
 
 
 def web_search_tool(search: ir.WebSearchTool) -> Json:

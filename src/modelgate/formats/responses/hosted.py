@@ -5,12 +5,11 @@ the hosted tools it does not (named for the caller), forced hosted tool choices,
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import orjson
 
 from modelgate import errors, ir
-from modelgate.formats.jsonutil import Json, is_int
+from modelgate.formats.jsonutil import Json, is_int, user_location
 
 #: Tool types of OpenAI's hosted web search (current and preview spellings).
 WEB_SEARCH_TYPES = frozenset(
@@ -18,7 +17,6 @@ WEB_SEARCH_TYPES = frozenset(
 )
 #: Tool types that are not hosted: the client runs them (function tools, grouped or not).
 CLIENT_TOOL_TYPES = frozenset({"function", "namespace"})
-_LOCATION_FIELDS = ("city", "region", "country", "timezone")
 #: What a hosted tool's type may look like: it is named back in a response header and a log line.
 TOOL_TYPE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -81,23 +79,8 @@ def _decode_web_search(tool: Json, kind: str, param: str) -> ir.WebSearchTool:
             search.allowed_domains = list(domains) or None
     location = tool.get("user_location")
     if location is not None:
-        search.user_location = decode_location(location, f"{param}.user_location")
+        search.user_location = user_location(location, f"{param}.user_location")
     return search
-
-
-def decode_location(location: Any, param: str) -> dict[str, str]:
-    """An approximate user location (both wires share the shape); always typed ``approximate``."""
-    if not isinstance(location, dict):
-        raise errors.InvalidRequest("user_location must be an object", param=param)
-    out = {"type": "approximate"}
-    for key in _LOCATION_FIELDS:
-        value = location.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, str):
-            raise errors.InvalidRequest(f"user_location.{key} must be a string", param=f"{param}.{key}")
-        out[key] = value
-    return out
 
 
 def decode_forced(choice: Json) -> ir.ToolChoice | None:
