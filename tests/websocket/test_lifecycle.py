@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -101,9 +104,11 @@ def test_an_idle_socket_is_closed_with_1000(tmp_path: Path) -> None:
         assert "modelgate_websocket_connections_accepted_total 1.0" in exposition
 
 
-def test_a_socket_past_its_lifetime_closes_after_its_response(tmp_path: Path) -> None:
-    loop = LoopThread("lifetime-fake")
-    fake = loop.start(FakeUpstream(default=Reply(text="slow answer", chunks=6, event_delay=0.15)))
+@contextmanager
+def slow_upstream_gateway(tmp_path: Path, reply: Reply, **overrides: Any) -> Iterator[GatewayServer]:
+    """A gateway whose ``nova-5.6-sol`` is a fake openai upstream answering ``reply`` (slowly)."""
+    loop = LoopThread("slow-fake")
+    fake = loop.start(FakeUpstream(default=reply))
     providers = [
         {"name": "simulator", "kind": "simulator"},
         {"name": "fake", "kind": "openai", "base_url": fake.base_url, "api_key_env": "FAKE_KEY"},
@@ -114,54 +119,47 @@ def test_a_socket_past_its_lifetime_closes_after_its_response(tmp_path: Path) ->
             env={"FAKE_KEY": "sk-fake-upstream-0123456789"},
             providers=providers,
             deployments={"nova-5.6-sol": [{"provider": "fake", "upstream_model": "gpt-fake"}]},
-            responses={"websocket_max_connection_seconds": 0.5},
+            **overrides,
         ) as gateway:
-            secret = gateway.key(gateway.account("life"), "Nova").secret
-            with open_socket(gateway, secret) as socket:
-                time.sleep(0.3)
-                send(socket, model="nova-5.6-sol", input="take your time", store=False)
-                assert events(socket)[-1]["type"] == "response.completed"  # runs past the limit
-                assert close_code(socket) == 1000
+            yield gateway
     finally:
         loop.close()
+
+
+def test_a_socket_past_its_lifetime_closes_after_its_response(tmp_path: Path) -> None:
+    slow = Reply(text="slow answer", chunks=6, event_delay=0.15)
+    limit = {"websocket_max_connection_seconds": 0.5}
+    with slow_upstream_gateway(tmp_path, slow, responses=limit) as gateway:
+        secret = gateway.key(gateway.account("life"), "Nova").secret
+        with open_socket(gateway, secret) as socket:
+            time.sleep(0.3)
+            send(socket, model="nova-5.6-sol", input="take your time", store=False)
+            assert events(socket)[-1]["type"] == "response.completed"  # runs past the limit
+            assert close_code(socket) == 1000
 
 
 def test_a_drain_closes_the_socket_with_1001_after_the_response_in_flight(tmp_path: Path) -> None:
-    loop = LoopThread("drain-fake")
-    fake = loop.start(FakeUpstream(default=Reply(text="draining answer", chunks=8, event_delay=0.1)))
-    providers = [
-        {"name": "simulator", "kind": "simulator"},
-        {"name": "fake", "kind": "openai", "base_url": fake.base_url, "api_key_env": "FAKE_KEY"},
-    ]
-    try:
-        with running_gateway(
-            tmp_path / "data",
-            env={"FAKE_KEY": "sk-fake-upstream-0123456789"},
-            providers=providers,
-            deployments={"nova-5.6-sol": [{"provider": "fake", "upstream_model": "gpt-fake"}]},
-            server={"shutdown_grace_seconds": 10},
-        ) as gateway:
-            key = gateway.key(gateway.account("drain"), "Nova")
-            idle = open_socket(gateway, key.secret)
-            busy = open_socket(gateway, key.secret)
-            send(busy, model="nova-5.6-sol", input="finish me", store=False)
-            assert json.loads(busy.recv(timeout=10))["type"] == "response.created"
+    slow = Reply(text="draining answer", chunks=8, event_delay=0.1)
+    with slow_upstream_gateway(tmp_path, slow, server={"shutdown_grace_seconds": 10}) as gateway:
+        key = gateway.key(gateway.account("drain"), "Nova")
+        idle = open_socket(gateway, key.secret)
+        busy = open_socket(gateway, key.secret)
+        send(busy, model="nova-5.6-sol", input="finish me", store=False)
+        assert json.loads(busy.recv(timeout=10))["type"] == "response.created"
 
-            async def begin() -> None:
-                gateway.services.drain.begin(10)
+        async def begin() -> None:
+            gateway.services.drain.begin(10)
 
-            gateway.call(begin())
-            assert close_code(idle) == 1001
-            got = events(busy)
-            assert got[-1]["type"] == "response.completed"
-            text = "".join(e["delta"] for e in got if e["type"] == "response.output_text.delta")
-            assert text == "draining answer"
-            assert close_code(busy) == 1001
-            month = month_of(gateway.services.clock.time())
-            (record,) = gateway.call(gateway.services.store.usage_records(month, key_id=key.record.id))
-            assert record.status == "ok" and record.output_tokens > 0
-    finally:
-        loop.close()
+        gateway.call(begin())
+        assert close_code(idle) == 1001
+        got = events(busy)
+        assert got[-1]["type"] == "response.completed"
+        text = "".join(e["delta"] for e in got if e["type"] == "response.output_text.delta")
+        assert text == "draining answer"
+        assert close_code(busy) == 1001
+        month = month_of(gateway.services.clock.time())
+        (record,) = gateway.call(gateway.services.store.usage_records(month, key_id=key.record.id))
+        assert record.status == "ok" and record.output_tokens > 0
 
 
 def test_stopping_the_server_closes_an_open_socket_with_1001(tmp_path: Path) -> None:
