@@ -59,6 +59,18 @@ def sse_event(event: str, data: dict[str, Any]) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
 
 
+def _block(index: int, start: dict[str, Any], *deltas: dict[str, Any]) -> bytes:
+    """One content block's start, deltas and stop events."""
+    out = sse_event(
+        "content_block_start", {"type": "content_block_start", "index": index, "content_block": start}
+    )
+    for delta in deltas:
+        out += sse_event(
+            "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+        )
+    return out + sse_event("content_block_stop", {"type": "content_block_stop", "index": index})
+
+
 def anthropic_search_stream() -> bytes:
     message = {
         **ANTHROPIC_SEARCH,
@@ -67,60 +79,18 @@ def anthropic_search_stream() -> bytes:
         "usage": {"input_tokens": 50, "output_tokens": 1},
     }
     blocks = ANTHROPIC_SEARCH["content"]
+    query = [{"type": "input_json_delta", "partial_json": piece} for piece in ('{"query": "model', 'gate"}')]
     out = sse_event("message_start", {"type": "message_start", "message": message})
-    out += sse_event(
-        "content_block_start",
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-    )
-    out += sse_event(
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 0,
-            "delta": {"type": "text_delta", "text": "Let me search."},
-        },
-    )
-    out += sse_event("content_block_stop", {"type": "content_block_stop", "index": 0})
-    call = {**blocks[1], "input": {}}
-    out += sse_event(
-        "content_block_start", {"type": "content_block_start", "index": 1, "content_block": call}
-    )
-    for piece in ('{"query": "model', 'gate"}'):
-        delta = {"type": "input_json_delta", "partial_json": piece}
-        out += sse_event("content_block_delta", {"type": "content_block_delta", "index": 1, "delta": delta})
-    out += sse_event("content_block_stop", {"type": "content_block_stop", "index": 1})
-    out += sse_event(
-        "content_block_start", {"type": "content_block_start", "index": 2, "content_block": blocks[2]}
-    )
-    out += sse_event("content_block_stop", {"type": "content_block_stop", "index": 2})
-    out += sse_event(
-        "content_block_start",
-        {"type": "content_block_start", "index": 3, "content_block": {"type": "text", "text": ""}},
-    )
-    out += sse_event(
-        "content_block_delta",
-        {
-            "type": "content_block_delta",
-            "index": 3,
-            "delta": {"type": "text_delta", "text": "It is a gateway."},
-        },
-    )
-    out += sse_event("content_block_stop", {"type": "content_block_stop", "index": 3})
-    out += sse_event(
-        "content_block_start",
-        {
-            "type": "content_block_start",
-            "index": 4,
-            "content_block": {"type": "text", "text": "", "citations": []},
-        },
-    )
-    deltas: list[dict[str, Any]] = [
+    out += _block(0, {"type": "text", "text": ""}, {"type": "text_delta", "text": "Let me search."})
+    out += _block(1, {**blocks[1], "input": {}}, *query)
+    out += _block(2, blocks[2])
+    out += _block(3, {"type": "text", "text": ""}, {"type": "text_delta", "text": "It is a gateway."})
+    out += _block(
+        4,
+        {"type": "text", "text": "", "citations": []},
         {"type": "citations_delta", "citation": CITATION},
         {"type": "text_delta", "text": " Sources agree."},
-    ]
-    for delta in deltas:
-        out += sse_event("content_block_delta", {"type": "content_block_delta", "index": 4, "delta": delta})
-    out += sse_event("content_block_stop", {"type": "content_block_stop", "index": 4})
+    )
     finish: dict[str, Any] = {
         "type": "message_delta",
         "delta": {"stop_reason": "end_turn", "stop_sequence": None},
