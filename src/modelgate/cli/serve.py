@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import logging
+import signal
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from modelgate.cli.context import Options, console, fail, with_management
 from modelgate.config import ConfigError, Settings
 from modelgate.management import Management
 from modelgate.server.app import create_app
+from modelgate.server.reload import ConfigSource
 from modelgate.server.runner import serve, tune_garbage_collector
 from modelgate.server.supervisor import supervise
 from modelgate.telemetry.logs import configure_logging
@@ -103,6 +105,8 @@ def serve_command(
     ] = None,
 ) -> None:
     """Run the gateway."""
+    # Until the server's reload handler is in place a SIGHUP must not end the start.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     options = Options(config, data_dir)
     server: dict[str, object] = {}
     if host is not None:
@@ -112,6 +116,7 @@ def serve_command(
     if workers is not None:
         server["workers"] = int(workers) if workers.strip().isdigit() else workers.strip()
     settings = options.settings(server=server or None)
+    source = ConfigSource(config, {"data_dir": data_dir, "server": server or None})
     refusal = port_refusal(settings.server.host, settings.server.port)
     if refusal is not None:
         fail(refusal)
@@ -139,6 +144,6 @@ def serve_command(
         )
     if settings.server.worker_count > 1:
         # A parent that supervises the serving processes; each builds its own gateway.
-        raise typer.Exit(supervise(settings, app))
+        raise typer.Exit(supervise(settings, app, source=source))
     tune_garbage_collector()
-    serve(settings, app)
+    serve(settings, app, source)
