@@ -53,8 +53,10 @@ class ServerConfig(_Section):
     header_timeout_seconds: float = Field(10.0, gt=0)
     #: Seconds to receive a whole request body once its head arrived; then a JSON 408 and close.
     body_timeout_seconds: float = Field(60.0, gt=0)
-    #: Seconds an idle keep-alive connection is kept between requests.
-    keep_alive_seconds: float = Field(5.0, gt=0)
+    #: Seconds an idle keep-alive connection is kept between requests (announced in a
+    #: ``Keep-Alive: timeout=`` header). Longer than the usual 60 s idle timeout of load balancers
+    #: and the pools of common clients, so a reused connection is not closed under a request.
+    keep_alive_seconds: float = Field(65.0, gt=0)
     #: On SIGTERM: seconds requests in flight may still run before streams are ended in-band.
     shutdown_grace_seconds: float = Field(30.0, ge=0)
     #: Bodies larger than this are parsed, checked and translated in worker processes, never on

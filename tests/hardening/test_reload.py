@@ -136,7 +136,8 @@ def test_a_setting_that_needs_a_restart_is_named_and_kept(tmp_path: Path) -> Non
         write_config(gateway.config, gateway.port, ALIAS, server=server)
         hangup(gateway)
         line: str = wait_until(
-            lambda: next((str(x["msg"]) for x in log_lines(gateway) if "reloaded" in x["msg"]), ""), "the reload"
+            lambda: next((str(x["msg"]) for x in log_lines(gateway) if "reloaded" in x["msg"]), ""),
+            "the reload",
         )
         assert "applied: catalogue" in line
         assert "needs a restart (running value kept): server.header_timeout_seconds" in line

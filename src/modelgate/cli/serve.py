@@ -120,7 +120,12 @@ def serve_command(
     refusal = port_refusal(settings.server.host, settings.server.port)
     if refusal is not None:
         fail(refusal)
-    request_writer = configure_logging(settings.log_level, settings.log_format, requests=settings.request_log)
+    request_writer = configure_logging(
+        settings.log_level,
+        settings.log_format,
+        requests=settings.request_log,
+        secrets=(settings.metrics.token, settings.secret),
+    )
     # Build (and so validate) everything before the first-start bootstrap: a bad config must not
     # leave a seeded database and printed secrets behind.
     try:

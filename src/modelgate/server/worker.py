@@ -123,7 +123,11 @@ def run_worker(spec: WorkerSpec) -> None:
     die_with_parent(spec.parent_pid)
     settings = for_worker(spec.settings, spec.index)
     request_writer = configure_logging(
-        settings.log_level, settings.log_format, requests=settings.request_log, worker=spec.index
+        settings.log_level,
+        settings.log_format,
+        requests=settings.request_log,
+        worker=spec.index,
+        secrets=(settings.metrics.token, settings.secret),
     )
     app = create_app(settings, clock=spec.clock)
     services = app.services
