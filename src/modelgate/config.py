@@ -222,6 +222,9 @@ class Settings(_Section):
     #: PostgreSQL only: under load (writes arriving faster than one per this), how long a batch
     #: of ledger writes or stored answers waits for company before it leaves (0: never waits).
     database_batch_wait_seconds: float = Field(DEFAULT_BATCH_WAIT_SECONDS, ge=0, le=0.1)
+    #: SQLite only: below this much free space on the database's disk, ``/health`` answers 503
+    #: and new requests are refused (503 in their format) while requests under way still settle.
+    database_min_free_bytes: int = Field(16 * MIB, ge=0)
     #: ``redis://…`` to share rate-limit windows and revocations between instances.
     redis_url: str | None = None
     #: HMAC secret for key digests; default: generated once into ``<data_dir>/secret``.

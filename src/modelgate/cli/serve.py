@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import logging
+import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable
@@ -25,7 +26,7 @@ from modelgate.cli.context import Options, console, fail, with_management
 from modelgate.config import ConfigError, Settings
 from modelgate.management import Management
 from modelgate.server.app import create_app
-from modelgate.server.reload import ConfigSource
+from modelgate.server.reload import ConfigSource, check_routing
 from modelgate.server.runner import serve, tune_garbage_collector
 from modelgate.server.supervisor import supervise
 from modelgate.telemetry.logs import configure_logging
@@ -43,6 +44,10 @@ def _first_start(
             fail(str(exc))
 
     return run
+
+
+async def _nothing(m: Management) -> None:
+    return None
 
 
 def is_loopback(host: str) -> bool:
@@ -96,6 +101,14 @@ def serve_command(
         typer.Option("--workers", help="Serving processes on the port: a number, or 'auto' (one per core)."),
     ] = None,
     no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="Skip first-start demo data.")] = False,
+    rotate_secret: Annotated[
+        bool,
+        typer.Option(
+            "--rotate-secret",
+            help="Accept a new or changed secret (data/secret or `secret`): every existing key and "
+            "admin token stops working. See docs/operations.md#the-secret-file.",
+        ),
+    ] = False,
     bootstrap_file: Annotated[
         Path | None,
         typer.Option(
@@ -126,8 +139,14 @@ def serve_command(
         requests=settings.request_log,
         secrets=(settings.metrics.token, settings.secret),
     )
-    # Build (and so validate) everything before the first-start bootstrap: a bad config must not
-    # leave a seeded database and printed secrets behind.
+    # Validate the catalogue, deployments and providers before the database is touched: a bad
+    # config must not leave a database (nor printed secrets) behind. Then the secret must belong to
+    # the database (``secret_file``) before anything uses it; then build everything.
+    try:
+        check_routing(settings, os.environ)
+    except ConfigError as exc:
+        fail(str(exc))
+    with_management(options, _nothing, rotate_secret=rotate_secret)
     try:
         app = create_app(settings)
     except ConfigError as exc:

@@ -31,6 +31,7 @@ from modelgate.server.file_limit import fit_connection_cap
 from modelgate.server.protocol import guarded_protocol
 from modelgate.server.reload import ConfigSource, Reloader, on_hangup
 from modelgate.server.websocket import DrainingWebSocketProtocol
+from modelgate.storage.file_probe import set_min_free_bytes
 
 log = logging.getLogger("modelgate")
 
@@ -131,6 +132,7 @@ class DrainingServer(uvicorn.Server):
 
 def serve(settings: Settings, app: EdgeApp, source: ConfigSource | None = None) -> None:
     """Run the gateway until it is stopped (``modelgate serve``); SIGHUP reloads from ``source``."""
+    set_min_free_bytes(app.services.store, settings.database_min_free_bytes)
     config = uvicorn_config(fit_connection_cap(settings), app)
     reloader = Reloader(app.services, source) if source is not None else None
     DrainingServer(config, app, settings.server.shutdown_grace_seconds, reloader=reloader).run()

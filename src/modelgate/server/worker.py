@@ -39,6 +39,7 @@ from modelgate.server.app import EdgeApp, create_app
 from modelgate.server.file_limit import fit_connection_cap
 from modelgate.server.reload import ConfigSource, Reloader
 from modelgate.server.runner import DrainingServer, tune_garbage_collector, uvicorn_config
+from modelgate.storage.file_probe import set_min_free_bytes
 from modelgate.telemetry.logs import configure_logging
 
 log = logging.getLogger("modelgate")
@@ -139,6 +140,7 @@ def run_worker(spec: WorkerSpec) -> None:
     if window is not None:
         services.rate_limiter = window
     tune_garbage_collector()
+    set_min_free_bytes(services.store, settings.database_min_free_bytes)
     config = uvicorn_config(fit_connection_cap(settings), app)
     reloader = None
     if spec.source is not None:
