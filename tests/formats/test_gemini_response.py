@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 import pytest
@@ -15,6 +15,7 @@ from modelgate import catalogue, errors, ir
 from modelgate.formats.base import ClientRequest, Codec
 from modelgate.formats.gemini import CODEC, models, paths, wire
 from modelgate.formats.gemini import response as gemini_response
+from modelgate.upstream.base import Dialect
 
 #: The codec meets ``formats.base.Codec`` in everything but ``name`` (mypy names only that
 #: conflict): "gemini" is not yet one of ``errors.WireFormat``, which the format registry generates.
@@ -281,3 +282,4 @@ def test_upstream_side_is_refused_not_faked() -> None:
         with pytest.raises(errors.InternalError, match="inbound only"):
             call()
     assert CODEC.runs_hosted == frozenset()
+    assert sorted(CODEC.preferred_dialects) == sorted(get_args(Dialect))

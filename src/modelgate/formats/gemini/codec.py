@@ -46,6 +46,11 @@ class GeminiCodec:
     echoes_request = False
     #: Gemini is never an upstream here: it runs no hosted tool.
     runs_hosted: frozenset[str] = frozenset()
+    #: Upstream dialects to translate to, best first (for the format registry's preference
+    #: table): Messages keeps what Gemini has and Chat lacks (thoughts with their signatures,
+    #: ``topK``, a hosted web search); then as for Messages clients. A request offering
+    #: ``googleSearch`` is reordered by the dialects' ``runs_hosted``, as for every format.
+    preferred_dialects: tuple[str, ...] = ("messages", "chat", "responses")
 
     def check_headers(self, headers: Mapping[str, str], versions: Sequence[str]) -> None:
         return None  # the API version is in the path
