@@ -459,3 +459,22 @@ def test_validate_checks_what_the_gateway_relies_on() -> None:
     ):
         with pytest.raises(errors.InvalidRequest):
             CODEC.validate(bad)
+
+
+def test_streamed_thought_pieces_are_one_block_up_to_the_signature() -> None:
+    first, second = "sig-one", "sig-two"
+    parts = [
+        {"text": "Think", "thought": True},
+        {"text": "ing.", "thought": True},
+        {"text": "", "thought": True, "thoughtSignature": signature_wire(first)},
+        {"text": "Again.", "thought": True, "thoughtSignature": signature_wire(second)},
+        {"text": "Answer."},
+        {"text": "Late.", "thought": True},
+    ]
+    body = {"contents": [user({"text": "q"}), {"role": "model", "parts": parts}]}
+    assert decode(body).messages[1].content == [
+        ir.ThinkingPart("Thinking.", first),
+        ir.ThinkingPart("Again.", second),
+        ir.TextPart("Answer."),
+        ir.ThinkingPart("Late.", None),
+    ]

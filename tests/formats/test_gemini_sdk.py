@@ -295,6 +295,39 @@ async def test_automatic_function_calling_loop_and_thought_signatures(stand_in: 
     assert len(chat.get_history()) == 4
 
 
+async def test_streamed_chat_sends_its_thoughts_back_whole(stand_in: GeminiStandIn) -> None:
+    """A chat session keeps a streamed answer as its chunks' parts; the next request gives the
+    upstream the thinking block whole, with its signature."""
+    signature = "EqMBCkYIBxgCKkD+anthropic/sig=="
+    stand_in.answers += [
+        [
+            ir.Start("x", "y", ir.Usage()),
+            ir.BlockStart(0, "thinking"),
+            ir.ThinkingDelta(0, "Let me "),
+            ir.ThinkingDelta(0, "think."),
+            ir.SignatureDelta(0, signature),
+            ir.BlockStop(0),
+            ir.BlockStart(1, "text"),
+            ir.TextDelta(1, "Four."),
+            ir.BlockStop(1),
+            ir.Finish(ir.StopReason.END_TURN, ir.Usage(input_tokens=3, output_tokens=8, reasoning_tokens=5)),
+        ],
+        text_answer("Five."),
+    ]
+    config = types.GenerateContentConfig(thinking_config=types.ThinkingConfig(include_thoughts=True))
+    chat = sdk_client(stand_in).aio.chats.create(model="aria-large", config=config)
+    first = [c async for c in await chat.send_message_stream("2+2?")]
+    assert "".join(c.text or "" for c in first) == "Four."
+    await chat.send_message("And 2+3?")
+    history = stand_in.seen[1].request.messages
+    assert [m.role for m in history] == ["user", "assistant", "user"]
+    assert history[1].content == [
+        ir.ThinkingPart("Let me think.", signature),
+        ir.TextPart("Four."),
+        ir.TextPart(""),
+    ]
+
+
 async def test_count_tokens(stand_in: GeminiStandIn) -> None:
     client = sdk_client(stand_in)
     counted = await client.aio.models.count_tokens(model="aria-large", contents=["one", "two"])

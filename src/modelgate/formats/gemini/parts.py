@@ -8,6 +8,9 @@ Invariants:
   its place in the conversation (``call_<turn>_<part>``): the same history always gives the same
   ids, so an upstream's prompt cache keeps matching. A ``functionResponse`` without an ``id``
   answers the earliest unanswered call of that name.
+- Consecutive contents of one role are one IR turn (a chat session keeps a streamed answer as
+  one content per chunk), and consecutive thought parts one thinking block up to the part that
+  carries its signature.
 - ``thoughtSignature`` is bytes on the wire (base64); the IR keeps a signature as text. The
   encoders send the base64 of the signature's UTF-8, so what comes back decodes to it exactly;
   a signature that does not decode to text came from elsewhere and is dropped.
@@ -18,7 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections import defaultdict, deque
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -211,6 +214,21 @@ def _part(part: Any, param: str, turn: int, index: int, calls: _Calls) -> ir.Par
     )
 
 
+def _joined_thoughts(parts: list[ir.Part]) -> list[ir.Part]:
+    """Consecutive thought parts as one thinking block until one carries a signature: a streamed
+    answer comes back as its chunks' parts (the thought text in pieces, the signature, which
+    belongs to the whole text, on the last), and an upstream checks the signature against the
+    whole text."""
+    out: list[ir.Part] = []
+    for part in parts:
+        last = out[-1] if out else None
+        if isinstance(part, ir.ThinkingPart) and isinstance(last, ir.ThinkingPart) and last.signature is None:
+            out[-1] = ir.ThinkingPart(last.thinking + part.thinking, part.signature)
+        else:
+            out.append(part)
+    return out
+
+
 def decode_contents(contents: list[Any], param: str = "contents") -> list[ir.Message]:
     calls = _Calls()
     messages: list[ir.Message] = []
@@ -226,7 +244,13 @@ def decode_contents(contents: list[Any], param: str = "contents") -> list[ir.Mes
             raise invalid(f"{where}.parts: required non-empty list", f"{where}.parts")
         decoded = (_part(p, f"{where}.parts.{i}", turn, i, calls) for i, p in enumerate(parts))
         kept = [p for p in decoded if p is not None]
-        messages.append(ir.Message("assistant" if _ROLES[role] == "assistant" else "user", kept))
+        ir_role: Literal["user", "assistant"] = "assistant" if _ROLES[role] == "assistant" else "user"
+        if messages and messages[-1].role == ir_role:
+            messages[-1].content.extend(kept)
+        else:
+            messages.append(ir.Message(ir_role, kept))
+    for message in messages:
+        message.content = _joined_thoughts(message.content)
     return messages
 
 
