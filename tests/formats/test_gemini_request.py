@@ -80,6 +80,17 @@ def test_snake_and_camel_spellings_mean_the_same() -> None:
     )
 
 
+def test_url_safe_base64_media_become_standard() -> None:
+    urlsafe = base64.urlsafe_b64encode(b"\xfb\xff\xfe\x00").decode()
+    assert "-" in urlsafe and "_" in urlsafe
+    part = (
+        decode({"contents": [user({"inlineData": {"mimeType": "image/png", "data": urlsafe}})]})
+        .messages[0]
+        .content[0]
+    )
+    assert part == ir.ImagePart(media_type="image/png", data=base64.b64encode(b"\xfb\xff\xfe\x00").decode())
+
+
 def test_media_parts() -> None:
     text = base64.b64encode(b"plain words").decode()
     req = decode(

@@ -8,6 +8,7 @@ Nothing is mocked: a scripted IR answer is what a translated upstream would have
 
 from __future__ import annotations
 
+import base64
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -203,6 +204,22 @@ async def test_generate_content_request_and_answer(stand_in: GeminiStandIn) -> N
     schema = req.response_format["schema"]
     assert schema["type"] == "object" and set(schema["properties"]) == {"name", "minutes"}
     assert schema["properties"]["minutes"]["type"] == "integer"
+
+
+async def test_sdk_bytes_arrive_as_standard_base64(stand_in: GeminiStandIn) -> None:
+    stand_in.answers.append(text_answer("A red square."))
+    image, pdf = b"\x89PNG\xfb\xff\xfe", b"%PDF-1.4\xfb\xef"
+    contents = [
+        types.Part.from_bytes(data=image, mime_type="image/png"),
+        types.Part.from_bytes(data=pdf, mime_type="application/pdf"),
+        "Describe.",
+    ]
+    await sdk_client(stand_in).aio.models.generate_content(model="aria-large", contents=contents)
+    assert stand_in.seen[0].request.messages[0].content == [
+        ir.ImagePart(media_type="image/png", data=base64.b64encode(image).decode()),
+        ir.DocumentPart(media_type="application/pdf", data=base64.b64encode(pdf).decode()),
+        ir.TextPart("Describe."),
+    ]
 
 
 async def test_default_api_version_with_a_base_url_is_v1(stand_in: GeminiStandIn) -> None:

@@ -41,6 +41,8 @@ _GOOGLE_ONLY = ("https://generativelanguage.googleapis.com/", "gs://")
 _VIDEO_HOSTS = ("https://www.youtube.com/", "https://youtube.com/", "https://youtu.be/")
 #: Data fields of a ``Part`` with no IR equivalent, refused by name.
 _UNSUPPORTED_DATA = ("executableCode", "codeExecutionResult", "toolCall", "toolResponse")
+#: URL-safe base64 -> the standard alphabet.
+_STANDARD_BASE64 = str.maketrans("-_", "+/")
 
 
 def signature_text(value: Any) -> str | None:
@@ -48,7 +50,7 @@ def signature_text(value: Any) -> str | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        raw = base64.b64decode(value.replace("-", "+").replace("_", "/") + "==", validate=False)
+        raw = base64.b64decode(value.translate(_STANDARD_BASE64) + "==", validate=False)
         return raw.decode("utf-8")
     except (binascii.Error, ValueError):
         return None
@@ -83,11 +85,13 @@ class _Calls:
 
 
 def _media(blob: Json, param: str) -> tuple[str, str]:
+    """(media type, standard base64 data). The SDK writes bytes in the URL-safe alphabet, which
+    Google accepts and the other providers do not: the IR holds the standard one."""
     mime = str_field(blob, "mimeType", f"{param}.mimeType")
     data = str_field(blob, "data", f"{param}.data")
     if mime is None or data is None:
         raise invalid(f"{param}: mimeType and data are required", param)
-    return mime.split(";")[0].strip().lower(), data
+    return mime.split(";")[0].strip().lower(), data.translate(_STANDARD_BASE64)
 
 
 def _inline(blob: Json, param: str) -> ir.ImagePart | ir.DocumentPart:
