@@ -222,6 +222,37 @@ async def test_sdk_bytes_arrive_as_standard_base64(stand_in: GeminiStandIn) -> N
     ]
 
 
+async def test_sdk_tools_and_tool_config(stand_in: GeminiStandIn) -> None:
+    stand_in.answers.append(text_answer("ok"))
+    declaration = types.FunctionDeclaration(
+        name="lookup",
+        description="Looks a word up.",
+        parameters_json_schema={"type": "object", "properties": {"word": {"type": "string"}}},
+    )
+    config = types.GenerateContentConfig(
+        tools=[
+            types.Tool(function_declarations=[declaration]),
+            get_weather,
+            types.Tool(google_search=types.GoogleSearch()),
+            types.Tool(code_execution=types.ToolCodeExecution()),
+        ],
+        tool_config=types.ToolConfig(
+            function_calling_config=types.FunctionCallingConfig(
+                mode=types.FunctionCallingConfigMode.ANY, allowed_function_names=["lookup"]
+            )
+        ),
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+    )
+    await sdk_client(stand_in).aio.models.generate_content(model="aria-large", contents="hi", config=config)
+    req = stand_in.seen[0].request
+    assert req.tool_choice == ir.ToolChoice("tool", "lookup")
+    assert req.tools == [
+        ir.Tool("lookup", "Looks a word up.", {"type": "object", "properties": {"word": {"type": "string"}}})
+    ]
+    assert req.web_search is not None and req.web_search.client_type == "googleSearch"
+    assert req.hosted_tools == ["codeExecution"]
+
+
 async def test_default_api_version_with_a_base_url_is_v1(stand_in: GeminiStandIn) -> None:
     stand_in.answers.append(text_answer("ok"))
     result = await sdk_client(stand_in, version=None).aio.models.generate_content(
