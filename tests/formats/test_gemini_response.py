@@ -264,6 +264,11 @@ def test_paths_credentials_and_stream_flag() -> None:
     assert paths.redact_query("alt=sse&key=sk-secret&x=1") == "alt=sse&key=REDACTED&x=1"
     assert paths.redact_query("key=sk-secret") == "key=REDACTED"
     assert paths.redact_query("monkey=1") == "monkey=1"
+    assert paths.is_gemini_client({"x-goog-api-key": "k"}, {}) and paths.is_gemini_client({}, {"key": "k"})
+    assert not paths.is_gemini_client({"authorization": "Bearer k"}, {})
+    assert paths.owns_path("/v1beta/models") and paths.owns_path("/v1beta/anything/else")
+    assert paths.owns_path("/v1/models/aria:embedContent")
+    assert not paths.owns_path("/v1/models") and not paths.owns_path("/v1/chat/completions")
 
 
 def test_upstream_side_is_refused_not_faked() -> None:

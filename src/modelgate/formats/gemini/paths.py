@@ -36,6 +36,7 @@ KEY_PARAMETER = "key"
 
 _METHOD_BY_VERB: Mapping[str, Method] = MappingProxyType({m: m for m in METHODS})
 _CALL = re.compile(r"/(v1beta|v1)/models/([^/:]+):([A-Za-z]+)")
+_ANY_CALL = re.compile(r"/v1/models/[^/]+:[A-Za-z]+")
 _KEY_IN_QUERY = re.compile(r"(^|&)key=[^&]*")
 
 
@@ -77,6 +78,19 @@ def api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
         return key.strip()
     key = query.get(KEY_PARAMETER)
     return key.strip() if key else None
+
+
+def is_gemini_client(headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
+    """Whether a request to a path other formats share (``GET /v1/models``, an unknown ``/v1``
+    path) comes from a Gemini client: it sends its key the Gemini way."""
+    return KEY_HEADER in headers or KEY_PARAMETER in query
+
+
+def owns_path(path: str) -> bool:
+    """Whether ``path`` can only be meant for this format, so a refusal on it (unknown method,
+    wrong HTTP verb) is rendered in Google's shape: all of ``/v1beta``, and ``models/…:verb``
+    calls under ``/v1``."""
+    return path.startswith("/v1beta/") or path == "/v1beta" or _ANY_CALL.fullmatch(path) is not None
 
 
 def redact_query(query_string: str) -> str:
