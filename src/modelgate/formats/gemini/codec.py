@@ -63,8 +63,7 @@ class GeminiCodec:
             if inner is not None:
                 body = inner
         _check_contents(body)
-        if wire.get(body, "cachedContent") is not None:
-            request.decode_request({"cachedContent": True})  # raises the refusal
+        request.refuse_cached_content(body)
         self.requested_max_tokens(body)
         config = wire.obj_field(body, "generationConfig", "generationConfig")
         count = (

@@ -200,14 +200,18 @@ def _generation(config: Json, req: ir.Request) -> None:
     req.reasoning_effort = _effort(config, param)
 
 
-def decode_request(body: Json, *, model: str = "", stream: bool = False) -> ir.Request:
-    """A ``generateContent`` body -> IR; ``model`` and ``stream`` from the path."""
+def refuse_cached_content(body: Json) -> None:
     if get(body, "cachedContent") is not None:
         raise invalid(
             "cachedContent: Gemini context caches are not supported by this gateway; send the "
             "content in the request (the upstream's own prompt caching applies)",
             "cachedContent",
         )
+
+
+def decode_request(body: Json, *, model: str = "", stream: bool = False) -> ir.Request:
+    """A ``generateContent`` body -> IR; ``model`` and ``stream`` from the path."""
+    refuse_cached_content(body)
     contents = list_field(body, "contents", "contents")
     if not contents:
         raise invalid("contents: required non-empty list", "contents")
