@@ -408,6 +408,8 @@ def test_tools_hosted_and_tool_config() -> None:
             {"contents": [user({"text": "x"})], "generationConfig": {"temperature": "hot"}},
             "expected a number",
         ),
+        ({"contents": [user({"text": "x"})], "generationConfig": {"temperature": 1e308}}, "from 0.0 to 2.0"),
+        ({"contents": [user({"text": "x"})], "generationConfig": {"topP": 1.5}}, "from 0.0 to 1.0"),
         (
             {"contents": [user({"text": "x"})], "systemInstruction": {"parts": [{"inlineData": {}}]}},
             "only text",

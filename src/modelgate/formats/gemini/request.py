@@ -183,8 +183,8 @@ def _generation(config: Json, req: ir.Request) -> None:
     if count is not None and count != 1:
         raise invalid(f"{param}.candidateCount: only 1 candidate is supported", f"{param}.candidateCount")
     req.max_tokens = int_field(config, "maxOutputTokens", f"{param}.maxOutputTokens", minimum=1)
-    req.temperature = float_field(config, "temperature", f"{param}.temperature")
-    req.top_p = float_field(config, "topP", f"{param}.topP")
+    req.temperature = float_field(config, "temperature", f"{param}.temperature", low=0.0, high=2.0)
+    req.top_p = float_field(config, "topP", f"{param}.topP", low=0.0, high=1.0)
     req.top_k = int_field(config, "topK", f"{param}.topK", minimum=1)
     stops = list_field(config, "stopSequences", f"{param}.stopSequences")
     if stops is not None:

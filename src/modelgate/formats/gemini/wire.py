@@ -99,12 +99,13 @@ def int_field(obj: Json, name: str, param: str, *, minimum: int = 0) -> int | No
     return number
 
 
-def float_field(obj: Json, name: str, param: str) -> float | None:
+def float_field(obj: Json, name: str, param: str, *, low: float, high: float) -> float | None:
+    """A number field within ``low`` .. ``high`` (the API's documented range)."""
     value = get(obj, name, param)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise invalid(f"{param}: expected a number", param)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise invalid(f"{param}: expected a number from {low} to {high}", param)
     return float(value)
 
 
