@@ -71,7 +71,10 @@ VALID: dict[str, Any] = {
         "stopSequences": ["x"],
         "candidateCount": 1,
         "responseMimeType": "application/json",
-        "responseSchema": {"type": "OBJECT", "properties": {"a": {"type": "STRING"}}},
+        "responseSchema": {
+            "type": "OBJECT",
+            "properties": {"a": {"type": "STRING", "format": "enum", "nullable": True}},
+        },
         "thinkingConfig": {"thinkingBudget": 100, "includeThoughts": True},
     },
     "safetySettings": [{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}],
@@ -120,6 +123,21 @@ def outcome(body: Any) -> None:
     CODEC.offers_web_search(body)
     gemini_request.shows_thoughts(body)
     CODEC.usage_of(body)
+
+
+def test_odd_schema_keywords_pass_through() -> None:
+    schema = {
+        "type": "OBJECT",
+        "format": {"x": [1]},
+        "properties": {"a": {"type": "STRING", "format": ["enum"]}},
+    }
+    tool = {"functionDeclarations": [{"name": "f", "parameters": schema}]}
+    req = CODEC.decode_request({"contents": [{"parts": [{"text": "x"}]}], "tools": [tool]}, model="aria")
+    assert req.tools[0].input_schema == {
+        "type": "object",
+        "format": {"x": [1]},
+        "properties": {"a": {"type": "string", "format": ["enum"]}},
+    }
 
 
 def test_the_valid_body_decodes() -> None:

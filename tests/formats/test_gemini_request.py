@@ -253,8 +253,10 @@ def test_openapi_schema_conversion() -> None:
                 "items": {
                     "type": "OBJECT",
                     "properties": {
-                        "recipe_name": {"type": "STRING"},
-                        "rating": {"type": "INTEGER", "nullable": True, "minimum": 0},
+                        "recipe_name": {"type": "STRING", "example": "Shortbread"},
+                        "rating": {"type": "INTEGER", "format": "int32", "nullable": True, "minimum": 0},
+                        "kind": {"type": "STRING", "format": "enum", "enum": ["x", "y"]},
+                        "when": {"type": "STRING", "format": "date-time"},
                         "tags": {
                             "type": "ARRAY",
                             "items": {"type": "STRING", "enum": ["a", "b"]},
@@ -278,6 +280,8 @@ def test_openapi_schema_conversion() -> None:
                 "properties": {
                     "recipe_name": {"type": "string"},
                     "rating": {"type": ["integer", "null"], "minimum": 0},
+                    "kind": {"type": "string", "enum": ["x", "y"]},
+                    "when": {"type": "string", "format": "date-time"},
                     "tags": {"type": "array", "items": {"type": "string", "enum": ["a", "b"]}, "maxItems": 3},
                     "alt": {"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "null"}]},
                 },

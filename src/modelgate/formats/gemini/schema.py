@@ -2,7 +2,8 @@
 Schema, the IR's schema language.
 
 Types are upper case (``OBJECT``, ``STRING``; lower case is accepted too), ``nullable: true``
-adds ``null`` to the type, ``propertyOrdering`` has no JSON Schema meaning and is dropped.
+adds ``null`` to the type; ``propertyOrdering``, ``example`` and the OpenAPI-only ``format``
+values have no JSON Schema meaning and are dropped.
 Keywords are read in either JSON spelling (``maxItems`` / ``max_items``) and written in JSON
 Schema's; anything unknown is kept as sent (the upstream judges it).
 """
@@ -28,7 +29,10 @@ _RENAMED = {
     "$defs": "$defs",
     "ref": "$ref",
 }
-_DROPPED = frozenset({"nullable", "propertyOrdering", "property_ordering", "type"})
+_DROPPED = frozenset({"nullable", "propertyOrdering", "property_ordering", "type", "example"})
+#: OpenAPI ``format`` values JSON Schema does not have (``enum`` marks a string enum, the others
+#: number widths); strict schema checkers upstream refuse unknown formats.
+_OPENAPI_FORMATS = frozenset({"enum", "int32", "int64", "float", "double"})
 #: Keywords whose value is a map of names to schemas.
 _SCHEMA_MAPS = frozenset({"properties", "$defs"})
 #: Keywords whose value is one schema or a list of schemas.
@@ -53,7 +57,7 @@ def to_json_schema(schema: Any, param: str, depth: int = 0) -> Json:
         if name not in ("type_unspecified", ""):
             out["type"] = [name, "null"] if schema.get("nullable") is True and name != "null" else name
     for key, value in schema.items():
-        if key in _DROPPED:
+        if key in _DROPPED or (key == "format" and isinstance(value, str) and value in _OPENAPI_FORMATS):
             continue
         target = _RENAMED.get(str(key), str(key))
         where = f"{param}.{key}"
