@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import orjson
 
+from modelgate.cli.context import Options, with_management
 from tests.hardening.process import GatewayProcess, run, write_config
 from tests.hardening.test_shutdown import headers, stream_one
 from tests.polling import wait_until
@@ -131,7 +132,17 @@ def test_a_setting_that_needs_a_restart_is_named_and_kept(tmp_path: Path) -> Non
     gateway = GatewayProcess(tmp_path, server={"keep_alive_seconds": 120})
     with gateway:
         seeded = gateway.seed()
+        admin = with_management(
+            Options(gateway.config, gateway.data_dir), lambda m: m.issue_admin_token(None, name="reload")
+        ).secret
         gateway.start()
+
+        def new_key_status() -> int:
+            body = {"account_id": seeded.account_id, "group": "Nova", "allowed_models": ["reload-alias"]}
+            headers = {"authorization": f"Bearer {admin}"}
+            return httpx.post(f"{gateway.base_url}/admin/api/keys", json=body, headers=headers).status_code
+
+        assert new_key_status() == 400  # no such model yet
         server = {"keep_alive_seconds": 120, "header_timeout_seconds": 3}
         write_config(gateway.config, gateway.port, ALIAS, server=server)
         hangup(gateway)
@@ -143,3 +154,4 @@ def test_a_setting_that_needs_a_restart_is_named_and_kept(tmp_path: Path) -> Non
         assert "needs a restart (running value kept): server.header_timeout_seconds" in line
         with httpx.Client(base_url=gateway.base_url, timeout=30) as client:
             assert alias_status(client, seeded.keys) == 200
+        assert new_key_status() == 201  # the admin API checks new keys against the new catalogue

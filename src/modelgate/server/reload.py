@@ -48,6 +48,7 @@ LIVE = ROUTING | {
     "server.max_large_bodies",
     "server.overload_retry_after",
     "keys.rotation_grace_seconds",
+    "keys.default_rpm",
     "billing.input_overhead_tokens",
     "billing.tokens_per_image_url",
     "billing.image_pixels_per_token",
