@@ -67,6 +67,7 @@ def _reason(status: int) -> str:
 
 def guarded_protocol(server: ServerConfig, stats: EdgeStats) -> type[HttpToolsProtocol]:
     """uvicorn's protocol class with this instance's limits (uvicorn builds one per connection)."""
+    stats.connection_cap = server.max_connections
 
     class GuardedProtocol(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
