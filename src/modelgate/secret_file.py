@@ -112,6 +112,7 @@ async def checked_secret(store: Store, settings: Settings, now: float, *, rotate
     or ConfigError with an operator's message otherwise. Generates the file only when allowed."""
     value = read_secret(settings)
     recorded = await store.secret_fingerprint()
+    generated = value is None
     if value is None:
         path = secret_path(settings)
         if not rotate and (recorded is not None or await store.holds_credentials()):
@@ -134,6 +135,15 @@ async def checked_secret(store: Store, settings: Settings, now: float, *, rotate
         log.warning(
             "%s: the secret was rotated; every key and admin token made before no longer works",
             ROTATE_FLAG,
+        )
+    elif not generated and not settings.secret and not await store.holds_credentials():
+        # A secret from an earlier start and a database that never recorded it: a new database,
+        # perhaps in place of one that was deleted (said once: the fingerprint is recorded now).
+        log.warning(
+            "the database %s is new but the secret file %s is from an earlier start: if it replaced a "
+            "database that held data, stop the gateway and restore that one (docs/operations.md#the-database-file)",
+            settings.resolved_database_url,
+            secret_path(settings),
         )
     await store.record_secret_fingerprint(current, now)
     return value

@@ -162,6 +162,10 @@ def test_a_database_deleted_under_the_server_is_reported_and_refuses_writes(tmp_
         listed = gateway.run_cli("accounts", "list")
         assert listed.returncode != 0 and "still has it open" in " ".join(listed.stderr.split())
         assert not database.exists()
+    # Once the server is gone, a new database beside the old secret is said to be new, once.
+    listed = gateway.run_cli("accounts", "list")
+    assert listed.returncode == 0 and "is new but the secret file" in " ".join(listed.stderr.split())
+    assert "is new" not in gateway.run_cli("accounts", "list").stderr
 
 
 def test_a_database_replaced_under_the_server_is_reported(tmp_path: Path) -> None:
