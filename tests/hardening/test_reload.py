@@ -16,6 +16,8 @@ import httpx
 import orjson
 
 from modelgate.cli.context import Options, with_management
+from modelgate.config import load_settings
+from modelgate.server.reload import compare
 from tests.hardening.process import GatewayProcess, run, write_config
 from tests.hardening.test_shutdown import headers, stream_one
 from tests.polling import wait_until
@@ -155,3 +157,22 @@ def test_a_setting_that_needs_a_restart_is_named_and_kept(tmp_path: Path) -> Non
         with httpx.Client(base_url=gateway.base_url, timeout=30) as client:
             assert alias_status(client, seeded.keys) == 200
         assert new_key_status() == 201  # the admin API checks new keys against the new catalogue
+
+
+def test_live_keys_are_taken_and_the_others_kept_at_their_running_value() -> None:
+    running = load_settings(environ={})
+    new = load_settings(
+        environ={},
+        log_level="debug",
+        server={"port": 9999, "max_in_flight": 7, "header_timeout_seconds": 3},
+        catalogue={"aliases": {"reload-alias": "nova-5.5"}},
+    )
+    changes = compare(running, new)
+    assert changes.applied == ["catalogue", "log_level", "server.max_in_flight"]
+    assert changes.ignored == ["server.header_timeout_seconds", "server.port"]
+    assert changes.routing
+    effective = changes.settings
+    assert (effective.log_level, effective.server.max_in_flight) == ("debug", 7)
+    assert (effective.server.port, effective.server.header_timeout_seconds) == (8080, 10.0)
+    assert effective.catalogue == {"aliases": {"reload-alias": "nova-5.5"}}
+    assert compare(running, load_settings(environ={})).applied == []

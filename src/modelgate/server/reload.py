@@ -44,6 +44,8 @@ LIVE = ROUTING | {
     "log_level",
     "api_versions",
     "server.max_body_bytes",
+    "server.max_json_depth",
+    "server.offload_body_bytes",
     "server.max_in_flight",
     "server.max_large_bodies",
     "server.overload_retry_after",
