@@ -186,6 +186,9 @@ class Reloader:
 
     def request(self) -> None:
         """Reload soon (on the serving loop); a SIGHUP during a reload runs one more after it."""
+        if self._services.drain.active:
+            log.warning("SIGHUP while stopping: not reloading %s", self._source.describe())
+            return
         if self._running is not None and not self._running.done():
             self._again = True
             return
@@ -263,6 +266,7 @@ def on_hangup(loop: asyncio.AbstractEventLoop, reloader: Reloader) -> Callable[[
     """A ``signal.signal`` handler that hands the reload to ``loop``."""
 
     def handler(signum: int, frame: Any) -> None:
-        loop.call_soon_threadsafe(reloader.request)
+        if not loop.is_closed():  # after the server stopped there is nothing to reload
+            loop.call_soon_threadsafe(reloader.request)
 
     return handler
