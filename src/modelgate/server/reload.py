@@ -182,7 +182,8 @@ class Reloader:
         self._adjust = adjust
         self._running: asyncio.Task[None] | None = None
         self._again = False
-        self._retired: list[asyncio.Task[None]] = []
+        #: Replaced routers, each with the task that closes it once its requests have ended.
+        self._retired: dict[Router, asyncio.Task[None]] = {}
 
     def request(self) -> None:
         """Reload soon (on the serving loop); a SIGHUP during a reload runs one more after it."""
@@ -244,22 +245,28 @@ class Reloader:
         drain = self._services.drain
         users = drain.in_flight_now()
 
-        async def close_when_unused() -> None:
+        async def wait_until_unused() -> None:
             # Polled: requests end in any order and nothing signals the last of a snapshot.
             while True:
                 if drain.cut or not drain.any_in_flight(users):
                     break
                 await asyncio.sleep(RETIRE_POLL_SECONDS)
-            await router.aclose()
 
-        task = asyncio.get_running_loop().create_task(close_when_unused())
-        self._retired.append(task)
-        task.add_done_callback(self._retired.remove)
+        async def close_when_unused() -> None:
+            try:
+                await wait_until_unused()
+            finally:
+                del self._retired[router]
+                await router.aclose()
+
+        self._retired[router] = asyncio.get_running_loop().create_task(close_when_unused())
 
     async def stop(self) -> None:
-        """At shutdown: replaced routers close once their requests ended (cut by the drain)."""
-        if self._retired:
-            await asyncio.gather(*self._retired, return_exceptions=True)
+        """At shutdown (every request has ended or was cut): close the replaced routers now."""
+        waiting = list(self._retired.values())
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
 
 
 def on_hangup(loop: asyncio.AbstractEventLoop, reloader: Reloader) -> Callable[[int, Any], None]:
