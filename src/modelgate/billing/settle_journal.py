@@ -101,14 +101,14 @@ class SettleJournal:
         return len(adopted)
 
     async def aclose(self) -> None:
-        """Try what waits once more, then stop retrying (what still waits stays journaled)."""
-        if self._kept:
-            await self._try_all()
+        """Stop retrying, try what waits once more (what still waits stays journaled)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._kept:
+            await self._try_all()
         if self._kept:
             log.error(
                 "%d settle(s) still wait for the database at shutdown; kept for the next start", self.waiting
