@@ -31,12 +31,13 @@ import dataclasses
 import fcntl
 import logging
 import os
+import typing
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from modelgate.storage.base import LedgerStore, Settlement, UsageRecord
+from modelgate.storage.base import MAX_UC, LedgerStore, Settlement, UsageRecord
 
 log = logging.getLogger("modelgate.billing")
 
@@ -233,8 +234,28 @@ def _waiting_in(data: bytes, path: Path) -> dict[str, _Kept]:
             if "landed" in entry:
                 kept.pop(str(entry["landed"]), None)
                 continue
-            record = UsageRecord(**entry["record"])
+            record = _record_of(entry["record"])
             kept[record.request_id] = _Kept(record, bool(entry["charge"]))
-        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             log.error("settle journal %s line %d unreadable (%s); skipped", path.name, number, exc)
     return kept
+
+
+#: The type of each field of a journaled ``UsageRecord``, and those without a default. A line that
+#: does not match was not written by the journal: it is skipped, never retried for ever (or worse,
+#: a negative charge crediting an account).
+_FIELD_TYPES: dict[str, type] = typing.get_type_hints(UsageRecord)
+_REQUIRED = {f.name for f in dataclasses.fields(UsageRecord) if f.default is dataclasses.MISSING}
+
+
+def _record_of(fields: Any) -> UsageRecord:
+    if not isinstance(fields, dict) or not _REQUIRED <= set(fields) <= set(_FIELD_TYPES):
+        raise ValueError("not the fields of a usage record")
+    for name, value in fields.items():
+        kind = _FIELD_TYPES[name]
+        allowed = (int, float) if kind is float else (kind,)
+        if isinstance(value, bool) or not isinstance(value, allowed):
+            raise ValueError(f"{name} is not a {kind.__name__}")
+        if isinstance(value, int | float) and not 0 <= value <= MAX_UC:
+            raise ValueError(f"{name} is out of range")
+    return UsageRecord(**fields)
