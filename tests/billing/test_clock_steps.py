@@ -22,8 +22,8 @@ from tests.polling import wait_until
 
 START = datetime(2026, 7, 14, 9, tzinfo=UTC).timestamp()
 TWO_HOURS = 7200.0
-#: Slow answers (about two seconds each): the steps land while they are in flight.
-SIMULATOR = {"tokens_per_second": 25, "reply_words": 40}
+#: Slow answers (about four seconds each): the steps land while they are in flight.
+SIMULATOR = {"tokens_per_second": 20, "reply_words": 80}
 BILLING = {"reservation_ttl_seconds": 60, "sweep_interval_seconds": 0.02}
 
 

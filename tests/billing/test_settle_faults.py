@@ -34,8 +34,8 @@ from tests.gateway_server import GatewayServer, running_gateway
 from tests.polling import wait_until
 from tests.storage.engines import create_database, database_url, drop_database
 
-#: About a second per answer: the fault lands while every request is at the upstream.
-SIMULATOR = {"tokens_per_second": 40, "reply_words": 30}
+#: About two seconds per answer: the fault lands while every request is at the upstream.
+SIMULATOR = {"tokens_per_second": 20, "reply_words": 40}
 REQUESTS = 24
 
 
