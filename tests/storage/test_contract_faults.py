@@ -128,9 +128,10 @@ async def test_postgres_session_ended_while_idle_before_reserve_and_before_settl
 async def test_postgres_sessions_ended_under_load_fail_as_storage_errors_and_settle_once(
     postgres: PostgresStore,
 ) -> None:
-    """50 requests reserving and settling in a loop while the server ends every session three
-    times: the failures are ``StorageError`` only (the kept connection is replaced, never reused
-    half-failed), and every settle kept until it lands charges exactly once."""
+    """50 requests reading, reserving and settling in a loop while the server ends every session
+    three times: the failures are ``StorageError`` only (the kept connection and the pool's idle
+    ones are replaced, never reused half-failed), and every settle kept until it lands charges
+    exactly once."""
     store = postgres
     account, key = await setup_key(store, balance=10**12)
     failures: list[BaseException] = []
@@ -139,6 +140,10 @@ async def test_postgres_sessions_ended_under_load_fail_as_storage_errors_and_set
 
     async def requester() -> None:
         while running:
+            try:  # a read on a connection of the pool (not the ledger's kept one)
+                await store.get_account(account.id)
+            except Exception as exc:  # what was raised is checked below
+                failures.append(exc)
             request = hold(key, 100)
             try:
                 if not isinstance(await store.reserve(request), Reservation):

@@ -176,11 +176,7 @@ class Batches(Generic[P]):
         """What the callers of a call that raised ``exc`` (one of ``DATABASE_ERRORS``) are told;
         the kept connection is replaced before the next call if ``exc`` broke it."""
         self._broken = self._broken or self._breaks_connection(exc)
-        self._lost = (
-            self._lost
-            or not isinstance(exc, asyncpg.PostgresError | TimeoutError)
-            or (isinstance(exc, asyncpg.PostgresConnectionError))
-        )
+        self._lost = self._lost or connection_lost(exc)
         return StorageError(f"postgresql: {exc}")
 
     def _breaks_connection(self, exc: BaseException) -> bool:
@@ -238,6 +234,14 @@ class Batches(Generic[P]):
         """Send ``batch`` and resolve every item's ``done``; an error it raises is given to every
         item not resolved yet (a database or connection error as ``StorageError``)."""
         raise NotImplementedError
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` (one of ``DATABASE_ERRORS``) says the connection itself was lost (closed,
+    reset, ended by the server, or left half-failed), not that a statement or a timeout failed."""
+    return not isinstance(exc, asyncpg.PostgresError | TimeoutError) or isinstance(
+        exc, asyncpg.PostgresConnectionError
+    )
 
 
 def resolve(item: Pending, outcome: Any) -> None:
