@@ -117,6 +117,9 @@ class BillingConfig(_Section):
     #: Server web searches (priced per request) a hold covers for a request that offers a web
     #: search tool; a tool's lower ``max_uses`` wins. 0 holds nothing for them.
     max_web_searches_per_request: int = Field(10, ge=0, le=10_000)
+    #: Where settles the database could not take wait, fsynced, until they land (a file per
+    #: process; replayed at start). Default: ``<data_dir>/settle-journal``.
+    settle_journal_dir: Path | None = None
 
     def media_rules(self) -> MediaRules:
         return MediaRules(

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from modelgate.auth import KeyView
 from modelgate.billing.ledger import Ledger, Settlements
+from modelgate.billing.settle_journal import SettleJournal
 from modelgate.billing.sweeper import Sweeper
 from modelgate.broadcast import KeyChangeBroadcast
 from modelgate.catalogue import Catalogue, build_catalogue
@@ -162,7 +163,15 @@ class Services:
             keys=KeyView(store, digester),
             digester=digester,
             router=router,
-            ledger=Ledger(store, settlements, clock, settings.billing.reservation_ttl_seconds),
+            ledger=Ledger(
+                store,
+                settlements,
+                clock,
+                settings.billing.reservation_ttl_seconds,
+                SettleJournal(
+                    store, settings.billing.settle_journal_dir or settings.data_dir / "settle-journal"
+                ),
+            ),
             settlements=settlements,
             offload=offload,
             stored_room=StoredRoom(store, settings.responses.room_check_max_age_seconds),
@@ -185,7 +194,15 @@ class Services:
         if self.key_broadcast is not None:
             self.keys.on_local_change = self.key_broadcast.publish_soon
             self.key_broadcast.start(self.keys.refresh)
-        self.sweeper = Sweeper(self.store, self.clock, self.settings.billing.sweep_interval_seconds)
+        await self.ledger.journal.replay()
+        billing = self.settings.billing
+        self.sweeper = Sweeper(
+            self.store,
+            self.clock,
+            billing.sweep_interval_seconds,
+            billing.reservation_ttl_seconds,
+            spared=self.ledger.holds,
+        )
         self.sweeper.start()
         responses = self.settings.responses
         if responses.store == "on":
@@ -199,6 +216,7 @@ class Services:
             await self.state_sweeper.stop()
         await self.keys.stop()
         await self.settlements.drain()
+        await self.ledger.journal.aclose()
         await self.router.aclose()
         if self.key_broadcast is not None:
             self.keys.on_local_change = None

@@ -69,6 +69,11 @@ async def health(services: Services, request: Request) -> Response:
             "upstreams": upstreams,
             "unhealthy_deployments": deployments,
             "unhealthy_credentials": credentials,
+            # Settles the database did not take, waiting to be retried (billing.settle_journal).
+            "settles": {
+                "status": "waiting" if services.ledger.journal.waiting else "ok",
+                "waiting": services.ledger.journal.waiting,
+            },
         },
         "in_flight": services.inflight.in_flight,
         "large_bodies_in_flight": services.large_bodies.in_flight,

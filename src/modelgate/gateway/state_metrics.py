@@ -102,6 +102,22 @@ class StateMetrics:
             "Reservations released by this instance's sweeper (their request's process died).",
             sweeper.released if sweeper is not None else 0,
         )
+        journal = services.ledger.journal
+        yield gauge(
+            "modelgate_settles_waiting",
+            "Settles and releases the database did not take, kept and retried until they land.",
+            journal.waiting,
+        )
+        yield counter(
+            "modelgate_settles_kept",
+            "Settles and releases kept for a retry because the database did not take them.",
+            journal.kept_total,
+        )
+        yield counter(
+            "modelgate_settles_landed",
+            "Kept settles and releases written to the database by a retry.",
+            journal.landed_total,
+        )
         limiter = services.rate_limiter
         if isinstance(limiter, RedisRateLimiter):
             yield counter(

@@ -138,13 +138,17 @@ class SqliteStore(SqliteAdminTokens, SqliteReports, SqliteResponses):
     def _write(self) -> Iterator[sqlite3.Connection]:
         self.file_probe.check_writable()
         db = self._db()
-        db.execute("BEGIN IMMEDIATE")
         try:
+            db.execute("BEGIN IMMEDIATE")
             yield db
+            db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            # Whatever failed (the work, or a BEGIN or COMMIT cut by a full disk, an I/O error or
+            # an interrupt, which can leave the transaction open, or SQLite may have rolled it
+            # back already): no transaction stays open, or every later BEGIN here would fail.
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
-        db.execute("COMMIT")
         if threading.get_ident() != self._worker_ident:
             self._count_write()
 
