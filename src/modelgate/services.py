@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TypeVar
 
 from modelgate.auth import KeyView
@@ -30,6 +28,7 @@ from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
 from modelgate.limits.stored_room import StoredRoom
 from modelgate.offload import Offload
 from modelgate.retention import StateSweeper
+from modelgate.secret_file import load_secret
 from modelgate.storage import Store, open_store
 from modelgate.telemetry import Telemetry
 from modelgate.telemetry.metrics import Metrics
@@ -42,21 +41,6 @@ from modelgate.upstream.simulator import SimulatorProvider
 
 log = logging.getLogger("modelgate")
 T = TypeVar("T")
-
-
-def load_secret(settings: Settings) -> bytes:
-    """The HMAC secret: configured, or generated once into ``<data_dir>/secret`` (mode 0600)."""
-    if settings.secret:
-        if len(settings.secret) < 32:
-            raise ConfigError("secret: must be at least 32 characters")
-        return settings.secret.encode()
-    path = Path(settings.data_dir) / "secret"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(secrets.token_urlsafe(48))
-    return path.read_text().strip().encode()
 
 
 def deployments_of(settings: Settings, catalogue: Catalogue) -> dict[str, list[Deployment]]:

@@ -48,6 +48,7 @@ PINNED: dict[str, tuple[str, frozenset[str]]] = {
     "modelgate_build_info": ("gauge", frozenset({"version"})),
     "modelgate_in_flight_requests": ("gauge", frozenset()),
     "modelgate_in_flight_limit": ("gauge", frozenset()),
+    "modelgate_connection_cap": ("gauge", frozenset()),
     "modelgate_open_streams": ("gauge", frozenset()),
     "modelgate_large_bodies_in_flight": ("gauge", frozenset()),
     "modelgate_protective_refusals": ("counter", frozenset({"reason"})),

@@ -68,6 +68,11 @@ class StateMetrics:
             services.large_bodies.in_flight,
         )
         edge = services.edge
+        yield gauge(
+            "modelgate_connection_cap",
+            "Open connections this process accepts (server.max_connections, fitted to the open-file limit).",
+            edge.connection_cap,
+        )
         refusals: dict[tuple[str, ...], float] = {
             ("in_flight",): services.inflight.refused,
             ("large_bodies",): services.large_bodies.refused,
