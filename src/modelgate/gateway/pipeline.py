@@ -17,8 +17,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable, Coroutine, Mapping
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -28,7 +27,7 @@ from starlette.types import Receive
 from modelgate import errors, ir
 from modelgate.billing.ledger import Hold, Purpose, UsageStatus
 from modelgate.catalogue import Model
-from modelgate.formats import CODECS, ClientRequest, Codec, ids
+from modelgate.formats import CODECS, ClientRequest
 from modelgate.gateway import headers as hdr
 from modelgate.gateway import policy
 from modelgate.gateway.bodies import (
@@ -43,83 +42,20 @@ from modelgate.gateway.bodies import (
 from modelgate.gateway.body import read_limited, splice_top_level
 from modelgate.gateway.counting import upstream_count, upstream_counts
 from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
+from modelgate.gateway.exchange import UNMETERED, Admitted, Endpoint, Exchange
 from modelgate.gateway.observe import AttemptLog, ShutdownRefusal, refused, settled
 from modelgate.gateway.relay import SHUTTING_DOWN, StreamResponse, relay_whole
 from modelgate.gateway.replies import error_reply, json_reply
-from modelgate.gateway.state import keep as keeping
-from modelgate.gateway.state import prepare as stored_state
-from modelgate.gateway.state.prepare import RequestState
 from modelgate.gateway.streams import estimate_input, open_stream
 from modelgate.gateway.translate import HostedToolPolicy, build_body, choose_dialect
 from modelgate.limits.rpm import Decision
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord, Refusal, Settlement, StorageError
 from modelgate.telemetry.logs import CURRENT_REQUEST
-from modelgate.telemetry.record import RequestRecord
-from modelgate.telemetry.tracing import NO_SPAN, PhaseSpan, RequestTrace
 from modelgate.upstream.base import Deployment, Dialect, Provider, Redacts
 from modelgate.upstream.error_mapping import sanitise
 
 log = logging.getLogger("modelgate.request")
-#: The admission of a request that takes no rate-limit unit (``admit(rate=False)``).
-UNMETERED = Decision(admitted=True, limit=0, remaining=0, reset_after=0.0)
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """A model endpoint: its wire format and the name its usage records carry."""
-
-    codec: Codec
-    name: str
-    #: ``count_tokens``: authorized and rate-limited like the rest, but nothing is held or billed.
-    counting: bool = False
-    #: Requests may refer to stored state and their answers are kept (``gateway.state``).
-    stateful: bool = False
-
-
-@dataclass(slots=True)
-class Exchange:
-    """One request as it arrives: identity, timing, headers, and the response headers so far."""
-
-    endpoint: Endpoint
-    started: float
-    headers: Mapping[str, str]
-    request_id: str = field(default_factory=ids.new_request_id)
-    response_headers: dict[str, str] = field(default_factory=dict)
-    #: The body has been read to its end (a refusal before that closes the connection).
-    body_read: bool = False
-    #: The request holds one of the instance's large-body slots.
-    large_body: bool = False
-    #: What the metrics, the request log and the trace report when the request ends.
-    record: RequestRecord = field(init=False)
-    #: The request's spans, when tracing is on.
-    trace: RequestTrace | None = None
-
-    def __post_init__(self) -> None:
-        self.record = RequestRecord(self.request_id, self.endpoint.name)
-
-    def reply_headers(self) -> dict[str, str]:
-        return {"request-id": self.request_id, "x-request-id": self.request_id, **self.response_headers}
-
-    def span(self, name: str) -> AbstractContextManager[None]:
-        """A child span of the request's trace around a phase (nothing when tracing is off)."""
-        return NO_SPAN if self.trace is None else PhaseSpan(self.trace, name)
-
-
-@dataclass(frozen=True, slots=True)
-class Admitted:
-    """A request that passed authentication, authorization, validation and the rate limit."""
-
-    exchange: Exchange
-    key: KeyRecord
-    model: Model
-    client: ClientRequest
-    raw: bytes
-    facts: Facts
-    stream: bool
-    admission: Decision
-    #: What the request asks of stored state, once resolved (``gateway.state.prepare``).
-    state: RequestState | None = None
 
 
 async def handle(services: Services, endpoint: Endpoint, request: Request) -> Response:
@@ -232,8 +168,9 @@ async def admit_request(
 ) -> Admitted:
     """``admit``, then (stateful endpoints) the stored state the request refers to resolved."""
     admitted = await admit(services, exchange, key, raw, rate=rate)
-    if exchange.endpoint.stateful:  # [responses state] stored history resolved and expanded
-        admitted = await stored_state.admit(services, admitted)
+    state = exchange.endpoint.state
+    if state is not None:  # e.g. stored Responses history resolved and expanded
+        admitted = await state.admit(services, admitted)
     return admitted
 
 
@@ -383,6 +320,7 @@ async def call_upstream(
 ) -> Response:
     """Route, call and relay; the hold is settled or released on every way out."""
     exchange, client = admitted.exchange, admitted.client
+    state = exchange.endpoint.state
 
     async def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
         return await upstream_body(services, admitted, hold.max_tokens, deployment, provider)
@@ -423,7 +361,7 @@ async def call_upstream(
             drain=services.drain,
             record=exchange.record,
             telemetry=services.telemetry,
-            keep=keeping.stream_keeper(services, admitted, provider),  # [responses state]
+            keep=None if state is None else state.stream_keeper(services, admitted, provider),
         )
         return response
     try:
@@ -442,8 +380,8 @@ async def call_upstream(
     with exchange.span("settle"):
         settlement = await hold.settle(usage, UsageStatus.OK)
     settled(exchange.record, usage, UsageStatus.OK, settlement)
-    # [responses state] a completed answer is kept before it is returned
-    body = await keeping.keep_whole(services, admitted, attempt.provider, body, exchange.response_headers)
+    if state is not None:  # a completed answer is kept before it is returned
+        body = await state.keep_whole(services, admitted, attempt.provider, body, exchange.response_headers)
     exchange.response_headers.update(
         hdr.money_headers(settlement.charged_uc, settlement.cap_remaining_uc, settlement.balance_uc)
     )
@@ -462,7 +400,9 @@ async def upstream_body(
         facts.web_search if facts.offloaded else codec.offers_web_search(facts.body)
     )
     dialect = choose_dialect(codec.name, provider, web_search=searching)
-    admitted = stored_state.for_provider(admitted, provider, dialect)  # [responses state]
+    state = admitted.exchange.endpoint.state
+    if state is not None:
+        admitted = state.for_provider(admitted, provider, dialect)
     client = admitted.client
     facts = admitted.facts
     policy = hosted_tool_policy(services, provider)

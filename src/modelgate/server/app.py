@@ -28,9 +28,10 @@ from modelgate.clock import Clock
 from modelgate.config import Settings
 from modelgate.formats import CODECS, Codec
 from modelgate.gateway import health, metrics_endpoint, models, pipeline, state_metrics
-from modelgate.gateway.pipeline import Endpoint
+from modelgate.gateway.exchange import Endpoint
 from modelgate.gateway.replies import codec_for_path, error_reply
 from modelgate.gateway.state import conversations_api, responses_api
+from modelgate.gateway.state.step import RESPONSES_STATE
 from modelgate.gateway.websocket import PATH as WEBSOCKET_PATH
 from modelgate.gateway.websocket import ResponsesSocket
 from modelgate.gateway.websocket.endpoint import upgrade_required
@@ -108,7 +109,7 @@ def routes(services: Services) -> list[Route]:
         Route(
             "/v1/responses",
             post,
-            _model_endpoint(services, Endpoint(CODECS["responses"], "responses", stateful=True)),
+            _model_endpoint(services, Endpoint(CODECS["responses"], "responses", state=RESPONSES_STATE)),
         ),
         # Stored responses and conversations (gateway.state); the handlers route below the prefix.
         Route("/v1/responses/", state_methods, _with_services(services, responses_api.handle), prefix=True),

@@ -18,7 +18,7 @@ from starlette.types import Receive, Scope, Send
 
 from modelgate import errors
 from modelgate.gateway import pipeline
-from modelgate.gateway.pipeline import Exchange
+from modelgate.gateway.exchange import Exchange
 from modelgate.gateway.websocket.session import ENDPOINT, Session
 from modelgate.gateway.websocket.stats import WebSocketStats
 from modelgate.services import Services
