@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Protocol
 
 from modelgate.catalogue import Model
-from modelgate.formats import ClientRequest, Codec, ids
+from modelgate.formats import FORMATS, ClientRequest, Codec, Format, FormatRoute, ids
 from modelgate.formats.jsonutil import Json
 from modelgate.gateway.bodies import Facts
 from modelgate.limits.rpm import Decision
@@ -26,6 +27,7 @@ from modelgate.telemetry.record import RequestRecord
 from modelgate.telemetry.tracing import NO_SPAN, PhaseSpan, RequestTrace
 from modelgate.upstream.base import Dialect, Provider
 
+NO_PARAMS: Mapping[str, str] = MappingProxyType({})
 #: The admission of a request that takes no rate-limit unit (``admit(rate=False)``).
 UNMETERED = Decision(admitted=True, limit=0, remaining=0, reset_after=0.0)
 
@@ -60,10 +62,16 @@ class Endpoint:
     counting: bool = False
     #: Requests may refer to stored state and their answers are kept (``gateway.state``).
     state: StateStep | None = None
+    #: The format's route this endpoint serves (what it fixes: the stream flag of some routes).
+    route: FormatRoute | None = None
 
     @property
     def stateful(self) -> bool:
         return self.state is not None
+
+    @property
+    def format(self) -> Format:
+        return FORMATS[self.codec.name]
 
 
 @dataclass(slots=True)
@@ -73,6 +81,8 @@ class Exchange:
     endpoint: Endpoint
     started: float
     headers: Mapping[str, str]
+    #: The route's path parameters (``{model}`` of a templated route); empty for exact paths.
+    params: Mapping[str, str] = field(default_factory=lambda: NO_PARAMS)
     request_id: str = field(default_factory=ids.new_request_id)
     response_headers: dict[str, str] = field(default_factory=dict)
     #: The body has been read to its end (a refusal before that closes the connection).

@@ -192,10 +192,11 @@ async def serve_admitted(services: Services, admitted: Admitted, receive: Receiv
 def authenticate(services: Services, exchange: Exchange) -> KeyRecord:
     """Everything decided from the headers alone, before a byte of the body is read: the key,
     the format's required headers, and whether the key's group may use this format."""
-    key = services.keys.authenticate(exchange.headers, exchange.started)
+    endpoint = exchange.endpoint
+    key = services.keys.authenticate(exchange.headers, exchange.started, endpoint.format.credentials)
     record = exchange.record
     record.key_id, record.account_id, record.group = key.id, key.account_id, key.group
-    codec = exchange.endpoint.codec
+    codec = endpoint.codec
     codec.check_headers(exchange.headers, services.settings.api_versions)
     policy.check_format(codec.name, key)
     return key
@@ -233,8 +234,9 @@ async def admit(
     rate-limit unit (unless ``rate`` is false: a WebSocket pre-warm, which calls no upstream)."""
     facts = await analyse_body(services, exchange, raw)
     codec = exchange.endpoint.codec
-    model = policy.model_for(services.catalogue, key, facts.body)
-    stream = facts.body.get("stream") is True
+    fmt = exchange.endpoint.format
+    model = policy.model_for(services.catalogue, key, fmt.model_name(facts.body, exchange.params))
+    stream = fmt.wants_stream(facts.body, exchange.endpoint.route)
     exchange.record.model, exchange.record.stream = model.id, stream
     if facts.invalid is not None:
         raise facts.invalid

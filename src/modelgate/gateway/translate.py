@@ -11,15 +11,13 @@ the provider's ``hosted_tools`` is ``refuse``; a ``tool_choice`` forcing one is 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
 import orjson
 
 from modelgate import errors, ir
-from modelgate.errors import WireFormat
-from modelgate.formats import CODECS, ClientRequest
+from modelgate.formats import CODECS, FORMATS, ClientRequest, FormatName
 from modelgate.gateway.body import splice_top_level
 from modelgate.upstream.base import Dialect, Provider
 
@@ -30,13 +28,6 @@ HostedToolPolicy = Literal["drop", "refuse"]
 #: runs no Anthropic server tools (a web search offered there is dropped and named).
 _RUNS_NO_HOSTED_TOOLS = frozenset({"bedrock"})
 
-#: Dialects to try, best first, for each client format.
-_PREFERENCE: Mapping[WireFormat, tuple[Dialect, ...]] = {
-    "messages": ("messages", "chat", "responses"),
-    "chat": ("chat", "messages", "responses"),
-    "responses": ("responses", "chat", "messages"),
-}
-
 
 @dataclass(frozen=True, slots=True)
 class Built:
@@ -46,11 +37,11 @@ class Built:
     dropped: tuple[str, ...] = ()
 
 
-def choose_dialect(fmt: WireFormat, provider: Provider, *, web_search: bool = False) -> Dialect:
+def choose_dialect(fmt: FormatName, provider: Provider, *, web_search: bool = False) -> Dialect:
     """The provider's best dialect for the client's format. A request offering a web search
     prefers, among the dialects the provider speaks, one that can run it (a Messages client on
     an OpenAI upstream then goes to Responses rather than Chat)."""
-    order = _PREFERENCE[fmt]
+    order = FORMATS[fmt].preferred_dialects  # best first
     if web_search:
         order = tuple(sorted(order, key=lambda d: ir.WEB_SEARCH_NAME not in CODECS[d].runs_hosted))
     for dialect in order:

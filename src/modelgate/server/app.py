@@ -35,6 +35,7 @@ from modelgate.gateway.state.step import RESPONSES_STATE
 from modelgate.gateway.websocket import PATH as WEBSOCKET_PATH
 from modelgate.gateway.websocket import ResponsesSocket
 from modelgate.gateway.websocket.endpoint import upgrade_required
+from modelgate.gateway.websocket.session import ENDPOINT
 from modelgate.server.metrics_port import MetricsPort
 from modelgate.server.unknown_path import unknown_path_message
 from modelgate.services import Services
@@ -196,8 +197,8 @@ class EdgeApp:
             refusal = _upgrade_refusal(self.services, path)
             codec = None
             if path == WEBSOCKET_PATH:
-                codec = CODECS["responses"]
-                self.sockets.stats.refused[str(refusal.status_for("responses"))] += 1
+                codec = ENDPOINT.codec
+                self.sockets.stats.refused[str(codec.http_status(refusal))] += 1
             await self._refuse(scope, receive, send, refusal, codec)
             return
         if scope["method"] not in route.methods:

@@ -234,7 +234,7 @@ def simulate_exchange(
     except (errors.GatewayError, orjson.JSONDecodeError) as exc:
         error = exc if isinstance(exc, errors.GatewayError) else errors.InvalidRequest("malformed JSON")
         payload = codec.render_error(error, ids.new_request_id())
-        return Simulated(error.status_for(dialect), payload, None, "application/json")
+        return Simulated(CODECS[dialect].http_status(error), payload, None, "application/json")
     if counting:
         payload = orjson.dumps({"input_tokens": count_tokens(prompt_text(req))})
         return Simulated(200, payload, None, "application/json")

@@ -28,8 +28,7 @@ from dataclasses import dataclass, replace
 import orjson
 
 from modelgate import errors
-from modelgate.errors import WireFormat
-from modelgate.formats import ClientRequest
+from modelgate.formats import ClientRequest, FormatName
 from modelgate.formats.jsonutil import Json
 from modelgate.formats.responses import state as wire
 from modelgate.gateway.bodies import BodyRules, Facts, analyse, analyse_in_worker
@@ -227,7 +226,7 @@ def expand_in_worker(
     history: list[bytes],
     plan: wire.InputPlan,
     references: dict[str, bytes],
-    fmt: WireFormat,
+    fmt: FormatName,
     rules: BodyRules,
 ) -> tuple[bytes, Facts]:
     """The expanded body and its analysis, for a large one (runs in a worker process)."""
