@@ -28,8 +28,8 @@ from modelgate import errors, ir
 from modelgate.billing.ledger import Hold, Purpose, UsageStatus
 from modelgate.catalogue import Model
 from modelgate.formats import CODECS, ClientRequest
+from modelgate.gateway import guards, policy
 from modelgate.gateway import headers as hdr
-from modelgate.gateway import policy
 from modelgate.gateway.bodies import (
     BodyRules,
     Facts,
@@ -43,12 +43,11 @@ from modelgate.gateway.body import read_limited, splice_top_level
 from modelgate.gateway.counting import upstream_count, upstream_counts
 from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
 from modelgate.gateway.exchange import UNMETERED, Admitted, Endpoint, Exchange
-from modelgate.gateway.observe import AttemptLog, ShutdownRefusal, refused, settled
-from modelgate.gateway.relay import SHUTTING_DOWN, StreamResponse, relay_whole
+from modelgate.gateway.observe import AttemptLog, refused, settled
+from modelgate.gateway.relay import StreamResponse, relay_whole
 from modelgate.gateway.replies import error_reply, json_reply
 from modelgate.gateway.streams import estimate_input, open_stream
 from modelgate.gateway.translate import HostedToolPolicy, build_body, choose_dialect
-from modelgate.limits.rpm import Decision
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord, Refusal, Settlement, StorageError
 from modelgate.telemetry.logs import CURRENT_REQUEST
@@ -61,6 +60,9 @@ log = logging.getLogger("modelgate.request")
 async def handle(services: Services, endpoint: Endpoint, request: Request) -> Response:
     """Serve one model request; every refusal is rendered in the endpoint's wire format."""
     exchange = open_exchange(services, endpoint, request.headers, "POST", request.scope["path"])
+    params = request.scope.get("path_params")
+    if params:  # a templated route's parameters (``server.app``)
+        exchange.params = params
     return await run(services, exchange, _serve(services, exchange, request))
 
 
@@ -91,7 +93,7 @@ async def run(services: Services, exchange: Exchange, work: Coroutine[Any, Any, 
     """Run ``work`` (the request's steps) as one request: it holds an in-flight slot, and every
     way it ends is an answer in the endpoint's wire format (a stream finishes when it ends). The
     one place the request path turns storage failures into 503s and surprises into 500s."""
-    early = admission_refusal(services)
+    early = guards.admission_refusal(services)
     if early is not None:
         work.close()  # never started
         refusal = render_error(exchange, early)
@@ -122,19 +124,6 @@ async def run(services: Services, exchange: Exchange, work: Coroutine[Any, Any, 
     return response
 
 
-def admission_refusal(services: Services) -> errors.GatewayError | None:
-    """Refused before anything is read (draining, or at the in-flight limit); otherwise the
-    request now holds an in-flight slot."""
-    if services.drain.active:
-        return shutting_down()
-    if not services.inflight.try_acquire():
-        return errors.RateLimited(
-            "the gateway is at its limit of requests in flight; retry shortly",
-            headers={"retry-after": str(services.settings.server.overload_retry_after)},
-        )
-    return None
-
-
 def finish_exchange(
     services: Services, exchange: Exchange, response: Response | None, *, slot: bool = True
 ) -> None:
@@ -157,7 +146,8 @@ def finish_exchange(
 
 async def _serve(services: Services, exchange: Exchange, request: Request) -> Response:
     with exchange.span("authenticate"):
-        key = authenticate(services, exchange)
+        query = request.query_params if exchange.endpoint.format.credentials.query else None
+        key = authenticate(services, exchange, query)
         raw = await read_body(services, exchange, request)
         admitted = await admit_request(services, exchange, key, raw)
     return await serve_admitted(services, admitted, request.receive)
@@ -189,16 +179,16 @@ async def serve_admitted(services: Services, admitted: Admitted, receive: Receiv
         watch.close()
 
 
-def authenticate(services: Services, exchange: Exchange) -> KeyRecord:
+def authenticate(services: Services, exchange: Exchange, query: Mapping[str, str] | None = None) -> KeyRecord:
     """Everything decided from the headers alone, before a byte of the body is read: the key,
     the format's required headers, and whether the key's group may use this format."""
     endpoint = exchange.endpoint
-    key = services.keys.authenticate(exchange.headers, exchange.started, endpoint.format.credentials)
+    fmt = endpoint.format
+    key = guards.authenticate(services, fmt, exchange.headers, exchange.started, guards.KEY_ONLY, query)
     record = exchange.record
     record.key_id, record.account_id, record.group = key.id, key.account_id, key.group
-    codec = endpoint.codec
-    codec.check_headers(exchange.headers, services.settings.api_versions)
-    policy.check_format(codec.name, key)
+    endpoint.codec.check_headers(exchange.headers, services.settings.api_versions)
+    policy.check_format(fmt.name, key)  # after the headers: a malformed request is a 400 first
     return key
 
 
@@ -240,7 +230,7 @@ async def admit(
     exchange.record.model, exchange.record.stream = model.id, stream
     if facts.invalid is not None:
         raise facts.invalid
-    admission = await admit_rate(services, exchange, key) if rate else UNMETERED
+    admission = await guards.admit_rate(services, key, exchange.response_headers) if rate else UNMETERED
     client = ClientRequest(codec, facts.body, model.id, facts.request)
     return Admitted(exchange, key, model, client, raw, facts, stream, admission)
 
@@ -255,19 +245,6 @@ async def analyse_body(services: Services, exchange: Exchange, raw: bytes) -> Fa
             analyse_in_worker, raw, endpoint.codec.name, endpoint.counting, rules
         )
     return analyse(raw, endpoint.codec.name, endpoint.counting, rules)
-
-
-async def admit_rate(services: Services, exchange: Exchange, key: KeyRecord) -> Decision:
-    # Rate windows run on the steady clock: a wall-clock step must not lock a key.
-    decision = await services.rate_limiter.admit(key.id, key.rpm, services.clock.steady())
-    exchange.response_headers.update(decision.headers())
-    if not decision.admitted:
-        raise errors.RateLimited(
-            f"rate limit of {key.rpm} requests per minute exceeded for this key; retry after "
-            f"{decision.retry_after} s",
-            headers={"retry-after": str(decision.retry_after)},
-        )
-    return decision
 
 
 def clamp_max_tokens(services: Services, exchange: Exchange, model: Model, requested: int | None) -> int:
@@ -343,7 +320,7 @@ async def call_upstream(
         if isinstance(exc, ClientGone):
             return client_gone(exchange)
         if isinstance(exc, ShuttingDown):
-            raise shutting_down() from None
+            raise guards.shutting_down() from None
         raise
     if admitted.stream:
         provider = attempt.provider
@@ -377,7 +354,7 @@ async def call_upstream(
     except BaseException as exc:
         await release_on_failure(exchange, hold, exc)
         if isinstance(exc, ShuttingDown):
-            raise shutting_down() from None
+            raise guards.shutting_down() from None
         raise
     with exchange.span("settle"):
         settlement = await hold.settle(usage, UsageStatus.OK)
@@ -465,11 +442,6 @@ def redactor(provider: Provider) -> Callable[[str], str]:
     URL, host) and anything else shaped like an API key (``upstream.error_mapping.sanitise``)."""
     own = provider.redact if isinstance(provider, Redacts) else None
     return functools.partial(sanitise, redact=own) if own is not None else sanitise
-
-
-def shutting_down() -> errors.Unavailable:
-    """The answer of a request cut by the end of the shutdown grace, or refused while draining."""
-    return ShutdownRefusal(SHUTTING_DOWN.message, headers={"retry-after": "1"})
 
 
 def client_gone(exchange: Exchange) -> Response:

@@ -29,13 +29,8 @@ GENAI_PROVIDERS: Mapping[str, str] = {
     "bedrock": "aws.bedrock",
     "vertex": "gcp.vertex_ai",
 }
-#: ``gen_ai.operation.name`` of each endpoint.
-OPERATIONS: Mapping[str, str] = {
-    "messages": "chat",
-    "chat": "chat",
-    "responses": "chat",
-    "count_tokens": "count_tokens",
-}
+#: ``gen_ai.operation.name`` of the endpoints that are no model call; every other is ``chat``.
+OPERATIONS: Mapping[str, str] = {"count_tokens": "count_tokens"}
 
 
 class TracingUnavailable(RuntimeError):
@@ -110,7 +105,7 @@ class RequestTrace:
             attributes={
                 "http.request.method": method,
                 "url.path": path,
-                "gen_ai.operation.name": OPERATIONS.get(record.endpoint, record.endpoint),
+                "gen_ai.operation.name": OPERATIONS.get(record.endpoint, "chat"),
                 "modelgate.request_id": record.request_id,
             },
         )
@@ -130,7 +125,7 @@ class RequestTrace:
     ) -> tuple[Span, dict[str, str]]:
         """A client span for one upstream attempt, and the trace headers to send with it."""
         tracing = self._tracing
-        operation = OPERATIONS.get(record.endpoint, record.endpoint)
+        operation = OPERATIONS.get(record.endpoint, "chat")
         span = tracing.tracer.start_span(
             f"{operation} {deployment}",
             context=self._context,
