@@ -17,9 +17,9 @@ import orjson
 import yarl
 
 from modelgate.upstream.base import BufferedReply, CredentialStatus, Dialect, UpstreamReply
-from modelgate.upstream.config import ProviderConfig
 from modelgate.upstream.credentials import CREDENTIAL_HEADERS, ApiKey, Credential, CredentialRefused, Outgoing
 from modelgate.upstream.error_mapping import UpstreamError, credentials_rejected
+from modelgate.upstream.kind import ProviderConfig
 from modelgate.upstream.pool import CredentialPool
 from modelgate.upstream.transport import HttpClient, HttpReply
 
