@@ -19,7 +19,6 @@ DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
 
 
 class AnthropicProvider(HttpProvider):
-    kind = "anthropic"
     dialects: frozenset[Dialect] = frozenset({"messages"})
     _paths: Mapping[Dialect, str] = {"messages": "/v1/messages"}
     _suffixes: Mapping[Dialect, frozenset[str]] = {"messages": frozenset({"/count_tokens"})}

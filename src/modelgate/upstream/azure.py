@@ -33,7 +33,6 @@ _V1_PATHS: Mapping[Dialect, str] = {
 
 
 class AzureOpenAIProvider(HttpProvider):
-    kind = "azure-openai"
     dialects: frozenset[Dialect] = frozenset({"chat", "responses"})
     _paths: Mapping[Dialect, str] = _V1_PATHS
     _config: AzureOpenAIConfig

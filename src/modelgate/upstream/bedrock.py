@@ -52,7 +52,6 @@ ERROR_STATUS: Mapping[str, int] = {
 
 
 class BedrockProvider(HttpProvider):
-    kind = "bedrock"
     dialects: frozenset[Dialect] = frozenset({"messages"})
     _paths: Mapping[Dialect, str] = {"messages": "/model"}
     _suffixes: Mapping[Dialect, frozenset[str]] = {"messages": frozenset({"/count_tokens"})}

@@ -83,6 +83,9 @@ class ProviderConfig(Strict):
     key_required: ClassVar[bool] = False
     #: Whether the kind's upstream implements stored Responses state (see ``responses_state``).
     stores_responses: ClassVar[bool] = False
+    #: Whether the upstream runs its dialect's hosted tools (Amazon Bedrock's InvokeModel runs no
+    #: Anthropic server tools: a web search translated for it is dropped and named instead).
+    runs_hosted_tools: ClassVar[bool] = True
     #: ``gen_ai.provider.name`` (the OpenTelemetry GenAI conventions' well-known value; the
     #: kind's own name when the conventions name none).
     genai_name: ClassVar[str | None] = None

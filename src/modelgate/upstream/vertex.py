@@ -34,7 +34,6 @@ _COUNT = "/count-tokens:rawPredict"
 
 
 class VertexProvider(HttpProvider):
-    kind = "vertex"
     dialects: frozenset[Dialect] = frozenset({"messages"})
     _paths: Mapping[Dialect, str] = {"messages": "/v1/projects"}
     _suffixes: Mapping[Dialect, frozenset[str]] = {"messages": frozenset({"/count_tokens"})}

@@ -94,6 +94,12 @@ def stores_responses(kind: str) -> bool:
     return model is not None and model.stores_responses
 
 
+def runs_hosted_tools(kind: str) -> bool:
+    """Whether a kind's upstream runs its dialect's hosted tools (yes for an unknown kind)."""
+    model = KINDS.get(kind)
+    return model is None or model.runs_hosted_tools
+
+
 def genai_provider_name(kind: str) -> str:
     """A kind's OpenTelemetry ``gen_ai.provider.name`` (the kind's own name when the
     conventions name none, or when the kind is not registered)."""

@@ -25,6 +25,7 @@ class AwsCredentialConfig(Strict):
 class BedrockConfig(ProviderConfig):
     extra: ClassVar[tuple[str, str] | None] = ("bedrock", "botocore")
     genai_name: ClassVar[str | None] = "aws.bedrock"
+    runs_hosted_tools: ClassVar[bool] = False
     implementation: ClassVar[str] = "modelgate.upstream.bedrock:BedrockProvider"
 
     kind: Literal["bedrock"]
