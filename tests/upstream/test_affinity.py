@@ -194,9 +194,19 @@ async def test_affinity_off_routes_each_request_alone() -> None:
     r = router([ScriptedProvider("a"), ScriptedProvider("b")], [Deployment("a", "x"), Deployment("b", "x")],
                affinity="off")  # fmt: skip
     assert r.affinity is None
-    assert r.session_of("key", {"session-id": "s"}, _Facts({}, None)) is None
+    assert r.session_of("m", "key", {"session-id": "s"}, _Facts({}, None)) is None
     seen = {await served_by(r, b"same-session") for _ in range(30)}
     assert seen == {"a", "b"}
+
+
+def test_a_model_with_nothing_to_choose_gets_no_session_key() -> None:
+    single = router([ScriptedProvider("a")], [Deployment("a", "x")])
+    assert single.session_of("m", "key", {"session-id": "s"}, _Facts({}, None)) is None
+    pair = router(
+        [ScriptedProvider("a"), ScriptedProvider("b")], [Deployment("a", "x"), Deployment("b", "x")]
+    )
+    key = pair.session_of("m", "key", {"session-id": "s"}, _Facts({}, None))
+    assert key == session_key("key", {"session-id": "s"}, {})
 
 
 class _Facts:

@@ -3,9 +3,10 @@
 sent by the official SDKs turn after turn, the sessions interleaved (as round-robin would
 scatter them).
 
-- A pool of four credentials, seven sessions (round-robin would move each one every turn), Messages with Claude Code's session header, Messages without any
-  session identifier (the prefix fingerprint), Responses with ``prompt_cache_key``: every turn of
-  a session carries the same credential, and the sessions spread over the pool.
+- A pool of four credentials and seven sessions (round-robin would move each one every turn);
+  Messages with Claude Code's session header, Messages without any session identifier (the
+  prefix fingerprint), Responses with ``prompt_cache_key``: every turn of a session carries the
+  same credential, and the sessions spread over the pool.
 - A credential that starts refusing mid-run: no client request fails, its sessions move to
   another credential and stay there (``modelgate_affinity_total{result="repinned"}``).
 - Two deployments of one model: sessions stay on theirs; when one starts failing, its sessions
@@ -148,8 +149,12 @@ class Conversations:
         )
         with anthropic_client(base_url, secret, header="x-api-key") as ant:
             message = ant.messages.create(
-                model=self.model, max_tokens=100, system=SYSTEM, messages=history, extra_headers=headers  # type: ignore[arg-type]
-            )  # fmt: skip
+                model=self.model,
+                max_tokens=100,
+                system=SYSTEM,  # type: ignore[arg-type]
+                messages=history,
+                extra_headers=headers,
+            )
         text = "".join(b.text for b in message.content if b.type == "text")
         history.append({"role": "assistant", "content": text})
         return text

@@ -24,7 +24,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from modelgate import errors
 from modelgate.upstream.affinity import (
@@ -196,6 +196,13 @@ class Router:
             if config.affinity == "session"
             else None
         )
+        #: Models with a choice to make (several deployments, or a pool of credentials): only
+        #: their requests get a session key and a pin.
+        self._steered = frozenset(
+            model
+            for model, deps in self._deployments.items()
+            if len(deps) > 1 or any(_credentials(self._providers[d.provider]) > 1 for d in deps)
+        )
 
     @property
     def health(self) -> DeploymentHealth:
@@ -210,10 +217,13 @@ class Router:
     def budget(self) -> RetryBudget:
         return self._budget
 
-    def session_of(self, scope: str, headers: Mapping[str, str], facts: HasSessionHint) -> SessionKey | None:
+    def session_of(
+        self, model: str, scope: str, headers: Mapping[str, str], facts: HasSessionHint
+    ) -> SessionKey | None:
         """A request's session key (``affinity_key.session_key``; ``scope`` is the gateway key's
-        id), or None with ``routing.affinity = "off"``: then nothing is hashed."""
-        if self._affinity is None:
+        id), or None (nothing hashed) with ``routing.affinity = "off"`` or when ``model`` has a
+        single deployment with a single credential: there is nothing to steer."""
+        if self._affinity is None or model not in self._steered:
             return None
         return session_key(scope, headers, facts.body, facts.session_hint)
 
@@ -455,6 +465,17 @@ class Router:
         """Close every provider (their connection pools)."""
         for provider in self._providers.values():
             await provider.aclose()
+
+
+@runtime_checkable
+class CountsCredentials(Protocol):
+    """A provider with a credential pool (``HttpProvider``)."""
+
+    def credential_count(self) -> int: ...
+
+
+def _credentials(provider: Provider) -> int:
+    return provider.credential_count() if isinstance(provider, CountsCredentials) else 0
 
 
 def _no_verdict() -> None:
