@@ -6,10 +6,10 @@ then on nothing is retried (a failure mid-stream becomes the format's in-band er
 
 Per attempt: weighted random choice among deployments not cooling down (preferring ones not yet
 tried by this request; if every deployment is cooling, the one whose cooldown ends first, so
-nothing is refused while something could work); a request with a session key (``session``, when
-``routing.affinity = "session"``) goes to its session's pin instead while that one is usable, or
-is placed by weighted rendezvous hashing (``upstream.affinity``) -> ``build`` the body for that deployment's
-dialect -> send. Connect failures, timeouts before the headers, and 429/500/502/503/504/529 are
+nothing is refused while something could work; a request with a session key, when
+``routing.affinity = "session"``, goes to its session's pin instead while that one is usable, or
+else by weighted rendezvous hashing: ``upstream.affinity``) -> ``build`` the body for that
+deployment's dialect -> send. Connect failures, timeouts before the headers, and 429/500/502/503/504/529 are
 retried (subject to ``max_attempts`` and the retry budget) after a full-jitter backoff, or after
 the upstream's ``retry-after`` when retrying the same deployment and it is within the cap. Other
 4xx are the request's fault: relayed at once, never retried.
