@@ -35,7 +35,9 @@ from tests.loop_thread import LoopThread
 KEYS = [f"sk-ant-api03-AFFINITY{i}poolSECRET0123456789abcdefXYZ" for i in range(4)]
 SESSIONS = 7
 TURNS = 4
-CLAUDE_MD = "<system-reminder>CLAUDE.md: run the tests before committing.</system-reminder>"
+#: Over 1 KB, so that with ``offload`` every body is a large one.
+CLAUDE_MD = "<system-reminder>CLAUDE.md:\n" + "- run the tests before committing.\n" * 30 + "</system-reminder>"
+INSTRUCTIONS = "You are a coding agent. " * 60
 SYSTEM = [
     {"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}},
     {"type": "text", "text": "Tools: Bash, Read, Edit.", "cache_control": {"type": "ephemeral"}},
@@ -82,7 +84,9 @@ class Setup:
 
 
 @contextmanager
-def gateway_with_pool(tmp_path: Path) -> Iterator[Setup]:
+def gateway_with_pool(tmp_path: Path, *, offload: bool = False) -> Iterator[Setup]:
+    """``offload``: every body is analysed in a worker process (``server.offload_body_bytes``
+    at its minimum), so the session key comes from the worker's hint."""
     upstream = Upstream()
     with LoopThread("fake-upstream") as fakes:
         fake = fakes.start(FakeUpstream(upstream))
@@ -110,6 +114,7 @@ def gateway_with_pool(tmp_path: Path) -> Iterator[Setup]:
             default_provider="",
             unrouted="hide",
             routing={"failures_to_cooldown": 1, "cooldown": 60},
+            server={"offload_body_bytes": 1024} if offload else {},
         ) as gateway:
             secret, _ = issue_key(gateway, "Pro")
             nova_secret, _ = issue_key(gateway, "Nova")
@@ -133,7 +138,7 @@ class Conversations:
             history.append({"role": "user", "content": question})
             with openai_client(base_url, self.setup.nova_secret) as oai:
                 response = oai.responses.create(
-                    model=self.model, instructions="You are a coding agent.", input=history,
+                    model=self.model, instructions=INSTRUCTIONS, input=history,
                     prompt_cache_key=f"thread-{session}",
                 )  # fmt: skip
             history.append({"role": "assistant", "content": response.output_text})
@@ -179,13 +184,19 @@ def affinity_count(gateway: GatewayServer, result: str) -> float:
 
 
 @pytest.mark.parametrize(
-    ("mode", "model"),
-    [("claude-header", "aria-sonnet-4.6"), ("prefix", "aria-sonnet-4.6"), ("prompt_cache_key", "nova-5.5")],
+    ("mode", "model", "offload"),
+    [
+        ("claude-header", "aria-sonnet-4.6", False),
+        ("prefix", "aria-sonnet-4.6", False),
+        ("prefix", "aria-sonnet-4.6", True),
+        ("prompt_cache_key", "nova-5.5", False),
+        ("prompt_cache_key", "nova-5.5", True),
+    ],
 )
 def test_sessions_keep_their_pool_credential_and_spread_over_the_pool(
-    tmp_path: Path, mode: Mode, model: str
+    tmp_path: Path, mode: Mode, model: str, offload: bool
 ) -> None:
-    with gateway_with_pool(tmp_path) as setup:
+    with gateway_with_pool(tmp_path, offload=offload) as setup:
         talk = Conversations(setup, mode, model)
         for _ in range(TURNS):
             assert talk.round() == ["Noted."] * SESSIONS

@@ -20,6 +20,7 @@ around each attempt's ``Provider.send``: the providers' signatures stay as they 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections import OrderedDict
@@ -50,18 +51,38 @@ class Steer:
 STEER: ContextVar[Steer | None] = ContextVar("modelgate_affinity_steer", default=None)
 
 
+_MASK = (1 << 64) - 1
+
+
+@functools.lru_cache(maxsize=4096)
+def _salt(name: str) -> int:
+    return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big")
+
+
+def _mix(session: SessionKey, name: str) -> int:
+    """A uniform 64-bit value from (session, name): the session key is already a digest, so a
+    splitmix64 finaliser over its first 8 bytes and the name's salt suffices (no hash call)."""
+    x = (int.from_bytes(session[:8], "big") ^ _salt(name)) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
 def score(session: SessionKey, name: str, weight: int = 1) -> float:
-    """Weighted rendezvous score (highest wins): -weight / ln(u), u uniform in (0, 1) from a
-    hash of (session, name). The winner among n names is name i with probability w_i / Σw."""
-    digest = hashlib.blake2b(session + name.encode(), digest_size=8).digest()
-    unit = (int.from_bytes(digest, "big") + 0.5) / 2.0**64
+    """Weighted rendezvous score (highest wins): -weight / ln(u), u uniform in (0, 1) from
+    (session, name). The winner among n names is name i with probability w_i / Σw."""
+    unit = (_mix(session, name) + 0.5) / 2.0**64
     return -weight / math.log(unit)
 
 
 def ranked(session: SessionKey, names: Sequence[str], weights: Sequence[int] | None = None) -> list[int]:
-    """Indexes of ``names`` from the session's first choice to its last."""
-    scores = [score(session, n, weights[i] if weights else 1) for i, n in enumerate(names)]
-    return sorted(range(len(names)), key=scores.__getitem__, reverse=True)
+    """Indexes of ``names`` from the session's first choice to its last (equal weights: by
+    the mixed value alone, which orders as the score does)."""
+    if weights is None or len(set(weights)) == 1:
+        keys: list[float] | list[int] = [_mix(session, n) for n in names]
+    else:
+        keys = [score(session, n, weights[i]) for i, n in enumerate(names)]
+    return sorted(range(len(names)), key=keys.__getitem__, reverse=True)
 
 
 def deployment_name(deployment: Deployment) -> str:

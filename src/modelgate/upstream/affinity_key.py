@@ -31,6 +31,8 @@ from typing import Any
 
 #: Session headers in order of preference.
 SESSION_HEADERS = ("x-claude-code-session-id", "session-id", "session_id")
+#: The same as raw header names (lower case, as ASGI servers give them), in order.
+_RAW_SESSION_HEADERS = tuple(name.encode() for name in SESSION_HEADERS)
 #: Characters of a long string's head and of its tail that the fingerprint hashes.
 _SAMPLE = 1024
 #: Identifiers longer than this are hashed by their first characters only.
@@ -46,12 +48,33 @@ def session_key(
 ) -> SessionKey:
     """The request's session key, scoped by ``scope`` (the gateway key's id). ``hint`` is
     ``body_session(body)`` computed earlier (a large body, analysed in a worker)."""
-    for name in SESSION_HEADERS:
-        value = headers.get(name)
-        if value:
-            return _scoped(scope, b"h", value[:_MAX_ID].encode("utf-8", "replace"))
+    value = _session_header(headers)
+    if value:
+        return _scoped(scope, b"h", value[:_MAX_ID].encode("utf-8", "replace"))
     raw = hint if hint is not None else body_session(body)
     return _scoped(scope, b"b", raw)
+
+
+def _session_header(headers: Mapping[str, str]) -> str | None:
+    """The first session header in ``SESSION_HEADERS`` order. Starlette's ``Headers`` (raw
+    byte pairs) is scanned once instead of once per name: most requests carry none."""
+    raw = getattr(headers, "raw", None)
+    if isinstance(raw, list):
+        found: dict[bytes, bytes] = {}
+        for name, value in raw:
+            if name in _RAW_SESSION_HEADERS and name not in found:
+                found[name] = value
+        if not found:
+            return None
+        for name in _RAW_SESSION_HEADERS:
+            if found.get(name):
+                return found[name].decode("latin-1")
+        return None
+    for key in SESSION_HEADERS:
+        value = headers.get(key)
+        if value:
+            return value
+    return None
 
 
 def body_session(body: Mapping[str, Any]) -> bytes:

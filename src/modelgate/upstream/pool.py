@@ -16,9 +16,9 @@ one attempt, and only while credentials fail.
 - When every credential is out or resting, the one back first is tried anyway: a request is
   never refused while a credential might work.
 - Session affinity (``upstream.affinity``): an attempt made for a session offers the session's
-  pinned credential first, else the credentials in the session's rendezvous order (so a new
-  session lands on the same credential on every instance), usable ones only, as above; the
-  credential whose 2xx reply is handed back is noted for the pin.
+  pinned credential first (the others after it), or, with no usable pin, the credentials in the
+  session's rendezvous order (so a new session lands on the same credential on every instance),
+  usable ones only, as above; the credential whose 2xx reply is handed back is noted for the pin.
 
 State is per provider and per gateway instance; the clock is injected so tests drive it.
 """
@@ -98,10 +98,11 @@ class CredentialPool:
         now = self._clock()
         steer = STEER.get()
         if steer is not None and count > 1:
-            ordered = [slots[i] for i in ranked(steer.session, self._labels)]
-            if steer.preferred is not None:
-                pinned = [s for s in ordered if s.credential.label == steer.preferred]
-                ordered = pinned + [s for s in ordered if s.credential.label != steer.preferred]
+            pinned = [s for s in slots if s.credential.label == steer.preferred and s.back_at() <= now]
+            if pinned:  # the common case: the pin first, the others after it as they come
+                ordered = pinned + [s for s in slots if s is not pinned[0]]
+            else:  # a new session, or its pin is out: the session's own order
+                ordered = [slots[i] for i in ranked(steer.session, self._labels)]
         else:
             start = self._next
             self._next = (start + 1) % count
