@@ -95,6 +95,25 @@ def test_prefix_fingerprint_is_stable_across_turns_and_tells_sessions_apart() ->
     assert body_session({"input": items}) == body_session({"input": later})
     other_task = [*items[:2], {"type": "message", "role": "user", "content": "task two"}]
     assert body_session({"input": other_task}) != body_session({"input": items})
+    # Gemini: systemInstruction, functionDeclarations and the first user content's parts.
+    gemini = {
+        "systemInstruction": {"parts": [{"text": "rules"}]},
+        "tools": [{"functionDeclarations": [{"name": "shell"}]}],
+        "contents": [{"role": "user", "parts": [{"text": "GEMINI.md"}, {"text": "task one"}]}],
+    }
+    turn_two = gemini | {
+        "contents": [
+            *gemini["contents"],
+            {"role": "model", "parts": [{"text": "done"}]},
+            {"role": "user", "parts": [{"text": "and now?"}]},
+        ]
+    }
+    assert body_session(gemini) == body_session(turn_two)
+    other = gemini | {"contents": [{"role": "user", "parts": [{"text": "GEMINI.md"}, {"text": "task two"}]}]}
+    assert body_session(other) != body_session(gemini)
+    assert body_session(gemini | {"tools": [{"functionDeclarations": [{"name": "edit"}]}]}) != body_session(
+        gemini
+    )
 
 
 def test_pins_expire_when_idle_and_the_table_keeps_its_bound() -> None:

@@ -36,7 +36,9 @@ KEYS = [f"sk-ant-api03-AFFINITY{i}poolSECRET0123456789abcdefXYZ" for i in range(
 SESSIONS = 7
 TURNS = 4
 #: Over 1 KB, so that with ``offload`` every body is a large one.
-CLAUDE_MD = "<system-reminder>CLAUDE.md:\n" + "- run the tests before committing.\n" * 30 + "</system-reminder>"
+CLAUDE_MD = (
+    "<system-reminder>CLAUDE.md:\n" + "- run the tests before committing.\n" * 30 + "</system-reminder>"
+)
 INSTRUCTIONS = "You are a coding agent. " * 60
 SYSTEM = [
     {"type": "text", "text": "You are a coding agent.", "cache_control": {"type": "ephemeral"}},

@@ -7,8 +7,9 @@ First found of (docs/upstreams.md, "Session affinity"):
 3. the body's ``prompt_cache_key`` (Responses, Chat; Codex sends its thread id);
 4. the body's ``metadata.user_id`` (Messages; Claude Code's carries its session id);
 5. otherwise a fingerprint of the request's stable prefix: the system prompt (``system``,
-   ``instructions``, leading system/developer messages), the tools' names and the whole first
-   user turn (every leading user message or item, all their blocks). A conversation resends
+   ``instructions``, Gemini's ``systemInstruction``, leading system/developer messages), the
+   tools' names and the whole first user turn (every leading user message, item or Gemini
+   content, all their blocks or parts). A conversation resends
    these unchanged every turn, so every turn has the same fingerprint; the first user message
    alone is not enough (Claude Code puts CLAUDE.md there, the same in every session of a
    project), nor is anything up to a moving cache breakpoint (its place changes every turn).
@@ -96,6 +97,9 @@ def prefix_fingerprint(body: Mapping[str, Any]) -> bytes:
     feed = _Feed()
     feed.value(body.get("system"), system=True)
     feed.value(body.get("instructions"))
+    gemini_system = body.get("systemInstruction")
+    if isinstance(gemini_system, dict):
+        feed.value(gemini_system.get("parts"))
     tools = body.get("tools")
     if isinstance(tools, list):
         for tool in tools:
@@ -103,9 +107,14 @@ def prefix_fingerprint(body: Mapping[str, Any]) -> bytes:
                 function = tool.get("function")
                 name = function.get("name") if isinstance(function, dict) else tool.get("name")
                 feed.text(f"tool:{name}:{tool.get('type')}")
+                declared = tool.get("functionDeclarations")  # Gemini
+                if isinstance(declared, list):
+                    feed.fields([d.get("name") for d in declared if isinstance(d, dict)])
     turns = body.get("messages")
     if turns is None:
         turns = body.get("input")
+    if turns is None:
+        turns = body.get("contents")  # Gemini: role "user" / "model", "parts"
     if isinstance(turns, str):
         feed.text(turns)
     elif isinstance(turns, list):
@@ -129,7 +138,7 @@ def _first_turn(feed: _Feed, turns: list[Any]) -> None:
         elif seen_user or role not in ("system", "developer"):
             return
         feed.text(f"role:{role}")
-        feed.value(turn.get("content"))
+        feed.value(turn.get("content") if "content" in turn else turn.get("parts"))
 
 
 class _Feed:
