@@ -31,12 +31,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bench.affinity_sessions import SYSTEM, TOOLS, Figures, Session
 from bench.cache_upstream import CachingUpstream
 from bench.procs import Proc, free_port, pinned
 from bench.targets import GATEWAY_CORE
@@ -57,6 +58,10 @@ MODELS = {
     ("responses", "pair"): "nova-5.6-sol",
 }
 UPSTREAMS = {"pool": "pool of 4 credentials", "pair": "2 deployments, 1 model"}
+#: (gateway, session identifiers sent) in the order run; "off" is the baseline of each group.
+SCENARIOS = (("off", True), ("session", True), ("session", False), ("session-2", True), ("session-2", False))
+ROUTING = {"session": "affinity", "session-2": "affinity, 2 inst"}
+BASELINE = {"pool": "round-robin", "pair": "weighted random"}
 SHARE_FLOOR = {True: 0.85, False: 0.75}
 
 CONFIG = """\
@@ -68,6 +73,7 @@ unrouted = "hide"
 host = "127.0.0.1"
 port = {port}
 access_log = false
+workers = {workers}
 
 [routing]
 affinity = "{affinity}"
@@ -121,141 +127,6 @@ api_key_env = "BENCH_WEST"
 ]
 """
 
-# --- Claude-Code-shaped sessions ---------------------------------------------------------------
-
-SYSTEM_TEXT = (
-    "You are an interactive CLI tool that helps users with software engineering tasks. "
-    "Follow the repository's conventions, run the tests, keep changes small and explain them. "
-) * 28
-ENVIRONMENT = "<env>Working directory: /src/project\nPlatform: linux\nIs a git repository: true</env>\n" * 12
-SYSTEM = [
-    {"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332; cc_entrypoint=cli;"},
-    {"type": "text", "text": SYSTEM_TEXT, "cache_control": {"type": "ephemeral"}},
-    {"type": "text", "text": ENVIRONMENT, "cache_control": {"type": "ephemeral"}},
-]
-TOOLS = [
-    {
-        "name": name,
-        "description": f"{name}: {purpose}",
-        "input_schema": {"type": "object", "properties": {arg: {"type": "string"}}, "required": [arg]},
-    }
-    for name, purpose, arg in (
-        ("Bash", "Run a shell command in the working directory and return its output.", "command"),
-        ("Read", "Read a file from the local filesystem, with line numbers.", "file_path"),
-        ("Edit", "Replace an exact string in a file with another string.", "file_path"),
-        ("Grep", "Search file contents with a regular expression.", "pattern"),
-    )
-]
-CLAUDE_MD = "<system-reminder>\n# CLAUDE.md\n" + "- Run `make lint` and the tests before committing.\n" * 30
-TOOL_OUTPUT = "src/module.py:42: def handle(request):  # the function under change\n" * 18
-
-
-@dataclass
-class Session:
-    number: int
-    fmt: str
-    identifiers: bool
-    #: Messages: user/assistant turns; Responses: input items.
-    history: list[dict[str, Any]] = field(default_factory=list)
-
-    def request(self, turn: int, model: str) -> tuple[str, dict[str, Any], dict[str, str]]:
-        """(path, body, headers) of the session's next turn."""
-        task = f"Session {self.number}: fix the failing test in module {self.number} and explain the cause."
-        if self.fmt == "messages":
-            if turn == 0:
-                content: list[dict[str, Any]] = [
-                    {"type": "text", "text": CLAUDE_MD + "</system-reminder>"},
-                    {"type": "text", "text": task},
-                ]
-            else:
-                result = f"turn {turn}\n{TOOL_OUTPUT}"
-                content = [
-                    {"type": "tool_result", "tool_use_id": f"toolu_{self.number}_{turn}", "content": result}
-                ]
-            for message in self.history:  # the breakpoint moves to the newest user message
-                for block in message["content"]:
-                    if isinstance(block, dict):
-                        block.pop("cache_control", None)
-            content[-1]["cache_control"] = {"type": "ephemeral"}
-            self.history.append({"role": "user", "content": content})
-            body: dict[str, Any] = {
-                "model": model,
-                "max_tokens": 1024,
-                "system": SYSTEM,
-                "tools": TOOLS,
-                "messages": self.history,
-            }
-            headers = {"x-claude-code-session-id": f"cc-bench-{self.number}"} if self.identifiers else {}
-            return "/v1/messages", body, headers
-        text = CLAUDE_MD + "</system-reminder>\n" + task if turn == 0 else f"turn {turn}\n{TOOL_OUTPUT}"
-        self.history.append(
-            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
-        )
-        body = {
-            "model": model,
-            "instructions": SYSTEM_TEXT + ENVIRONMENT,
-            "tools": [
-                {
-                    "type": "function",
-                    "name": t["name"],
-                    "description": t["description"],
-                    "parameters": t["input_schema"],
-                }
-                for t in TOOLS
-            ],
-            "input": self.history,
-            "store": False,
-        }
-        headers = {}
-        if self.identifiers:
-            body["prompt_cache_key"] = f"thread-bench-{self.number}"
-            headers["session_id"] = f"codex-bench-{self.number}"
-        return "/v1/responses", body, headers
-
-    def answered(self, reply: dict[str, Any]) -> None:
-        if self.fmt == "messages":
-            turn = len(self.history)
-            content = [*reply["content"], {"type": "tool_use", "id": f"toolu_{self.number}_{turn // 2 + 1}",
-                                           "name": "Bash", "input": {"command": "make test"}}]  # fmt: skip
-            self.history.append({"role": "assistant", "content": content})
-        else:
-            self.history.extend(
-                {"type": "message", "role": "assistant", "content": item["content"]}
-                for item in reply["output"]
-                if item.get("type") == "message"
-            )
-
-
-@dataclass
-class Figures:
-    prompt: int = 0
-    read: int = 0
-    written: int = 0
-    requests: int = 0
-    failed: int = 0
-
-    @property
-    def share(self) -> float:
-        return self.read / self.prompt if self.prompt else 0.0
-
-    @property
-    def cost(self) -> float:
-        """The prompt's cost in input-token units."""
-        return (self.prompt - self.read - self.written) + 1.25 * self.written + 0.1 * self.read
-
-    def add(self, fmt: str, usage: dict[str, Any]) -> None:
-        self.requests += 1
-        if fmt == "messages":
-            read = int(usage.get("cache_read_input_tokens") or 0)
-            written = int(usage.get("cache_creation_input_tokens") or 0)
-            self.prompt += int(usage["input_tokens"]) + read + written
-            self.read += read
-            self.written += written
-        else:
-            self.prompt += int(usage["input_tokens"])
-            self.read += int((usage.get("input_tokens_details") or {}).get("cached_tokens") or 0)
-
-
 # --- running -----------------------------------------------------------------------------------
 
 
@@ -286,12 +157,16 @@ def _cli(args: list[str], config: Path, data_dir: Path, env: dict[str, str]) -> 
     return answer
 
 
-def start_gateway(affinity: str, upstream: str, workdir: Path) -> Gateway:
+def start_gateway(affinity: str, upstream: str, workdir: Path, workers: int = 1) -> Gateway:
+    """A gateway with ``[routing] affinity`` as given; ``workers`` serving processes, each with
+    its own pins (as separate instances would have), the kernel spreading connections."""
     port = free_port()
-    config = workdir / f"affinity-{affinity}.toml"
-    data_dir = workdir / f"affinity-{affinity}-data"
+    name = f"{affinity}-{workers}w"
+    config = workdir / f"affinity-{name}.toml"
+    data_dir = workdir / f"affinity-{name}-data"
     pool = json.dumps(list(POOL_KEYS))
-    config.write_text(CONFIG.format(port=port, affinity=affinity, upstream=upstream, pool=pool))
+    text = CONFIG.format(port=port, affinity=affinity, upstream=upstream, pool=pool, workers=workers)
+    config.write_text(text)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODELGATE_")}
     env |= POOL_KEYS | PAIR_KEYS
     _cli(["accounts", "create", "bench", "--credits", "1000000000"], config, data_dir, env)
@@ -315,12 +190,12 @@ def start_gateway(affinity: str, upstream: str, workdir: Path) -> Gateway:
         str(data_dir),
         "--no-bootstrap",
     ]
-    proc = Proc(
-        f"gateway-{affinity}", pinned(cmd, GATEWAY_CORE), env=env, log=workdir / f"affinity-{affinity}.log"
-    )
+    proc = Proc(f"gateway-{name}", pinned(cmd, GATEWAY_CORE), env=env, log=workdir / f"affinity-{name}.log")
     base_url = f"http://127.0.0.1:{port}"
     proc.wait_http(f"{base_url}/healthz", 30)
-    return Gateway(affinity, proc, base_url, keys)
+    if workers > 1:
+        proc.wait_workers(f"{base_url}/health", workers, 60)
+    return Gateway(name, proc, base_url, keys)
 
 
 async def run_sessions(
@@ -404,39 +279,30 @@ async def main_async(args: argparse.Namespace) -> int:
     rows: list[tuple[str, str, str, str, Figures]] = []
     problems: list[str] = []
     with tempfile.TemporaryDirectory(prefix="modelgate-affinity-") as tmp:
-        gateways = {a: start_gateway(a, upstream.base_url, Path(tmp)) for a in ("session", "off")}
+        work = Path(tmp)
+        gateways = {
+            "off": start_gateway("off", upstream.base_url, work),
+            "session": start_gateway("session", upstream.base_url, work),
+            "session-2": start_gateway("session", upstream.base_url, work, workers=2),
+        }
         try:
             async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=64)) as client:
                 for fmt in args.formats:
                     for upstreams in ("pool", "pair"):
-                        for affinity, identifiers in (("off", True), ("session", True), ("session", False)):
+                        for name, identifiers in SCENARIOS:
                             upstream.reset()
-                            figures = await run_sessions(
-                                client, gateways[affinity], fmt, upstreams, identifiers
-                            )
-                            routing = (
-                                "affinity"
-                                if affinity == "session"
-                                else ("round-robin" if upstreams == "pool" else "weighted random")
-                            )
-                            ids = "with" if identifiers else "none"
-                            rows.append(
-                                (
-                                    fmt,
-                                    UPSTREAMS[upstreams],
-                                    "n/a" if affinity == "off" else ids,
-                                    routing,
-                                    figures,
-                                )
-                            )
+                            figures = await run_sessions(client, gateways[name], fmt, upstreams, identifiers)
+                            routing = ROUTING[name] if name != "off" else BASELINE[upstreams]
+                            ids = "n/a" if name == "off" else "with" if identifiers else "none"
+                            rows.append((fmt, UPSTREAMS[upstreams], ids, routing, figures))
                             if figures.failed:
                                 problems.append(
                                     f"{fmt} {upstreams} {routing}: {figures.failed} requests failed"
                                 )
-                            if affinity == "session" and figures.share < SHARE_FLOOR[identifiers]:
-                                floor = SHARE_FLOOR[identifiers]
+                            floor = SHARE_FLOOR[identifiers]
+                            if name != "off" and figures.share < floor:
                                 problems.append(
-                                    f"{fmt} {upstreams} {ids}: share {figures.share:.3f} < {floor}"
+                                    f"{fmt} {upstreams} {routing} {ids}: share {figures.share:.3f} < {floor}"
                                 )
                 print_rows(rows)
                 print()
@@ -487,29 +353,33 @@ async def refusing_credential(
     print(
         f"a pool credential refusing (401) from turn {REFUSE_AFTER_TURN + 1} on, Messages, with session ids:"
     )
-    for affinity in ("session", "off"):
+    for name in ("session", "session-2", "off"):
         upstream.reset()
-        before = affinity_counts(gateways[affinity].base_url)
-        figures = await run_sessions(client, gateways[affinity], "messages", "pool", True, refuse)
-        after = affinity_counts(gateways[affinity].base_url)
+        # With 2 workers each counts its own re-pins; the main port answers for one of them.
+        before = affinity_counts(gateways[name].base_url)
+        figures = await run_sessions(client, gateways[name], "messages", "pool", True, refuse)
+        after = affinity_counts(gateways[name].base_url)
         moved = after.get("repinned", 0) - before.get("repinned", 0)
-        routing = "affinity" if affinity == "session" else "round-robin"
+        routing = ROUTING.get(name, "round-robin")
         turns = SESSIONS * REFUSE_AFTER_TURN
         early, late = upstream.served[:turns], upstream.served[turns:]
         on_victim = {s for c, s in early if c == victim}
         stayed = all(len({c for c, s in late if s == n}) == 1 for n in range(SESSIONS))
-        note = (
-            f", sessions on it: {len(on_victim)}, re-pinned: {moved:.0f}, each on one credential after: {stayed}"
-            if affinity == "session"
-            else ""
-        )
+        note = ""
+        if name == "session":
+            note = f", sessions on it: {len(on_victim)}, re-pinned: {moved:.0f}"
+        if name != "off":
+            note += f", each session on one credential after: {stayed}"
         print(
-            f"  {routing:<12} read share {figures.share:.3f}, cost {figures.cost:.0f}, failed requests {figures.failed}{note}"
+            f"  {routing:<16} read share {figures.share:.3f}, cost {figures.cost:.0f}, "
+            f"failed requests {figures.failed}{note}"
         )
         if figures.failed:
             problems.append(f"refusing credential, {routing}: {figures.failed} client requests failed")
-        if affinity == "session" and (moved != len(on_victim) or not stayed):
-            problems.append("refusing credential: its sessions did not re-pin (once each, then stay)")
+        if name == "session" and moved != len(on_victim):
+            problems.append("refusing credential: its sessions did not re-pin once each")
+        if name != "off" and not stayed:
+            problems.append(f"refusing credential, {routing}: a session moved between credentials after")
 
 
 def main() -> None:

@@ -35,7 +35,7 @@ SESSION_HEADERS = ("x-claude-code-session-id", "session-id", "session_id")
 #: The same as raw header names (lower case, as ASGI servers give them), in order.
 _RAW_SESSION_HEADERS = tuple(name.encode() for name in SESSION_HEADERS)
 #: Characters of a long string's head and of its tail that the fingerprint hashes.
-_SAMPLE = 1024
+_SAMPLE = 256
 #: Identifiers longer than this are hashed by their first characters only.
 _MAX_ID = 512
 #: Claude Code's first system block is a billing marker that may change between requests.
