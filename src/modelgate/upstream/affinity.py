@@ -20,7 +20,6 @@ around each attempt's ``Provider.send``: the providers' signatures stay as they 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
 from collections import OrderedDict
@@ -54,35 +53,35 @@ STEER: ContextVar[Steer | None] = ContextVar("modelgate_affinity_steer", default
 _MASK = (1 << 64) - 1
 
 
-@functools.lru_cache(maxsize=4096)
-def _salt(name: str) -> int:
+def salt(name: str) -> int:
+    """A name's 64-bit salt for ``ranked`` (computed once per name by its owner)."""
     return int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "big")
 
 
-def _mix(session: SessionKey, name: str) -> int:
-    """A uniform 64-bit value from (session, name): the session key is already a digest, so a
+def _mix(session: SessionKey, salt: int) -> int:
+    """A uniform 64-bit value from (session, salt): the session key is already a digest, so a
     splitmix64 finaliser over its first 8 bytes and the name's salt suffices (no hash call)."""
-    x = (int.from_bytes(session[:8], "big") ^ _salt(name)) & _MASK
+    x = (int.from_bytes(session[:8], "big") ^ salt) & _MASK
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
     return x ^ (x >> 31)
 
 
-def score(session: SessionKey, name: str, weight: int = 1) -> float:
+def score(session: SessionKey, salt: int, weight: int = 1) -> float:
     """Weighted rendezvous score (highest wins): -weight / ln(u), u uniform in (0, 1) from
     (session, name). The winner among n names is name i with probability w_i / Σw."""
-    unit = (_mix(session, name) + 0.5) / 2.0**64
+    unit = (_mix(session, salt) + 0.5) / 2.0**64
     return -weight / math.log(unit)
 
 
-def ranked(session: SessionKey, names: Sequence[str], weights: Sequence[int] | None = None) -> list[int]:
-    """Indexes of ``names`` from the session's first choice to its last (equal weights: by
-    the mixed value alone, which orders as the score does)."""
+def ranked(session: SessionKey, salts: Sequence[int], weights: Sequence[int] | None = None) -> list[int]:
+    """Indexes of the names whose ``salt``s are given, from the session's first choice to its
+    last (equal weights: by the mixed value alone, which orders as the score does)."""
     if weights is None or len(set(weights)) == 1:
-        keys: list[float] | list[int] = [_mix(session, n) for n in names]
+        keys: list[float] | list[int] = [_mix(session, s) for s in salts]
     else:
-        keys = [score(session, n, weights[i]) for i, n in enumerate(names)]
-    return sorted(range(len(names)), key=keys.__getitem__, reverse=True)
+        keys = [score(session, s, weights[i]) for i, s in enumerate(salts)]
+    return sorted(range(len(salts)), key=keys.__getitem__, reverse=True)
 
 
 def deployment_name(deployment: Deployment) -> str:

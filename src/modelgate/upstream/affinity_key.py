@@ -9,11 +9,11 @@ First found of (docs/upstreams.md, "Session affinity"):
 5. otherwise a fingerprint of the request's stable prefix: the system prompt (``system``,
    ``instructions``, Gemini's ``systemInstruction``, leading system/developer messages), the
    tools' names and the whole first user turn (every leading user message, item or Gemini
-   content, all their blocks or parts). A conversation resends
-   these unchanged every turn, so every turn has the same fingerprint; the first user message
-   alone is not enough (Claude Code puts CLAUDE.md there, the same in every session of a
-   project), nor is anything up to a moving cache breakpoint (its place changes every turn).
-   ``cache_control`` markers are left out for the same reason.
+   content, all their blocks or parts). A conversation resends these unchanged every turn, so
+   every turn has the same fingerprint; the first user message alone is not enough (Claude Code
+   puts CLAUDE.md there, the same in every session of a project), nor is anything up to a moving
+   cache breakpoint (its place changes every turn). ``cache_control`` markers are left out for
+   the same reason.
 
 The key is always scoped by the gateway key's id, so one tenant's header cannot steer (or read
 the pins of) another tenant's sessions. Keys are 16-byte digests: a client's identifiers are

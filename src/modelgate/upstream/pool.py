@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from modelgate import errors
-from modelgate.upstream.affinity import STEER, ranked
+from modelgate.upstream.affinity import STEER, ranked, salt
 from modelgate.upstream.base import BufferedReply, CredentialStatus, UpstreamReply
 from modelgate.upstream.config import CredentialPoolConfig
 from modelgate.upstream.credentials import Credential
@@ -83,7 +83,8 @@ class CredentialPool:
             raise ValueError(f"provider {provider!r}: a credential pool needs at least one credential")
         self._provider = provider
         self._slots = [Slot(c) for c in credentials]
-        self._labels = [c.label for c in credentials]
+        #: Rendezvous salts of the credentials' labels (``upstream.affinity.ranked``).
+        self._salts = [salt(c.label) for c in credentials]
         self._config = config
         self._clock = clock
         self._next = 0
@@ -102,7 +103,7 @@ class CredentialPool:
             if pinned:  # the common case: the pin first, the others after it as they come
                 ordered = pinned + [s for s in slots if s is not pinned[0]]
             else:  # a new session, or its pin is out: the session's own order
-                ordered = [slots[i] for i in ranked(steer.session, self._labels)]
+                ordered = [slots[i] for i in ranked(steer.session, self._salts)]
         else:
             start = self._next
             self._next = (start + 1) % count

@@ -34,6 +34,7 @@ from modelgate.upstream.affinity import (
     Steer,
     deployment_name,
     ranked,
+    salt,
 )
 from modelgate.upstream.affinity_key import SessionKey, session_key
 from modelgate.upstream.base import (
@@ -196,6 +197,8 @@ class Router:
             if config.affinity == "session"
             else None
         )
+        #: Rendezvous salts of the deployments (``upstream.affinity.ranked``).
+        self._salts = {d: salt(deployment_name(d)) for deps in self._deployments.values() for d in deps}
         #: Models with a choice to make (several deployments, or a pool of credentials): only
         #: their requests get a session key and a pin.
         self._steered = frozenset(
@@ -426,8 +429,8 @@ class Router:
             elif len(pool) == 1:
                 chosen = pool[0]
             else:
-                names = [deployment_name(d) for d in pool]
-                chosen = pool[ranked(steer.session, names, [d.weight for d in pool])[0]]
+                salts = [self._salts[d] for d in pool]
+                chosen = pool[ranked(steer.session, salts, [d.weight for d in pool])[0]]
         steer.preferred = pin.credential if pin is not None and pin.deployment == chosen else None
         steer.served = None
         return chosen
