@@ -349,6 +349,7 @@ ADMIN_PATHS = [
     "/admin/api/keys/key_%00", "/admin/api/usage?month=2026-13", "/admin/api/usage/records?cursor=%FF",
     "/admin/api/usage/records?from=not-a-date", "/admin/api/usage/daily?month=%C2%B2", "/admin/api/tokens/..%2f..",
     "/admin/api/usage/records.csv?limit=-5", "/admin/api/usage/top-keys?limit=1e9", "/admin/api/me?x=" + "y" * 5000,
+    "/dashboard/%2e%2e%2f%2e%2e%2fetc%2fpasswd", "/dashboard/..%2fapp.js", "/dashboard/%00", "/dashboard/a/b/c.js",
 ]  # fmt: skip
 ADMIN_BODIES: list[tuple[str, str, Any]] = [
     ("POST", "/admin/api/accounts", {"name": "x", "credits": "10000000000000"}),

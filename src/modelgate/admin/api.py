@@ -33,7 +33,7 @@ from modelgate.admin.openapi import openapi_document
 from modelgate.admin.tokens import TokenEndpoints
 from modelgate.admin.usage import UsageEndpoints
 from modelgate.clock import month_of
-from modelgate.management import ConflictError, ManagementError, NotFoundError, parse_credits
+from modelgate.management import ConflictError, Management, ManagementError, NotFoundError, parse_credits
 from modelgate.services import Services
 from modelgate.storage.base import Conflict, KeyRecord
 
@@ -60,9 +60,12 @@ class AdminAPI:
         self.services = services
         self.context = AdminContext(services)
         self.store = services.store
-        self.management = self.context.management
         self.usage = UsageEndpoints(self.context)
         self.tokens = TokenEndpoints(self.context)
+
+    @property
+    def management(self) -> Management:
+        return self.context.management  # follows a configuration reload
 
     # plumbing -----------------------------------------------------------------------------
 

@@ -25,6 +25,9 @@ async def health(services: Services, request: Request) -> Response:
         await asyncio.wait_for(services.store.ping(), timeout=2.0)
     except Exception as exc:  # any failure to answer means unhealthy, whatever the driver raised
         database = {**database, "status": "unreachable", "error": type(exc).__name__}
+        reason = getattr(exc, "reason", None)  # storage.file_probe: the file is gone or the disk full
+        if isinstance(reason, str):
+            database = {**database, "status": "unavailable", "reason": reason}
     upstreams = [
         {
             "name": p.name,
@@ -66,6 +69,11 @@ async def health(services: Services, request: Request) -> Response:
             "upstreams": upstreams,
             "unhealthy_deployments": deployments,
             "unhealthy_credentials": credentials,
+            # Settles the database did not take, waiting to be retried (billing.settle_journal).
+            "settles": {
+                "status": "waiting" if services.ledger.journal.waiting else "ok",
+                "waiting": services.ledger.journal.waiting,
+            },
         },
         "in_flight": services.inflight.in_flight,
         "large_bodies_in_flight": services.large_bodies.in_flight,

@@ -319,7 +319,8 @@ async def analyse_body(services: Services, exchange: Exchange, raw: bytes) -> Fa
 
 
 async def admit_rate(services: Services, exchange: Exchange, key: KeyRecord) -> Decision:
-    decision = await services.rate_limiter.admit(key.id, key.rpm, exchange.started)
+    # Rate windows run on the steady clock: a wall-clock step must not lock a key.
+    decision = await services.rate_limiter.admit(key.id, key.rpm, services.clock.steady())
     exchange.response_headers.update(decision.headers())
     if not decision.admitted:
         raise errors.RateLimited(

@@ -54,7 +54,7 @@ async def serve(services: Services, request: Request, segments: Sequence[str], h
         now = services.clock.time()
         key = services.keys.authenticate(request.headers, now)
         policy.check_format(CODEC.name, key)
-        decision = await services.rate_limiter.admit(key.id, key.rpm, now)
+        decision = await services.rate_limiter.admit(key.id, key.rpm, services.clock.steady())
         headers.update(decision.headers())
         if not decision.admitted:
             raise errors.RateLimited(
