@@ -213,18 +213,18 @@ async def test_affinity_off_routes_each_request_alone() -> None:
     r = router([ScriptedProvider("a"), ScriptedProvider("b")], [Deployment("a", "x"), Deployment("b", "x")],
                affinity="off")  # fmt: skip
     assert r.affinity is None
-    assert r.session_of("m", "key", {"session-id": "s"}, _Facts({}, None)) is None
+    assert r.session_of(_Request("m", "key", {"session-id": "s"}, _Facts({}, None))) is None
     seen = {await served_by(r, b"same-session") for _ in range(30)}
     assert seen == {"a", "b"}
 
 
 def test_a_model_with_nothing_to_choose_gets_no_session_key() -> None:
     single = router([ScriptedProvider("a")], [Deployment("a", "x")])
-    assert single.session_of("m", "key", {"session-id": "s"}, _Facts({}, None)) is None
+    assert single.session_of(_Request("m", "key", {"session-id": "s"}, _Facts({}, None))) is None
     pair = router(
         [ScriptedProvider("a"), ScriptedProvider("b")], [Deployment("a", "x"), Deployment("b", "x")]
     )
-    key = pair.session_of("m", "key", {"session-id": "s"}, _Facts({}, None))
+    key = pair.session_of(_Request("m", "key", {"session-id": "s"}, _Facts({}, None)))
     assert key == session_key("key", {"session-id": "s"}, {})
 
 
@@ -232,6 +232,21 @@ class _Facts:
     def __init__(self, body: dict[str, Any], hint: bytes | None) -> None:
         self.body = body
         self.session_hint = hint
+
+
+class _Named:
+    def __init__(self, id: str, headers: dict[str, str] | None = None) -> None:
+        self.id = id
+        self.headers = headers or {}
+
+
+class _Request:
+    """The parts of an admitted request that ``Router.session_of`` reads."""
+
+    def __init__(self, model: str, key: str, headers: dict[str, str], facts: _Facts) -> None:
+        self.model, self.key = _Named(model), _Named(key)
+        self.exchange = _Named("", headers)
+        self.facts = facts
 
 
 @pytest.mark.parametrize(

@@ -91,14 +91,39 @@ class AttemptObserver(Protocol):
         ...
 
 
-class HasSessionHint(Protocol):
-    """What the router reads of an analysed body (``gateway.bodies.Facts``)."""
+class _Identified(Protocol):
+    @property
+    def id(self) -> str: ...
 
+
+class _Arrived(Protocol):
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+class _Analysed(Protocol):
     @property
     def body(self) -> Mapping[str, Any]: ...
 
     @property
     def session_hint(self) -> bytes | None: ...
+
+
+class RoutedRequest(Protocol):
+    """What ``Router.session_of`` reads of an admitted request (``gateway.pipeline.Admitted``):
+    its model, its gateway key, its headers and its analysed body."""
+
+    @property
+    def model(self) -> _Identified: ...
+
+    @property
+    def key(self) -> _Identified: ...
+
+    @property
+    def exchange(self) -> _Arrived: ...
+
+    @property
+    def facts(self) -> _Analysed: ...
 
 
 #: Classes of failed attempts (the ``class`` label of ``modelgate_upstream_errors``).
@@ -220,15 +245,14 @@ class Router:
     def budget(self) -> RetryBudget:
         return self._budget
 
-    def session_of(
-        self, model: str, scope: str, headers: Mapping[str, str], facts: HasSessionHint
-    ) -> SessionKey | None:
-        """A request's session key (``affinity_key.session_key``; ``scope`` is the gateway key's
-        id), or None (nothing hashed) with ``routing.affinity = "off"`` or when ``model`` has a
+    def session_of(self, request: RoutedRequest) -> SessionKey | None:
+        """A request's session key (``affinity_key.session_key``, scoped by its gateway key's
+        id), or None (nothing hashed) with ``routing.affinity = "off"`` or when its model has a
         single deployment with a single credential: there is nothing to steer."""
-        if self._affinity is None or model not in self._steered:
+        if self._affinity is None or request.model.id not in self._steered:
             return None
-        return session_key(scope, headers, facts.body, facts.session_hint)
+        facts = request.facts
+        return session_key(request.key.id, request.exchange.headers, facts.body, facts.session_hint)
 
     def deployments_for(self, model: str) -> tuple[Deployment, ...]:
         return self._deployments.get(model, ())
