@@ -467,6 +467,9 @@ STATE_QUERIES = [
     "?include[]=x&stream=true",
     "?stream=true",
     "?order=asc&limit=1",
+    "?after=msg_1&order=asc&limit=100",
+    "?after=msg_1&order=desc",
+    "?after=",
 ]
 STATE_BODIES: list[Any] = [
     {}, {"items": 5}, {"items": [5]}, {"items": [{}]}, {"items": [{"type": "item_reference", "id": "msg_1"}]},
@@ -475,6 +478,7 @@ STATE_BODIES: list[Any] = [
     {"items": [{"type": "message", "role": "user", "content": "x", "id": "i" * 300}]},
     {"metadata": 5}, {"metadata": {"a": 5}}, {"metadata": {str(n): "v" for n in range(17)}},
     {"metadata": {"k" * 65: "v"}}, {"metadata": {"k": "v" * 513}}, {"metadata": None},
+    {"metadata": {f"k{n:02d}": "v" * 512 for n in range(16)}},
     {"items": [{"role": "user", "content": [5, {"type": "input_text"}]}], "metadata": {"a": "b"}},
 ]  # fmt: skip
 
