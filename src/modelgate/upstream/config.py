@@ -8,6 +8,7 @@ at start-up, so a bad file fails fast with a message naming the offending key.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
