@@ -1,5 +1,12 @@
 """The provider kinds: one module each, registered here by one line in ``AnyKind``.
 
+A new kind is its model here (``kinds/<kind>.py``: a ``ProviderConfig`` subclass with
+``kind: Literal["<kind>"]``, its own settings, its facts as class attributes and its start-up
+checks in ``check_kind``), the implementation its ``implementation`` names (a new
+``upstream/<kind>.py``, or an existing class when the kind only configures one differently), and
+its line in ``AnyKind``. Nothing else names a kind: validation, the provider factory, Responses
+state, tracing and hosted tools read the model.
+
 ``ProviderSettings`` is the configuration file's ``[[providers]]`` entry: a union discriminated
 on ``kind``, so each entry is validated by its kind's own model. A key that only other kinds
 understand does not fail validation here; it is remembered, and the start-up check names it
