@@ -4,8 +4,9 @@ A new kind is its model here (``kinds/<kind>.py``: a ``ProviderConfig`` subclass
 ``kind: Literal["<kind>"]``, its own settings, its facts as class attributes and its start-up
 checks in ``check_kind``), the implementation its ``implementation`` names (a new
 ``upstream/<kind>.py``, or an existing class when the kind only configures one differently), and
-its line in ``AnyKind``. Nothing else names a kind: validation, the provider factory, Responses
-state, tracing and hosted tools read the model.
+its line in ``AnyKind``. Validation, the provider factory, Responses state, tracing and hosted
+tools read the model; only data about a kind stays keyed by its name (the cloud beta tables in
+``upstream.betas``) and the built-in simulator is recognised by its name where it is labelled.
 
 ``ProviderSettings`` is the configuration file's ``[[providers]]`` entry: a union discriminated
 on ``kind``, so each entry is validated by its kind's own model. A key that only other kinds
