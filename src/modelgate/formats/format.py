@@ -35,7 +35,7 @@ class FormatRoute:
     counting: bool = False
     #: Requests may refer to stored state and their answers are kept (``gateway.state``).
     stateful: bool = False
-    #: The stream flag when the route fixes it (Gemini's ``:streamGenerateContent``); None: the
+    #: The stream flag when the route fixes it (a ``:streamGenerateContent`` verb in the path); None: the
     #: format's ``stream_field`` in the body says.
     stream: bool | None = None
 
@@ -52,7 +52,7 @@ class Credentials:
     headers: tuple[str, ...] = ("x-api-key",)
     #: ``Authorization: Bearer <key>`` is also read (after ``headers``).
     bearer: bool = True
-    #: A query parameter carrying the key (Gemini's ``?key=``); never logged.
+    #: A query parameter carrying the key (``?key=``); never logged.
     query: str | None = None
 
 
@@ -79,7 +79,7 @@ class Format:
     client_headers: tuple[str, ...] = ()
     #: The format of a refusal on a shared path when no format claims the client.
     answers_unclaimed: bool = False
-    #: An upstream may speak it (a dialect); False for a format only clients speak (Gemini).
+    #: An upstream may speak it (a dialect); False for a format only clients speak.
     outbound: bool = True
 
     @property
