@@ -7,8 +7,7 @@ compared key by key with the running configuration:
 
 - the keys in ``LIVE`` are applied at once: requests that start afterwards see them, requests in
   flight finish with what they started with (a rebuilt catalogue and router replace the old ones;
-  the old providers' connections are closed once every request that was in flight at the reload
-  has ended);
+  the old providers' connections are closed once no request uses them any more);
 - every other key (listen address, workers, database, secret, timeouts of the connection layer,
   sweepers, telemetry...) needs a restart: its running value is kept, and the log line names it.
 
@@ -67,8 +66,6 @@ LIVE = ROUTING | {
 }
 #: Sections compared key by key (the others, ``routing`` and ``simulator`` included, as a whole).
 SECTIONS = frozenset({"server", "keys", "billing", "admin", "responses", "metrics", "otel"})
-#: Seconds between checks whether the requests that used a replaced router have all ended.
-RETIRE_POLL_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -241,20 +238,13 @@ class Reloader:
         return catalogue, Router(providers, deployments_of(settings, full), settings.routing)
 
     def _retire(self, router: Router) -> None:
-        """Close ``router``'s connection pools once the requests in flight now have all ended."""
-        drain = self._services.drain
-        users = drain.in_flight_now()
-
-        async def wait_until_unused() -> None:
-            # Polled: requests end in any order and nothing signals the last of a snapshot.
-            while True:
-                if drain.cut or not drain.any_in_flight(users):
-                    break
-                await asyncio.sleep(RETIRE_POLL_SECONDS)
+        """Close ``router``'s connection pools once no exchange uses it any more: every upstream
+        call and count holds it (``Router.acquire``) from its start to the exchange's end, so a
+        stream still waiting for its upstream's first byte keeps it open too."""
 
         async def close_when_unused() -> None:
             try:
-                await wait_until_unused()
+                await router.unused()
             finally:
                 del self._retired[router]
                 await router.aclose()
