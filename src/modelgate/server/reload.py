@@ -195,28 +195,33 @@ class Reloader:
     async def _reload(self) -> None:
         while True:
             self._again = False
-            self.reload_now()
+            await self.reload_now()
             if not self._again:
                 return
-            await asyncio.sleep(0)
 
-    def reload_now(self) -> Changes | None:
-        """Apply the file's live settings; None (nothing changed) if it cannot be used."""
+    async def reload_now(self) -> Changes | None:
+        """Apply the file's live settings; None (nothing changed) if it cannot be used.
+
+        Reading, validating and building (credentials resolved, possibly over HTTP from a cloud
+        metadata service) run in a worker thread: the serving loop only swaps the result in."""
         where = self._source.describe()
         services = self._services
         try:
-            changes = load_checked(self._source, services.settings, self._adjust)
-            if changes.routing:
-                catalogue, router = self._routing(changes.settings)
+            changes, routing = await asyncio.to_thread(self._prepare, services.settings)
         except ConfigError as exc:
             log.error("reload of %s failed; still serving with the running configuration: %s", where, exc)
             return None
         except Exception as exc:  # anything else a provider's construction raises: same answer
             log.exception("reload of %s failed; still serving with the running configuration: %s", where, exc)
             return None
-        if changes.routing:
+        if services.drain.active:  # stopping meanwhile: what was built is not used
+            if routing is not None:
+                await routing[1].aclose()
+            log.warning("stopping: the reload of %s is not applied", where)
+            return None
+        if routing is not None:
             old = services.router
-            services.catalogue, services.router = catalogue, router
+            services.catalogue, services.router = routing
             self._retire(old)
         services.settings = changes.settings
         server = changes.settings.server
@@ -226,14 +231,28 @@ class Reloader:
         log.warning("reloaded %s: %s", where, describe(changes))
         return changes
 
+    def _prepare(self, running: Settings) -> tuple[Changes, tuple[Catalogue, Router] | None]:
+        """In a worker thread: the new file compared with ``running``, and, when routing changed,
+        the new catalogue and router (checked once, then built)."""
+        new = self._source.load()
+        if self._adjust is not None:
+            new = self._adjust(new)
+        changes = compare(running, new)
+        if not changes.routing:
+            return changes, None
+        return changes, self._routing(changes.settings)
+
     def _routing(self, settings: Settings) -> tuple[Catalogue, Router]:
         catalogue = check_routing(settings, os.environ)
         offload = self._services.offload
-        providers = build_providers(
-            settings.providers,
-            os.environ,
-            factories={"simulator": lambda c: SimulatorProvider(c.name, settings.simulator, offload)},
-        )
+        try:
+            providers = build_providers(
+                settings.providers,
+                os.environ,
+                factories={"simulator": lambda c: SimulatorProvider(c.name, settings.simulator, offload)},
+            )
+        except ValueError as exc:  # a credential that resolved for the check and no more
+            raise ConfigError(str(exc)) from exc
         full = build_catalogue(settings.catalogue)
         return catalogue, Router(providers, deployments_of(settings, full), settings.routing)
 
