@@ -27,6 +27,7 @@ from typing import Any
 from modelgate.catalogue import Catalogue, build_catalogue
 from modelgate.config import ConfigError, Settings, load_settings
 from modelgate.services import Services, deployments_of, served_catalogue
+from modelgate.telemetry.logs import scrub_also
 from modelgate.upstream.config import validate_upstreams
 from modelgate.upstream.providers import build_providers
 from modelgate.upstream.router import Router
@@ -228,6 +229,7 @@ class Reloader:
         services.inflight.limit = server.max_in_flight
         services.large_bodies.limit = server.max_large_bodies
         set_log_level(changes.settings.log_level)
+        scrub_also((changes.settings.metrics.token,))
         log.warning("reloaded %s: %s", where, describe(changes))
         return changes
 

@@ -48,6 +48,7 @@ from modelgate.server.reload import ConfigSource, load_checked, set_log_level
 from modelgate.server.runner import CUT_MARGIN, uvicorn_config
 from modelgate.server.worker import WorkerSpec, run_worker
 from modelgate.storage import StorageError, open_store
+from modelgate.telemetry.logs import scrub_also
 
 log = logging.getLogger("modelgate")
 #: A worker that lived this long before dying is restarted at once.
@@ -261,6 +262,7 @@ class Supervisor:
             return
         self._settings = changes.settings
         set_log_level(changes.settings.log_level)
+        scrub_also((changes.settings.metrics.token,))
         state = self._state
         state.generation += 1
         # A worker not serving yet may ignore this SIGHUP: it gets one when it is ready.
