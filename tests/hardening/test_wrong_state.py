@@ -153,7 +153,10 @@ def test_a_database_deleted_under_the_server_is_reported_and_refuses_writes(tmp_
         health = httpx.get(f"{gateway.base_url}/health", timeout=30)
         assert health.status_code == 503
         checked = health.json()["checks"]["database"]
-        assert checked["status"] == "unavailable" and "was deleted" in checked["reason"], checked
+        assert checked["status"] == "unavailable" and checked["reason"] == "database_file_deleted", checked
+        # Public: a code, never the file's path nor where its data can be read; those are logged.
+        assert str(gateway.data_dir) not in health.text and "/fd/" not in health.text, health.text
+        assert "was deleted" in gateway.stderr.read_text() and "/fd/" in gateway.stderr.read_text()
         refused = chat(gateway, seeded.keys)
         assert refused.status_code == 503 and "type" not in refused.json(), refused.text
         refused = messages(gateway, seeded.keys)
@@ -168,6 +171,28 @@ def test_a_database_deleted_under_the_server_is_reported_and_refuses_writes(tmp_
     assert "is new" not in gateway.run_cli("accounts", "list").stderr
 
 
+def test_a_database_deleted_before_any_write_is_reported_and_stays_reported(tmp_path: Path) -> None:
+    gateway, seeded = seeded_gateway(tmp_path)
+    with gateway:
+        gateway.start()
+        database = gateway.data_dir / "modelgate.db"
+        database.unlink()  # before the server wrote anything
+        health = httpx.get(f"{gateway.base_url}/health", timeout=30)
+        assert health.status_code == 503, health.text
+        assert health.json()["checks"]["database"]["reason"] == "database_file_deleted"
+        assert chat(gateway, seeded.keys).status_code == 503
+        # A file put back at the path is not the one the server writes: still refused until
+        # the restart, and the problem was logged once.
+        database.write_bytes(b"")
+        assert httpx.get(f"{gateway.base_url}/health", timeout=30).status_code == 503
+        found = [
+            line
+            for line in gateway.stderr.read_text().splitlines()
+            if '"logger":"modelgate.storage"' in line and "was deleted while the gateway had it open" in line
+        ]
+        assert len(found) == 1, found
+
+
 def test_a_database_replaced_under_the_server_is_reported(tmp_path: Path) -> None:
     gateway, seeded = seeded_gateway(tmp_path)
     with gateway:
@@ -178,7 +203,9 @@ def test_a_database_replaced_under_the_server_is_reported(tmp_path: Path) -> Non
             source.backup(target)
         shutil.move(copy, database)
         health = httpx.get(f"{gateway.base_url}/health", timeout=30)
-        assert health.status_code == 503 and "was replaced" in health.json()["checks"]["database"]["reason"]
+        assert health.json()["checks"]["database"]["reason"] == "database_file_replaced"
+        assert health.status_code == 503 and str(gateway.data_dir) not in health.text
+        assert "was replaced" in gateway.stderr.read_text()
         assert chat(gateway, seeded.keys).status_code == 503
 
 
@@ -192,7 +219,7 @@ def test_a_full_disk_is_reported_and_new_requests_are_refused_in_their_format(tm
         gateway.start()
         health = httpx.get(f"{gateway.base_url}/health", timeout=30)
         assert health.status_code == 503
-        assert "is full" in health.json()["checks"]["database"]["reason"]
+        assert health.json()["checks"]["database"]["reason"] == "disk_full"
         refused = chat(gateway, seeded.keys)
         assert refused.status_code == 503 and "type" not in refused.json(), refused.text
         assert messages(gateway, seeded.keys).json()["type"] == "error"

@@ -25,7 +25,9 @@ async def health(services: Services, request: Request) -> Response:
         await asyncio.wait_for(services.store.ping(), timeout=2.0)
     except Exception as exc:  # any failure to answer means unhealthy, whatever the driver raised
         database = {**database, "status": "unreachable", "error": type(exc).__name__}
-        reason = getattr(exc, "reason", None)  # storage.file_probe: the file is gone or the disk full
+        # storage.file_probe: the file is gone or the disk full; its code only (the details,
+        # which name the file, are in the log)
+        reason = getattr(exc, "code", None)
         if isinstance(reason, str):
             database = {**database, "status": "unavailable", "reason": reason}
     upstreams = [

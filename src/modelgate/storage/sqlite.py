@@ -132,6 +132,7 @@ class SqliteStore(SqliteAdminTokens, SqliteReports, SqliteResponses):
                 conn.execute("PRAGMA wal_autocheckpoint=0")
             self._local.conn = conn
             self._connections.append(conn)
+            self.file_probe.opened()
         return conn
 
     @contextmanager
