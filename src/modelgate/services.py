@@ -30,6 +30,9 @@ from modelgate.offload import Offload
 from modelgate.retention import StateSweeper
 from modelgate.secret_file import load_secret
 from modelgate.storage import Store, open_store
+from modelgate.storage.base import AccountStore, AdminTokenStore, Database, KeyStore, LedgerStore, UsageStore
+from modelgate.storage.reports import UsageReports
+from modelgate.storage.responses import ResponseStore
 from modelgate.telemetry import Telemetry
 from modelgate.telemetry.metrics import Metrics
 from modelgate.telemetry.tracing import Tracing, TracingUnavailable
@@ -122,6 +125,27 @@ class Services:
     telemetry: Telemetry = field(default_factory=Telemetry)
     #: This process's index among the workers of ``modelgate serve --workers N`` (None: one process).
     worker: int | None = None
+    # The store's repositories, each as the narrow protocol its consumers use (``storage.composed``);
+    # serving code takes one of these, never the whole ``store``.
+    accounts: AccountStore = field(init=False)
+    key_store: KeyStore = field(init=False)
+    admin_tokens: AdminTokenStore = field(init=False)
+    ledger_store: LedgerStore = field(init=False)
+    usage: UsageStore = field(init=False)
+    reports: UsageReports = field(init=False)
+    responses: ResponseStore = field(init=False)
+    #: The database as a whole: migrations, health, the pool's use.
+    database: Database = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.accounts = self.store.accounts
+        self.key_store = self.store.keys
+        self.admin_tokens = self.store.admin_tokens
+        self.ledger_store = self.store.ledger
+        self.usage = self.store.usage
+        self.reports = self.store.reports
+        self.responses = self.store.responses
+        self.database = self.store
 
     @classmethod
     def build(
@@ -160,21 +184,21 @@ class Services:
             clock=clock,
             catalogue=catalogue,
             store=store,
-            keys=KeyView(store, digester),
+            keys=KeyView(store.keys, digester),
             digester=digester,
             router=router,
             ledger=Ledger(
-                store,
+                store.ledger,
                 settlements,
                 clock,
                 settings.billing.reservation_ttl_seconds,
                 SettleJournal(
-                    store, settings.billing.settle_journal_dir or settings.data_dir / "settle-journal"
+                    store.ledger, settings.billing.settle_journal_dir or settings.data_dir / "settle-journal"
                 ),
             ),
             settlements=settlements,
             offload=offload,
-            stored_room=StoredRoom(store, settings.responses.room_check_max_age_seconds),
+            stored_room=StoredRoom(store.responses, settings.responses.room_check_max_age_seconds),
             inflight=InFlightLimiter(settings.server.max_in_flight),
             large_bodies=InFlightLimiter(settings.server.max_large_bodies),
             # Redis (several instances): shared rate-limit windows, falling back to the
@@ -187,7 +211,7 @@ class Services:
         )
 
     async def start(self) -> None:
-        await self.store.migrate()
+        await self.database.migrate()
         await self.keys.start(self.settings.keys.refresh_interval)
         if isinstance(self.rate_limiter, RedisRateLimiter):
             await self.rate_limiter.start()
@@ -197,7 +221,7 @@ class Services:
         await self.ledger.journal.replay()
         billing = self.settings.billing
         self.sweeper = Sweeper(
-            self.store,
+            self.ledger_store,
             self.clock,
             billing.sweep_interval_seconds,
             billing.reservation_ttl_seconds,
@@ -206,7 +230,7 @@ class Services:
         self.sweeper.start()
         responses = self.settings.responses
         if responses.store == "on":
-            self.state_sweeper = StateSweeper(self.store, self.clock, responses.sweep_interval_seconds)
+            self.state_sweeper = StateSweeper(self.responses, self.clock, responses.sweep_interval_seconds)
             self.state_sweeper.start()
 
     async def stop(self) -> None:
@@ -224,5 +248,5 @@ class Services:
         if isinstance(self.rate_limiter, RedisRateLimiter):
             await self.rate_limiter.aclose()
         await self.offload.stop()
-        await self.store.close()
+        await self.database.close()
         self.telemetry.shutdown()

@@ -265,11 +265,8 @@ class ConnectionUse:
     limit: int
 
 
-class Store(
-    AccountStore, KeyStore, AdminTokenStore, LedgerStore, UsageStore, UsageReports, ResponseStore, Protocol
-):
-    """Everything durable, as one engine implements it. Consumers ask for the narrow protocols
-    above; implementations must pass ``tests/storage/test_contract.py``."""
+class Database(Protocol):
+    """The database as a whole, whatever is stored in it: its schema, its life and its health."""
 
     async def migrate(self) -> None: ...
     async def close(self) -> None: ...
@@ -280,6 +277,43 @@ class Store(
     def connections(self) -> ConnectionUse | None:
         """The connection pool's use now; None for an engine without a pool (SQLite)."""
         ...
+
+
+class Store(
+    AccountStore,
+    KeyStore,
+    AdminTokenStore,
+    LedgerStore,
+    UsageStore,
+    UsageReports,
+    ResponseStore,
+    Database,
+    Protocol,
+):
+    """Everything durable, as one engine implements it. Consumers ask for the narrow protocols
+    above; implementations must pass ``tests/storage/test_contract.py``."""
+
+    # The repositories, one per narrow protocol (``storage.composed``), for consumers that take
+    # only the one they use (``Services.accounts``, ``Services.responses``, …).
+    @property
+    def accounts(self) -> AccountStore: ...
+    @property
+    def keys(self) -> KeyStore: ...
+    @property
+    def admin_tokens(self) -> AdminTokenStore: ...
+    @property
+    def ledger(self) -> LedgerStore: ...
+    @property
+    def usage(self) -> UsageStore: ...
+    @property
+    def reports(self) -> UsageReports: ...
+    @property
+    def responses(self) -> ResponseStore: ...
+
+    async def migrate(self) -> None: ...
+    async def close(self) -> None: ...
+    async def ping(self) -> None: ...
+    def connections(self) -> ConnectionUse | None: ...
 
 
 __all__ = [
@@ -294,6 +328,7 @@ __all__ = [
     "AmountTooLarge",
     "Conflict",
     "ConnectionUse",
+    "Database",
     "Group",
     "KeyControls",
     "KeyRecord",

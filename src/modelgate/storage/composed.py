@@ -11,7 +11,7 @@ everything (the CLI, management, the contract tests). Serving code takes the rep
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Literal
 
 from modelgate.storage.base import (
     Account,
@@ -19,6 +19,7 @@ from modelgate.storage.base import (
     AdminToken,
     AdminTokenStore,
     ConnectionUse,
+    Database,
     KeyControls,
     KeyRecord,
     KeyStore,
@@ -53,15 +54,6 @@ from modelgate.storage.responses import (
     StoredItem,
     StoredResponse,
 )
-
-
-class Database(Protocol):
-    """What a database object answers for the store as a whole: its schema, its life, its health."""
-
-    async def migrate(self) -> None: ...
-    async def close(self) -> None: ...
-    async def ping(self) -> None: ...
-    def connections(self) -> ConnectionUse | None: ...
 
 
 class ComposedStore:
