@@ -39,3 +39,5 @@ class SqliteStore(ComposedStore):
             responses=SqliteResponses(database),
         )
         self.path = path
+        #: The file checks (``database_min_free_bytes`` is applied to it, ``file_probe``).
+        self.file_probe = database.file_probe
