@@ -1,8 +1,11 @@
-"""Storage records and the interfaces every engine implements (SQLite and PostgreSQL).
+"""The interfaces every engine implements (SQLite and PostgreSQL); the records they speak in are
+in ``storage.records`` (re-exported here).
 
-Consumers depend on the narrow protocols (``AccountStore``, ``KeyStore``, ``AdminTokenStore``,
-``LedgerStore``, ``UsageStore``, ``UsageReports`` in ``storage.reports`` and ``ResponseStore`` in
-``storage.responses``); ``Store`` is all of them as one engine implements it, picked from
+Each narrow protocol (``AccountStore``, ``KeyStore``, ``AdminTokenStore``, ``LedgerStore``,
+``UsageStore``, ``UsageReports`` in ``storage.reports`` and ``ResponseStore`` in
+``storage.responses``) is one repository per engine, composed over that engine's database object
+(``storage.sqlite_database``, ``storage.postgres_database``). Consumers take the repository they
+use from ``Services``; ``Store`` is all of them in one object (``storage.composed``), picked from
 the database URL by ``storage.open_store``. Money is integer micro-credits (µc) everywhere.
 
 Ledger invariants (checked by the contract and property tests):
