@@ -29,8 +29,9 @@ from modelgate.limits.stored_room import StoredRoom
 from modelgate.offload import Offload
 from modelgate.retention import StateSweeper
 from modelgate.secret_file import load_secret
-from modelgate.storage import Store, open_store
-from modelgate.storage.base import AccountStore, AdminTokenStore, Database, KeyStore, LedgerStore, UsageStore
+from modelgate.storage import open_store
+from modelgate.storage.base import AccountStore, AdminTokenStore, KeyStore, LedgerStore, Store, UsageStore
+from modelgate.storage.composed import Database
 from modelgate.storage.reports import UsageReports
 from modelgate.storage.responses import ResponseStore
 from modelgate.telemetry import Telemetry
@@ -97,7 +98,20 @@ class Services:
     settings: Settings
     clock: Clock
     catalogue: Catalogue
+    #: Every repository in one object, for the tools that use them all (the CLI, tests); each
+    #: consumer on the request path takes only the narrow repository below that it uses.
     store: Store
+    #: The database itself: migrations, health, the connection pool.
+    database: Database
+    accounts: AccountStore
+    #: API key records (``keys`` is the authentication view built on them).
+    key_records: KeyStore
+    tokens: AdminTokenStore
+    #: Holds, settlements and their figures (``ledger`` is the billing logic built on them).
+    ledger_store: LedgerStore
+    usage: UsageStore
+    reports: UsageReports
+    responses: ResponseStore
     keys: KeyView
     digester: Digester
     router: Router
@@ -125,27 +139,6 @@ class Services:
     telemetry: Telemetry = field(default_factory=Telemetry)
     #: This process's index among the workers of ``modelgate serve --workers N`` (None: one process).
     worker: int | None = None
-    # The store's repositories, each as the narrow protocol its consumers use (``storage.composed``);
-    # serving code takes one of these, never the whole ``store``.
-    accounts: AccountStore = field(init=False)
-    key_store: KeyStore = field(init=False)
-    admin_tokens: AdminTokenStore = field(init=False)
-    ledger_store: LedgerStore = field(init=False)
-    usage: UsageStore = field(init=False)
-    reports: UsageReports = field(init=False)
-    responses: ResponseStore = field(init=False)
-    #: The database as a whole: migrations, health, the pool's use.
-    database: Database = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.accounts = self.store.accounts
-        self.key_store = self.store.keys
-        self.admin_tokens = self.store.admin_tokens
-        self.ledger_store = self.store.ledger
-        self.usage = self.store.usage
-        self.reports = self.store.reports
-        self.responses = self.store.responses
-        self.database = self.store
 
     @classmethod
     def build(
@@ -178,12 +171,20 @@ class Services:
         clock = clock or SystemClock()
         settlements = Settlements()
         telemetry = build_telemetry(settings)
-        store.observe_ledger(telemetry.metrics)
+        store.ledger.observe_ledger(telemetry.metrics)
         return cls(
             settings=settings,
             clock=clock,
             catalogue=catalogue,
             store=store,
+            database=store.database,
+            accounts=store.accounts,
+            key_records=store.keys,
+            tokens=store.tokens,
+            ledger_store=store.ledger,
+            usage=store.usage,
+            reports=store.reports,
+            responses=store.responses,
             keys=KeyView(store.keys, digester),
             digester=digester,
             router=router,
@@ -193,7 +194,8 @@ class Services:
                 clock,
                 settings.billing.reservation_ttl_seconds,
                 SettleJournal(
-                    store.ledger, settings.billing.settle_journal_dir or settings.data_dir / "settle-journal"
+                    store.ledger,
+                    settings.billing.settle_journal_dir or settings.data_dir / "settle-journal",
                 ),
             ),
             settlements=settlements,

@@ -1,8 +1,11 @@
-"""Storage records and the interfaces every engine implements (SQLite and PostgreSQL).
+"""The interfaces every engine implements (SQLite and PostgreSQL); the records they speak in are
+in ``storage.records`` (re-exported here).
 
-Consumers depend on the narrow protocols (``AccountStore``, ``KeyStore``, ``AdminTokenStore``,
-``LedgerStore``, ``UsageStore``, ``UsageReports`` in ``storage.reports`` and ``ResponseStore`` in
-``storage.responses``); ``Store`` is all of them as one engine implements it, picked from
+Each narrow protocol (``AccountStore``, ``KeyStore``, ``AdminTokenStore``, ``LedgerStore``,
+``UsageStore``, ``UsageReports`` in ``storage.reports`` and ``ResponseStore`` in
+``storage.responses``) is one repository per engine, composed over that engine's database object
+(``storage.sqlite_database``, ``storage.postgres_database``). Consumers take the repository they
+use from ``Services``; ``Store`` is all of them in one object (``storage.composed``), picked from
 the database URL by ``storage.open_store``. Money is integer micro-credits (µc) everywhere.
 
 Ledger invariants (checked by the contract and property tests):
@@ -69,40 +72,44 @@ from modelgate.storage.records import (
     StorageError,
     UsageRecord,
     UsageSummary,
+    decide_charge,
+    decide_hold,
 )
 from modelgate.storage.reports import UsageReports
 from modelgate.storage.responses import ResponseStore
 
-
-def decide_charge(cost: int, held: int, balance_free: int, cap_free: int | None) -> tuple[int, int]:
-    """(charged, shortfall) of a settlement: the real cost; beyond the hold only what the account
-    has free (``balance - reserved``) and the key's cap has free in the hold's month, so neither
-    is ever overshot; what is left is the shortfall, recorded for the operator."""
-    cost = max(cost, 0)
-    if cost <= held:
-        return cost, 0
-    room = max(0, balance_free) if cap_free is None else max(0, min(balance_free, cap_free))
-    charged = held + min(cost - held, room)
-    return charged, cost - charged
-
-
-def decide_hold(r: ReserveRequest, balance_free: int, cap: int | None, used: int) -> Reservation | Refusal:
-    """The reservation rule, applied by every engine to figures read under its lock: grant
-    ``min(amount, free balance, free cap)`` when that is at least ``minimum``; otherwise refuse,
-    naming the cap when it is the binding constraint. ``used`` is the key's spent + held this month."""
-    cap_free = None if cap is None else max(0, cap - used)
-    affordable = balance_free if cap_free is None else min(balance_free, cap_free)
-    if affordable < r.minimum_uc:
-        if cap_free is not None and cap_free <= balance_free:
-            return Refusal("monthly_cap", max(0, affordable))
-        return Refusal("balance", max(0, affordable))
-    granted = min(r.amount_uc, affordable)
-    return Reservation(
-        request_id=r.request_id,
-        granted_uc=granted,
-        balance_after_uc=balance_free - granted,
-        cap_remaining_after_uc=None if cap_free is None else cap_free - granted,
-    )
+__all__ = [
+    "DEFAULT_BATCH_WAIT_SECONDS",
+    "DEFAULT_POOL_SIZE",
+    "GROUPS",
+    "MAX_UC",
+    "Account",
+    "AccountStore",
+    "AdminToken",
+    "AdminTokenStore",
+    "AmountTooLarge",
+    "Conflict",
+    "ConnectionUse",
+    "Group",
+    "KeyControls",
+    "KeyRecord",
+    "KeyState",
+    "KeyStore",
+    "LedgerObserver",
+    "LedgerStore",
+    "NewKey",
+    "Refusal",
+    "Reservation",
+    "ReserveRequest",
+    "Settlement",
+    "StorageError",
+    "Store",
+    "UsageRecord",
+    "UsageStore",
+    "UsageSummary",
+    "decide_charge",
+    "decide_hold",
+]
 
 
 class AccountStore(Protocol):
@@ -265,8 +272,11 @@ class ConnectionUse:
     limit: int
 
 
-class Database(Protocol):
-    """The database as a whole, whatever is stored in it: its schema, its life and its health."""
+class Store(
+    AccountStore, KeyStore, AdminTokenStore, LedgerStore, UsageStore, UsageReports, ResponseStore, Protocol
+):
+    """Everything durable, as one engine implements it. Consumers ask for the narrow protocols
+    above; implementations must pass ``tests/storage/test_contract.py``."""
 
     async def migrate(self) -> None: ...
     async def close(self) -> None: ...
@@ -277,75 +287,3 @@ class Database(Protocol):
     def connections(self) -> ConnectionUse | None:
         """The connection pool's use now; None for an engine without a pool (SQLite)."""
         ...
-
-
-class Store(
-    AccountStore,
-    KeyStore,
-    AdminTokenStore,
-    LedgerStore,
-    UsageStore,
-    UsageReports,
-    ResponseStore,
-    Database,
-    Protocol,
-):
-    """Everything durable, as one engine implements it. Consumers ask for the narrow protocols
-    above; implementations must pass ``tests/storage/test_contract.py``."""
-
-    # The repositories, one per narrow protocol (``storage.composed``), for consumers that take
-    # only the one they use (``Services.accounts``, ``Services.responses``, …).
-    @property
-    def accounts(self) -> AccountStore: ...
-    @property
-    def keys(self) -> KeyStore: ...
-    @property
-    def admin_tokens(self) -> AdminTokenStore: ...
-    @property
-    def ledger(self) -> LedgerStore: ...
-    @property
-    def usage(self) -> UsageStore: ...
-    @property
-    def reports(self) -> UsageReports: ...
-    @property
-    def responses(self) -> ResponseStore: ...
-
-    async def migrate(self) -> None: ...
-    async def close(self) -> None: ...
-    async def ping(self) -> None: ...
-    def connections(self) -> ConnectionUse | None: ...
-
-
-__all__ = [
-    "DEFAULT_BATCH_WAIT_SECONDS",
-    "DEFAULT_POOL_SIZE",
-    "GROUPS",
-    "MAX_UC",
-    "Account",
-    "AccountStore",
-    "AdminToken",
-    "AdminTokenStore",
-    "AmountTooLarge",
-    "Conflict",
-    "ConnectionUse",
-    "Database",
-    "Group",
-    "KeyControls",
-    "KeyRecord",
-    "KeyState",
-    "KeyStore",
-    "LedgerObserver",
-    "LedgerStore",
-    "NewKey",
-    "Refusal",
-    "Reservation",
-    "ReserveRequest",
-    "Settlement",
-    "StorageError",
-    "Store",
-    "UsageRecord",
-    "UsageStore",
-    "UsageSummary",
-    "decide_charge",
-    "decide_hold",
-]

@@ -1,37 +1,36 @@
-"""One ``Store`` composed of one repository per narrow protocol over a database object.
+"""``Store`` as a composition: one repository per narrow protocol, over one database object.
 
-Each engine builds its repositories (accounts, keys, admin tokens, ledger, usage, reports, stored
-Responses state) over its own database object (``SqliteDatabase``, ``PostgresDatabase``); the
-repositories know nothing of each other. ``ComposedStore`` holds them and answers the whole
-``Store`` protocol by handing each call to the repository that owns it, for the callers that need
-everything (the CLI, management, the contract tests). Serving code takes the repository it uses
-(``Services.ledger``, ``Services.responses``, …), typed as its narrow protocol.
+Each engine builds its database (connections, transactions, migrations) and the repositories on
+it (``storage.sqlite``, ``storage.postgres``); this class only forwards, so that a caller that
+still wants everything (the CLI's tools, the contract tests) has it in one object. Consumers on
+the request path take the narrow repository they use (``Services``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, Protocol
 
 from modelgate.storage.base import (
-    Account,
     AccountStore,
-    AdminToken,
     AdminTokenStore,
     ConnectionUse,
-    Database,
-    KeyControls,
-    KeyRecord,
     KeyStore,
     LedgerObserver,
     LedgerStore,
+    UsageStore,
+)
+from modelgate.storage.records import (
+    Account,
+    AdminToken,
+    KeyControls,
+    KeyRecord,
     NewKey,
     Refusal,
     Reservation,
     ReserveRequest,
     Settlement,
     UsageRecord,
-    UsageStore,
     UsageSummary,
 )
 from modelgate.storage.reports import (
@@ -56,8 +55,18 @@ from modelgate.storage.responses import (
 )
 
 
+class Database(Protocol):
+    """What an engine's database object does beyond its repositories: the schema and the
+    connections."""
+
+    async def migrate(self) -> None: ...
+    async def close(self) -> None: ...
+    async def ping(self) -> None: ...
+    def connections(self) -> ConnectionUse | None: ...
+
+
 class ComposedStore:
-    """``Store`` as its repositories: each method is one line handing the call on."""
+    """Every repository of one database, and the database itself."""
 
     def __init__(
         self,
@@ -65,36 +74,38 @@ class ComposedStore:
         *,
         accounts: AccountStore,
         keys: KeyStore,
-        admin_tokens: AdminTokenStore,
+        tokens: AdminTokenStore,
         ledger: LedgerStore,
         usage: UsageStore,
         reports: UsageReports,
         responses: ResponseStore,
     ) -> None:
-        self._database = database
+        self.database = database
         self.accounts = accounts
         self.keys = keys
-        self.admin_tokens = admin_tokens
+        self.tokens = tokens
         self.ledger = ledger
         self.usage = usage
         self.reports = reports
         self.responses = responses
 
-    # the database as a whole ---------------------------------------------------------------
+    # the database -------------------------------------------------------------------------
 
     async def migrate(self) -> None:
-        await self._database.migrate()
+        await self.database.migrate()
 
     async def close(self) -> None:
-        await self._database.close()
+        await self.database.close()
 
     async def ping(self) -> None:
-        await self._database.ping()
+        """Raise StorageError when the database cannot answer."""
+        await self.database.ping()
 
     def connections(self) -> ConnectionUse | None:
-        return self._database.connections()
+        return self.database.connections()
 
-    # AccountStore: self.accounts --------------------------------------------------------------
+    # AccountStore (accounts) ------------------------------------------------
+
     async def create_account(self, name: str, balance_uc: int, now: float) -> Account:
         return await self.accounts.create_account(name, balance_uc, now)
 
@@ -113,7 +124,8 @@ class ComposedStore:
     async def topups_total(self, account_id: int) -> int:
         return await self.accounts.topups_total(account_id)
 
-    # KeyStore: self.keys ----------------------------------------------------------------------
+    # KeyStore (keys) --------------------------------------------------------
+
     async def create_key(self, key: NewKey, now: float) -> KeyRecord:
         return await self.keys.create_key(key, now)
 
@@ -137,7 +149,8 @@ class ComposedStore:
     async def keys_changed_since(self, version: int) -> list[KeyRecord]:
         return await self.keys.keys_changed_since(version)
 
-    # AdminTokenStore: self.admin_tokens -------------------------------------------------------
+    # AdminTokenStore (tokens) -----------------------------------------------
+
     async def create_admin_token(
         self,
         token_id: str,
@@ -151,7 +164,7 @@ class ComposedStore:
         created_by: str | None = None,
         expires_at: float | None = None,
     ) -> None:
-        return await self.admin_tokens.create_admin_token(
+        await self.tokens.create_admin_token(
             token_id,
             digest,
             account_id,
@@ -164,33 +177,34 @@ class ComposedStore:
         )
 
     async def find_admin_token(self, digest: bytes) -> AdminToken | None:
-        return await self.admin_tokens.find_admin_token(digest)
+        return await self.tokens.find_admin_token(digest)
 
     async def get_admin_token(self, token_id: str) -> AdminToken | None:
-        return await self.admin_tokens.get_admin_token(token_id)
+        return await self.tokens.get_admin_token(token_id)
 
     async def list_admin_tokens(self, account_id: int | None = None) -> list[AdminToken]:
-        return await self.admin_tokens.list_admin_tokens(account_id)
+        return await self.tokens.list_admin_tokens(account_id)
 
     async def revoke_admin_token(self, token_id: str, now: float) -> AdminToken | None:
-        return await self.admin_tokens.revoke_admin_token(token_id, now)
+        return await self.tokens.revoke_admin_token(token_id, now)
 
     async def touch_admin_token(self, token_id: str, now: float, resolution: float) -> bool:
-        return await self.admin_tokens.touch_admin_token(token_id, now, resolution)
+        return await self.tokens.touch_admin_token(token_id, now, resolution)
 
     async def count_admin_tokens(self) -> int:
-        return await self.admin_tokens.count_admin_tokens()
+        return await self.tokens.count_admin_tokens()
 
     async def holds_credentials(self) -> bool:
-        return await self.admin_tokens.holds_credentials()
+        return await self.tokens.holds_credentials()
 
     async def secret_fingerprint(self) -> str | None:
-        return await self.admin_tokens.secret_fingerprint()
+        return await self.tokens.secret_fingerprint()
 
     async def record_secret_fingerprint(self, fingerprint: str, now: float) -> None:
-        return await self.admin_tokens.record_secret_fingerprint(fingerprint, now)
+        await self.tokens.record_secret_fingerprint(fingerprint, now)
 
-    # LedgerStore: self.ledger -----------------------------------------------------------------
+    # LedgerStore (ledger) ---------------------------------------------------
+
     async def reserve(self, request: ReserveRequest) -> Reservation | Refusal:
         return await self.ledger.reserve(request)
 
@@ -213,9 +227,10 @@ class ComposedStore:
         return await self.ledger.reservation_stats()
 
     def observe_ledger(self, observer: LedgerObserver | None) -> None:
-        return self.ledger.observe_ledger(observer)
+        self.ledger.observe_ledger(observer)
 
-    # UsageStore: self.usage -------------------------------------------------------------------
+    # UsageStore (usage) -----------------------------------------------------
+
     async def usage_summary(
         self, month: str, *, account_id: int | None = None, key_id: str | None = None
     ) -> UsageSummary:
@@ -226,7 +241,8 @@ class ComposedStore:
     ) -> list[UsageRecord]:
         return await self.usage.usage_records(month, account_id=account_id, key_id=key_id, limit=limit)
 
-    # UsageReports: self.reports ---------------------------------------------------------------
+    # UsageReports (reports) -------------------------------------------------
+
     async def usage_page(
         self, where: UsageFilter, *, limit: int, after: UsageCursor | None = None
     ) -> UsagePage:
@@ -249,7 +265,8 @@ class ComposedStore:
     async def key_activity(self, month: str, account_id: int | None = None) -> dict[str, KeyActivity]:
         return await self.reports.key_activity(month, account_id)
 
-    # ResponseStore: self.responses ------------------------------------------------------------
+    # ResponseStore (responses) ----------------------------------------------
+
     async def save_response(self, response: NewResponse, max_account_bytes: int) -> bool:
         return await self.responses.save_response(response, max_account_bytes)
 

@@ -1,10 +1,7 @@
-"""The PostgreSQL database object every PostgreSQL repository is composed over.
-
-It owns the asyncpg pool (made on first use, on the loop that uses it), the group-committing
-batchers of ledger writes (``postgres_ledger``) and of stored answers (``postgres_saves``), and
-migrations; it turns database errors into ``StorageError`` (and a lost connection into a fresh
-pool). The repositories (``postgres_accounts``, ``postgres_ledger_store``, ``postgres_tokens``,
-``postgres_reports``, ``postgres_responses``) hold one and know nothing of each other.
+"""The PostgreSQL database object: the asyncpg pool, connections and transactions, the
+group-committed ledger (``storage.postgres_ledger``) and stored answers (``storage.postgres_saves``),
+and the migrations. The repositories (``storage.postgres_*``) are composed over it, and
+``storage.postgres.PostgresStore`` puts them together.
 
 Migrations run under a session advisory lock, so instances starting together apply each file once.
 """
@@ -13,27 +10,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib import resources
 from typing import Any
 
 import asyncpg
 
-from modelgate.storage.base import (
-    DEFAULT_BATCH_WAIT_SECONDS,
-    DEFAULT_POOL_SIZE,
-    Conflict,
-    ConnectionUse,
-    LedgerObserver,
-    StorageError,
-)
+from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE, ConnectionUse
 from modelgate.storage.postgres_batches import DATABASE_ERRORS, connection_lost
 from modelgate.storage.postgres_ledger import LedgerBatches
 from modelgate.storage.postgres_saves import ResponseSaves
+from modelgate.storage.records import Conflict, StorageError
 
 #: Advisory lock ids ("modelgat" in ASCII, then +1): migrations, and key-version ordering.
 _LOCK_MIGRATIONS = 0x6D6F_6465_6C67_6174
-LOCK_KEY_VERSIONS = _LOCK_MIGRATIONS + 1
+_LOCK_KEY_VERSIONS = _LOCK_MIGRATIONS + 1
 COMMAND_TIMEOUT_SECONDS = 15.0
 
 
@@ -45,7 +36,8 @@ async def _nothing_to_reset(conn: Any) -> None:
 
 
 class PostgresDatabase:
-    """One PostgreSQL database: the pool, the write batchers, transactions; no knowledge of tables."""
+    """One PostgreSQL database: the pool, connections and transactions, the group-committed
+    ledger and stored answers, and the migrations; the repositories run their SQL through it."""
 
     def __init__(
         self,
@@ -61,11 +53,13 @@ class PostgresDatabase:
         self._pool: Any = None
         self._pool_lock = asyncio.Lock()
         #: Reserves, settles and releases, group-committed (``storage.postgres_ledger``).
-        self.ledger_batches = LedgerBatches(self._get_pool, wait=batch_wait)
+        self.ledger_batches = LedgerBatches(self.get_pool, wait=batch_wait)
         #: Stored Responses answers, group-committed (``storage.postgres_saves``).
-        self.saves = ResponseSaves(self._get_pool, wait=batch_wait)
+        self.saves = ResponseSaves(self.get_pool, wait=batch_wait)
 
-    async def _get_pool(self) -> Any:
+    # plumbing -----------------------------------------------------------------------------
+
+    async def get_pool(self) -> Any:
         if self._pool is None:
             async with self._pool_lock:
                 if self._pool is None:
@@ -81,7 +75,7 @@ class PostgresDatabase:
     @asynccontextmanager
     async def conn(self) -> AsyncIterator[Any]:
         try:
-            pool = await self._get_pool()
+            pool = await self.get_pool()
             async with pool.acquire() as conn:
                 yield conn
         except asyncpg.IntegrityConstraintViolationError as exc:
@@ -139,6 +133,15 @@ class PostgresDatabase:
         size, idle = pool.get_size(), pool.get_idle_size()
         return ConnectionUse(in_use=size - idle, idle=idle, limit=self._pool_max_size)
 
-    def observe_ledger(self, observer: LedgerObserver | None) -> None:
-        self.ledger_batches.observer = observer
-        self.saves.observer = observer
+
+class PostgresRepository:
+    """A repository's access to the database it is composed over."""
+
+    def __init__(self, database: PostgresDatabase) -> None:
+        self.database = database
+
+    def _conn(self) -> AbstractAsyncContextManager[Any]:
+        return self.database.conn()
+
+    def _tx(self) -> AbstractAsyncContextManager[Any]:
+        return self.database.tx()

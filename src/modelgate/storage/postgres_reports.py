@@ -1,4 +1,4 @@
-"""``UsageStore`` and ``UsageReports`` on PostgreSQL, over a ``PostgresDatabase``, with the SQL shared with SQLite."""
+"""``UsageReports`` on PostgreSQL (a repository over ``PostgresDatabase``), with the SQL shared with SQLite."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from modelgate.storage import reports, rows
-from modelgate.storage.base import UsageRecord, UsageSummary
-from modelgate.storage.postgres_database import PostgresDatabase
+from modelgate.storage.postgres_database import PostgresRepository
 from modelgate.storage.reports import (
     DailyUsage,
     KeyActivity,
@@ -22,16 +21,11 @@ from modelgate.storage.reports import (
 _DAY = "to_char(to_timestamp(created_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
 
-class PostgresReports:
-    """``UsageStore`` and ``UsageReports``: the usage records, summed and paged."""
-
-    def __init__(self, database: PostgresDatabase) -> None:
-        self._database = database
-
+class PostgresReports(PostgresRepository):
     async def _fetch(self, sql: Callable[[Params], str]) -> list[Any]:
         p = Params(reports.dollar)
         text = sql(p)
-        async with self._database.conn() as conn:
+        async with self._conn() as conn:
             return list(await conn.fetch(text, *p.values))
 
     async def usage_page(
@@ -65,59 +59,3 @@ class PostgresReports:
         return reports.key_activity_of(
             await self._fetch(lambda p: reports.key_activity_sql(month, account_id, p))
         )
-
-    @staticmethod
-    def _usage_filter(month: str, account_id: int | None, key_id: str | None) -> tuple[str, list[Any]]:
-        where: list[str] = ["month = $1"]
-        args: list[Any] = [month]
-        if account_id is not None:
-            args.append(account_id)
-            where.append(f"account_id = ${len(args)}")
-        if key_id is not None:
-            args.append(key_id)
-            where.append(f"key_id = ${len(args)}")
-        return " AND ".join(where), args
-
-    async def usage_summary(
-        self, month: str, *, account_id: int | None = None, key_id: str | None = None
-    ) -> UsageSummary:
-        where, args = self._usage_filter(month, account_id, key_id)
-        async with self._database.conn() as conn:
-            total = await conn.fetchrow(
-                "SELECT COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
-                "COALESCE(SUM(cache_creation_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
-                "COALESCE(SUM(charged_uc), 0), COALESCE(SUM(web_search_requests), 0) "
-                f"FROM usage_records WHERE {where}",
-                *args,
-            )
-            by_model = await conn.fetch(
-                f"SELECT model, SUM(charged_uc) FROM usage_records WHERE {where} GROUP BY model ORDER BY model",
-                *args,
-            )
-        requests, input_tokens, output_tokens, cache_creation, cache_read, charged, searches = (
-            int(v) for v in total
-        )
-        return UsageSummary(
-            month,
-            requests,
-            input_tokens,
-            output_tokens,
-            cache_creation,
-            cache_read,
-            charged,
-            by_model={m: int(c) for m, c in by_model},
-            web_search_requests=searches,
-        )
-
-    async def usage_records(
-        self, month: str, *, account_id: int | None = None, key_id: str | None = None, limit: int = 100
-    ) -> list[UsageRecord]:
-        where, args = self._usage_filter(month, account_id, key_id)
-        async with self._database.conn() as conn:
-            found = await conn.fetch(
-                f"SELECT {rows.USAGE_COLUMNS} FROM usage_records WHERE {where} "
-                f"ORDER BY created_at DESC LIMIT ${len(args) + 1}",
-                *args,
-                limit,
-            )
-        return [rows.usage_record(r) for r in found]

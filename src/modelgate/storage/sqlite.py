@@ -1,11 +1,9 @@
 """SQLite implementation of ``Store``: the embedded single-machine default.
 
-One ``SqliteDatabase`` (connections, threads, transactions) and one repository per protocol over
-it, composed into a ``Store``. Ledger writes of one loop turn share a transaction
-(``group_commit``). Writes use ``BEGIN IMMEDIATE``, which takes SQLite's write lock up front: the
-read-check-update inside a reservation is serialised against every other writer, the CLI
-included (WAL mode lets readers run alongside). A reservation row lives only while its request is
-in flight: settle and release delete it, and the usage record is the permanent trace.
+One ``SqliteDatabase`` (``storage.sqlite_database``: connections, transactions, threads,
+migrations) and a repository per protocol composed over it. A reservation row lives only while
+its request is in flight: settle and release delete it, and the usage record is the permanent
+trace.
 """
 
 from __future__ import annotations
@@ -13,37 +11,33 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelgate.storage.composed import ComposedStore
-from modelgate.storage.file_probe import FileProbe
-from modelgate.storage.sqlite_accounts import SqliteAccounts, SqliteKeys
+from modelgate.storage.sqlite_accounts import SqliteAccounts
 from modelgate.storage.sqlite_database import SqliteDatabase
+from modelgate.storage.sqlite_keys import SqliteKeys
 from modelgate.storage.sqlite_ledger import SqliteLedger
 from modelgate.storage.sqlite_reports import SqliteReports
 from modelgate.storage.sqlite_responses import SqliteResponses
 from modelgate.storage.sqlite_tokens import SqliteAdminTokens
+from modelgate.storage.sqlite_usage import SqliteUsage
 
 
 class SqliteStore(ComposedStore):
-    """The SQLite repositories over one ``SqliteDatabase`` (one file)."""
+    """Every SQLite repository over one database file."""
+
+    database: SqliteDatabase
 
     def __init__(self, path: Path) -> None:
-        self.database = SqliteDatabase(path)
-        reports = SqliteReports(self.database)
+        database = SqliteDatabase(path)
         super().__init__(
-            self.database,
-            accounts=SqliteAccounts(self.database),
-            keys=SqliteKeys(self.database),
-            admin_tokens=SqliteAdminTokens(self.database),
-            ledger=SqliteLedger(self.database),
-            usage=reports,
-            reports=reports,
-            responses=SqliteResponses(self.database),
+            database,
+            accounts=SqliteAccounts(database),
+            keys=SqliteKeys(database),
+            tokens=SqliteAdminTokens(database),
+            ledger=SqliteLedger(database),
+            usage=SqliteUsage(database),
+            reports=SqliteReports(database),
+            responses=SqliteResponses(database),
         )
-
-    @property
-    def path(self) -> Path:
-        return self.database.path
-
-    @property
-    def file_probe(self) -> FileProbe:
-        """Refuses writes to a deleted or replaced file, and holds on a full disk (file_probe)."""
-        return self.database.file_probe
+        self.path = path
+        #: The file checks (``database_min_free_bytes`` is applied to it, ``file_probe``).
+        self.file_probe = database.file_probe
