@@ -1,12 +1,12 @@
-"""``UsageReports`` on PostgreSQL (mixed into ``PostgresStore``), with the SQL shared with SQLite."""
+"""``UsageReports`` on PostgreSQL (over the ``PostgresDatabase`` it is given), with the SQL shared with SQLite."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from modelgate.storage import reports, rows
+from modelgate.storage.postgres_database import PostgresDatabase
 from modelgate.storage.reports import (
     DailyUsage,
     KeyActivity,
@@ -22,14 +22,13 @@ _DAY = "to_char(to_timestamp(created_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
 
 class PostgresReports:
-    # Provided by PostgresStore.
-    def _conn(self) -> AbstractAsyncContextManager[Any]:
-        raise NotImplementedError
+    def __init__(self, database: PostgresDatabase) -> None:
+        self.database = database
 
     async def _fetch(self, sql: Callable[[Params], str]) -> list[Any]:
         p = Params(reports.dollar)
         text = sql(p)
-        async with self._conn() as conn:
+        async with self.database.conn() as conn:
             return list(await conn.fetch(text, *p.values))
 
     async def usage_page(

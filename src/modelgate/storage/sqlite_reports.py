@@ -1,21 +1,18 @@
-"""``UsageReports`` on SQLite (mixed into ``SqliteStore``).
+"""``UsageReports`` on SQLite (over the ``SqliteDatabase`` it is given).
 
-Report queries can scan a month of records, so they never run on the event loop: they run on a
-reader thread of their own, with its own connection (WAL lets it read while the loop writes), and
-Python's sqlite3 releases the GIL while SQLite works. The ledger's worker thread stays free for
+Report queries can scan a month of records, so they never run on the event loop: they run on the
+database's reader thread (``SqliteDatabase.read``), with its own connection (WAL lets it read
+while the loop writes), and Python's sqlite3 releases the GIL while SQLite works. The ledger's worker thread stays free for
 the writes that need it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 from modelgate.storage import reports, rows
-from modelgate.storage.base import StorageError
 from modelgate.storage.reports import (
     DailyUsage,
     KeyActivity,
@@ -26,30 +23,14 @@ from modelgate.storage.reports import (
     UsageFilter,
     UsagePage,
 )
+from modelgate.storage.sqlite_database import SqliteDatabase
 
-T = TypeVar("T")
 _DAY = "strftime('%Y-%m-%d', created_at, 'unixepoch')"
 
 
 class SqliteReports:
-    _reader: ThreadPoolExecutor | None = None
-
-    # Provided by SqliteStore.
-    def _db(self) -> sqlite3.Connection:
-        raise NotImplementedError
-
-    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._reader is None:
-            self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="modelgate-sqlite-reports")
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._reader, lambda: fn(self._db()))
-        except (sqlite3.Error, OSError) as exc:
-            raise StorageError(f"sqlite: {exc}") from exc
-
-    def _close_reader(self) -> None:
-        if self._reader is not None:
-            self._reader.shutdown(wait=True)
-            self._reader = None
+    def __init__(self, database: SqliteDatabase) -> None:
+        self.database = database
 
     @staticmethod
     def _fetch(sql: Callable[[Params], str]) -> Callable[[sqlite3.Connection], list[Any]]:
@@ -63,30 +44,38 @@ class SqliteReports:
     async def usage_page(
         self, where: UsageFilter, *, limit: int, after: UsageCursor | None = None
     ) -> UsagePage:
-        found = await self._read(
+        found = await self.database.read(
             self._fetch(lambda p: reports.page_sql(rows.USAGE_COLUMNS, where, limit, after, p))
         )
         return reports.paged([rows.usage_record(r) for r in found], limit)
 
     async def usage_count(self, where: UsageFilter) -> int:
-        found = await self._read(
+        found = await self.database.read(
             self._fetch(lambda p: f"SELECT COUNT(*) FROM usage_records WHERE {reports.usage_where(where, p)}")
         )
         return int(found[0][0])
 
     async def usage_facets(self, where: UsageFilter) -> UsageFacets:
-        return reports.facets_of(await self._read(self._fetch(lambda p: reports.facets_sql(where, p))))
+        return reports.facets_of(
+            await self.database.read(self._fetch(lambda p: reports.facets_sql(where, p)))
+        )
 
     async def usage_daily(
         self, month: str, *, account_id: int | None = None, key_id: str | None = None
     ) -> list[DailyUsage]:
-        found = await self._read(self._fetch(lambda p: reports.daily_sql(_DAY, month, account_id, key_id, p)))
+        found = await self.database.read(
+            self._fetch(lambda p: reports.daily_sql(_DAY, month, account_id, key_id, p))
+        )
         return reports.daily_of(found)
 
     async def top_keys(self, month: str, *, account_id: int | None = None, limit: int = 5) -> list[KeySpend]:
-        found = await self._read(self._fetch(lambda p: reports.top_keys_sql(month, account_id, limit, p)))
+        found = await self.database.read(
+            self._fetch(lambda p: reports.top_keys_sql(month, account_id, limit, p))
+        )
         return reports.top_keys_of(found)
 
     async def key_activity(self, month: str, account_id: int | None = None) -> dict[str, KeyActivity]:
-        found = await self._read(self._fetch(lambda p: reports.key_activity_sql(month, account_id, p)))
+        found = await self.database.read(
+            self._fetch(lambda p: reports.key_activity_sql(month, account_id, p))
+        )
         return reports.key_activity_of(found)
