@@ -30,6 +30,7 @@ from modelgate.offload import Offload
 from modelgate.retention import StateSweeper
 from modelgate.secret_file import load_secret
 from modelgate.storage import Store, open_store
+from modelgate.storage.responses import ResponseStore
 from modelgate.telemetry import Telemetry
 from modelgate.telemetry.metrics import Metrics
 from modelgate.telemetry.tracing import Tracing, TracingUnavailable
@@ -122,6 +123,14 @@ class Services:
     telemetry: Telemetry = field(default_factory=Telemetry)
     #: This process's index among the workers of ``modelgate serve --workers N`` (None: one process).
     worker: int | None = None
+
+    # ``store`` as the narrow protocol a consumer needs: the same object, typed by what the
+    # consumer may do with it (stored Responses state: gateway.state's Responses and
+    # Conversations APIs).
+
+    @property
+    def response_store(self) -> ResponseStore:
+        return self.store
 
     @classmethod
     def build(
