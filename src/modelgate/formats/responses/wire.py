@@ -11,8 +11,7 @@ from typing import Any
 import orjson
 
 from modelgate import ir
-from modelgate.errors import ERROR_KINDS
-from modelgate.formats import sse
+from modelgate.formats import openai_errors, sse
 from modelgate.formats.jsonutil import Json, count_of
 from modelgate.formats.responses.hosted import WEB_SEARCH_TYPES, web_search_tool
 
@@ -243,9 +242,9 @@ def failed_error(kind: str, message: str, code: str | None = None) -> Json:
     The SDK types ``ResponseError.code`` as a closed enum, so only ``rate_limit_exceeded`` and
     ``server_error`` are used; the gateway's own error type goes in the optional ``type``.
     """
-    spec = ERROR_KINDS.get(kind, ERROR_KINDS["api_error"])
     wire_code = "rate_limit_exceeded" if kind == "rate_limit" else "server_error"
-    return {"code": wire_code, "message": message, "type": code or spec.openai_code or spec.openai_type}
+    own = code or openai_errors.error_code(kind) or openai_errors.error_type(kind)
+    return {"code": wire_code, "message": message, "type": own}
 
 
 def failure_events(seq: int, kind: str, message: str, response: Json, code: str | None = None) -> bytes:
@@ -256,9 +255,8 @@ def failure_events(seq: int, kind: str, message: str, response: Json, code: str 
     ``responses.stream()`` users get a clear exception. Codex ignores ``error`` events and
     surfaces the ``response.failed`` message, which follows (reference §3.6).
     """
-    spec = ERROR_KINDS.get(kind, ERROR_KINDS["api_error"])
-    wire_code = code or spec.openai_code or spec.openai_type
-    error = {"type": spec.openai_type, "code": wire_code, "message": message, "param": None}
+    wire_code = code or openai_errors.error_code(kind) or openai_errors.error_type(kind)
+    error = {"type": openai_errors.error_type(kind), "code": wire_code, "message": message, "param": None}
     head = {"type": "error", "sequence_number": seq, "code": wire_code, "message": message, "param": None}
     head["error"] = error
     failed = {"type": "response.failed", "sequence_number": seq + 1, "response": response}
