@@ -125,8 +125,8 @@ class Services:
     worker: int | None = None
 
     # ``store`` as the narrow protocol a consumer needs: the same object, typed by what the
-    # consumer may do with it (stored Responses state: gateway.state's Responses and
-    # Conversations APIs).
+    # consumer may do with it (stored Responses state: gateway.state, which keeps, continues and
+    # serves stored responses and conversations).
 
     @property
     def response_store(self) -> ResponseStore:

@@ -150,7 +150,7 @@ async def _resolve(
     for ref in references:
         if ref.id in resolved:
             continue
-        found = await services.store.find_item(key.account_id, ref.id, now)
+        found = await services.response_store.find_item(key.account_id, ref.id, now)
         if found is None:
             raise _not_found("Item", ref.id, f"input[{ref.position}]")
         resolved[ref.id] = found.item
