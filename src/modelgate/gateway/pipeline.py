@@ -1,4 +1,4 @@
-"""The request path, top to bottom (DESIGN.md §3):
+"""The request path, top to bottom (docs/architecture.md §3):
 
 edge → authenticate → authorize (group, model, alias) → limit → reserve → route to a deployment →
 call (passthrough or translate) → stream back → settle.
