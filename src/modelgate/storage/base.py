@@ -1,9 +1,11 @@
-"""The interfaces every storage engine implements (SQLite and PostgreSQL); the records they
-carry are in ``storage.records`` (re-exported here).
+"""The interfaces every engine implements (SQLite and PostgreSQL); the records they speak in are
+in ``storage.records`` (re-exported here).
 
-Consumers depend on the narrow protocols (``AccountStore``, ``KeyStore``, ``AdminTokenStore``,
-``LedgerStore``, ``UsageStore``, ``UsageReports`` in ``storage.reports`` and ``ResponseStore`` in
-``storage.responses``); ``Store`` is all of them as one engine implements it, picked from
+Each narrow protocol (``AccountStore``, ``KeyStore``, ``AdminTokenStore``, ``LedgerStore``,
+``UsageStore``, ``UsageReports`` in ``storage.reports`` and ``ResponseStore`` in
+``storage.responses``) is one repository per engine, composed over that engine's database object
+(``storage.sqlite_database``, ``storage.postgres_database``). Consumers take the repository they
+use from ``Services``; ``Store`` is all of them in one object (``storage.composed``), picked from
 the database URL by ``storage.open_store``. Money is integer micro-credits (µc) everywhere.
 
 Ledger invariants (checked by the contract and property tests):
@@ -70,11 +72,12 @@ from modelgate.storage.records import (
     StorageError,
     UsageRecord,
     UsageSummary,
+    decide_charge,
+    decide_hold,
 )
 from modelgate.storage.reports import UsageReports
 from modelgate.storage.responses import ResponseStore
 
-#: The records are defined in ``storage.records`` and re-exported here for the consumers.
 __all__ = [
     "DEFAULT_BATCH_WAIT_SECONDS",
     "DEFAULT_POOL_SIZE",
@@ -98,48 +101,15 @@ __all__ = [
     "Refusal",
     "Reservation",
     "ReserveRequest",
-    "ResponseStore",
     "Settlement",
     "StorageError",
     "Store",
     "UsageRecord",
-    "UsageReports",
     "UsageStore",
     "UsageSummary",
     "decide_charge",
     "decide_hold",
 ]
-
-
-def decide_charge(cost: int, held: int, balance_free: int, cap_free: int | None) -> tuple[int, int]:
-    """(charged, shortfall) of a settlement: the real cost; beyond the hold only what the account
-    has free (``balance - reserved``) and the key's cap has free in the hold's month, so neither
-    is ever overshot; what is left is the shortfall, recorded for the operator."""
-    cost = max(cost, 0)
-    if cost <= held:
-        return cost, 0
-    room = max(0, balance_free) if cap_free is None else max(0, min(balance_free, cap_free))
-    charged = held + min(cost - held, room)
-    return charged, cost - charged
-
-
-def decide_hold(r: ReserveRequest, balance_free: int, cap: int | None, used: int) -> Reservation | Refusal:
-    """The reservation rule, applied by every engine to figures read under its lock: grant
-    ``min(amount, free balance, free cap)`` when that is at least ``minimum``; otherwise refuse,
-    naming the cap when it is the binding constraint. ``used`` is the key's spent + held this month."""
-    cap_free = None if cap is None else max(0, cap - used)
-    affordable = balance_free if cap_free is None else min(balance_free, cap_free)
-    if affordable < r.minimum_uc:
-        if cap_free is not None and cap_free <= balance_free:
-            return Refusal("monthly_cap", max(0, affordable))
-        return Refusal("balance", max(0, affordable))
-    granted = min(r.amount_uc, affordable)
-    return Reservation(
-        request_id=r.request_id,
-        granted_uc=granted,
-        balance_after_uc=balance_free - granted,
-        cap_remaining_after_uc=None if cap_free is None else cap_free - granted,
-    )
 
 
 class AccountStore(Protocol):

@@ -1,10 +1,9 @@
-"""``Store`` as a composition: one repository per protocol over one engine's database.
+"""``Store`` as a composition: one repository per narrow protocol, over one database object.
 
-An engine (``storage.sqlite``, ``storage.postgres``) builds its database object, which owns the
-connections, transactions and migrations, and one repository per protocol over it, and hands
-them to ``ComposedStore``. The methods below only forward, so a consumer that holds the whole
-``Store`` and one that holds a single repository (``store.ledger``, ``store.reports``, …) reach
-the same code. Nothing here knows an engine.
+Each engine builds its database (connections, transactions, migrations) and the repositories on
+it (``storage.sqlite``, ``storage.postgres``); this class only forwards, so that a caller that
+still wants everything (the CLI's tools, the contract tests) has it in one object. Consumers on
+the request path take the narrow repository they use (``Services``).
 """
 
 from __future__ import annotations
@@ -13,23 +12,25 @@ from collections.abc import Sequence
 from typing import Literal, Protocol
 
 from modelgate.storage.base import (
-    Account,
     AccountStore,
-    AdminToken,
     AdminTokenStore,
     ConnectionUse,
-    KeyControls,
-    KeyRecord,
     KeyStore,
     LedgerObserver,
     LedgerStore,
+    UsageStore,
+)
+from modelgate.storage.records import (
+    Account,
+    AdminToken,
+    KeyControls,
+    KeyRecord,
     NewKey,
     Refusal,
     Reservation,
     ReserveRequest,
     Settlement,
     UsageRecord,
-    UsageStore,
     UsageSummary,
 )
 from modelgate.storage.reports import (
@@ -55,7 +56,8 @@ from modelgate.storage.responses import (
 
 
 class Database(Protocol):
-    """What an engine's database object does for the whole store."""
+    """What an engine's database object does beyond its repositories: the schema and the
+    connections."""
 
     async def migrate(self) -> None: ...
     async def close(self) -> None: ...
@@ -64,7 +66,7 @@ class Database(Protocol):
 
 
 class ComposedStore:
-    """Implements ``Store`` by forwarding each protocol's methods to its repository."""
+    """Every repository of one database, and the database itself."""
 
     def __init__(
         self,
@@ -72,36 +74,37 @@ class ComposedStore:
         *,
         accounts: AccountStore,
         keys: KeyStore,
-        admin_tokens: AdminTokenStore,
+        tokens: AdminTokenStore,
         ledger: LedgerStore,
         usage: UsageStore,
         reports: UsageReports,
         responses: ResponseStore,
     ) -> None:
+        self.database = database
         self.accounts = accounts
         self.keys = keys
-        self.admin_tokens = admin_tokens
+        self.tokens = tokens
         self.ledger = ledger
         self.usage = usage
         self.reports = reports
         self.responses = responses
-        self._database = database
 
-    # the database ---------------------------------------------------------------------------
+    # the database -------------------------------------------------------------------------
 
     async def migrate(self) -> None:
-        await self._database.migrate()
+        await self.database.migrate()
 
     async def close(self) -> None:
-        await self._database.close()
+        await self.database.close()
 
     async def ping(self) -> None:
-        await self._database.ping()
+        """Raise StorageError when the database cannot answer."""
+        await self.database.ping()
 
     def connections(self) -> ConnectionUse | None:
-        return self._database.connections()
+        return self.database.connections()
 
-    # AccountStore --------------------------------------------------------------------------
+    # AccountStore (accounts) ------------------------------------------------
 
     async def create_account(self, name: str, balance_uc: int, now: float) -> Account:
         return await self.accounts.create_account(name, balance_uc, now)
@@ -121,7 +124,7 @@ class ComposedStore:
     async def topups_total(self, account_id: int) -> int:
         return await self.accounts.topups_total(account_id)
 
-    # KeyStore ------------------------------------------------------------------------------
+    # KeyStore (keys) --------------------------------------------------------
 
     async def create_key(self, key: NewKey, now: float) -> KeyRecord:
         return await self.keys.create_key(key, now)
@@ -146,7 +149,7 @@ class ComposedStore:
     async def keys_changed_since(self, version: int) -> list[KeyRecord]:
         return await self.keys.keys_changed_since(version)
 
-    # AdminTokenStore -----------------------------------------------------------------------
+    # AdminTokenStore (tokens) -----------------------------------------------
 
     async def create_admin_token(
         self,
@@ -161,7 +164,7 @@ class ComposedStore:
         created_by: str | None = None,
         expires_at: float | None = None,
     ) -> None:
-        await self.admin_tokens.create_admin_token(
+        await self.tokens.create_admin_token(
             token_id,
             digest,
             account_id,
@@ -174,33 +177,33 @@ class ComposedStore:
         )
 
     async def find_admin_token(self, digest: bytes) -> AdminToken | None:
-        return await self.admin_tokens.find_admin_token(digest)
+        return await self.tokens.find_admin_token(digest)
 
     async def get_admin_token(self, token_id: str) -> AdminToken | None:
-        return await self.admin_tokens.get_admin_token(token_id)
+        return await self.tokens.get_admin_token(token_id)
 
     async def list_admin_tokens(self, account_id: int | None = None) -> list[AdminToken]:
-        return await self.admin_tokens.list_admin_tokens(account_id)
+        return await self.tokens.list_admin_tokens(account_id)
 
     async def revoke_admin_token(self, token_id: str, now: float) -> AdminToken | None:
-        return await self.admin_tokens.revoke_admin_token(token_id, now)
+        return await self.tokens.revoke_admin_token(token_id, now)
 
     async def touch_admin_token(self, token_id: str, now: float, resolution: float) -> bool:
-        return await self.admin_tokens.touch_admin_token(token_id, now, resolution)
+        return await self.tokens.touch_admin_token(token_id, now, resolution)
 
     async def count_admin_tokens(self) -> int:
-        return await self.admin_tokens.count_admin_tokens()
+        return await self.tokens.count_admin_tokens()
 
     async def holds_credentials(self) -> bool:
-        return await self.admin_tokens.holds_credentials()
+        return await self.tokens.holds_credentials()
 
     async def secret_fingerprint(self) -> str | None:
-        return await self.admin_tokens.secret_fingerprint()
+        return await self.tokens.secret_fingerprint()
 
     async def record_secret_fingerprint(self, fingerprint: str, now: float) -> None:
-        await self.admin_tokens.record_secret_fingerprint(fingerprint, now)
+        await self.tokens.record_secret_fingerprint(fingerprint, now)
 
-    # LedgerStore ---------------------------------------------------------------------------
+    # LedgerStore (ledger) ---------------------------------------------------
 
     async def reserve(self, request: ReserveRequest) -> Reservation | Refusal:
         return await self.ledger.reserve(request)
@@ -226,7 +229,7 @@ class ComposedStore:
     def observe_ledger(self, observer: LedgerObserver | None) -> None:
         self.ledger.observe_ledger(observer)
 
-    # UsageStore ----------------------------------------------------------------------------
+    # UsageStore (usage) -----------------------------------------------------
 
     async def usage_summary(
         self, month: str, *, account_id: int | None = None, key_id: str | None = None
@@ -238,7 +241,7 @@ class ComposedStore:
     ) -> list[UsageRecord]:
         return await self.usage.usage_records(month, account_id=account_id, key_id=key_id, limit=limit)
 
-    # UsageReports --------------------------------------------------------------------------
+    # UsageReports (reports) -------------------------------------------------
 
     async def usage_page(
         self, where: UsageFilter, *, limit: int, after: UsageCursor | None = None
@@ -262,7 +265,7 @@ class ComposedStore:
     async def key_activity(self, month: str, account_id: int | None = None) -> dict[str, KeyActivity]:
         return await self.reports.key_activity(month, account_id)
 
-    # ResponseStore -------------------------------------------------------------------------
+    # ResponseStore (responses) ----------------------------------------------
 
     async def save_response(self, response: NewResponse, max_account_bytes: int) -> bool:
         return await self.responses.save_response(response, max_account_bytes)

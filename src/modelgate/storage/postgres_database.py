@@ -1,33 +1,30 @@
-"""The PostgreSQL database under every PostgreSQL repository: the asyncpg pool (made on first use),
-connections and transactions with errors turned into ``StorageError``, the group-committing
-batchers of ledger writes and stored answers, and the migrations, which run under a session
-advisory lock so instances starting together apply each file once.
+"""The PostgreSQL database object: the asyncpg pool, connections and transactions, the
+group-committed ledger (``storage.postgres_ledger``) and stored answers (``storage.postgres_saves``),
+and the migrations. The repositories (``storage.postgres_*``) are composed over it, and
+``storage.postgres.PostgresStore`` puts them together.
+
+Migrations run under a session advisory lock, so instances starting together apply each file once.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib import resources
 from typing import Any
 
 import asyncpg
 
-from modelgate.storage.base import (
-    DEFAULT_BATCH_WAIT_SECONDS,
-    DEFAULT_POOL_SIZE,
-    Conflict,
-    ConnectionUse,
-    StorageError,
-)
+from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE, ConnectionUse
 from modelgate.storage.postgres_batches import DATABASE_ERRORS, connection_lost
 from modelgate.storage.postgres_ledger import LedgerBatches
 from modelgate.storage.postgres_saves import ResponseSaves
+from modelgate.storage.records import Conflict, StorageError
 
 #: Advisory lock ids ("modelgat" in ASCII, then +1): migrations, and key-version ordering.
-LOCK_MIGRATIONS = 0x6D6F_6465_6C67_6174
-LOCK_KEY_VERSIONS = LOCK_MIGRATIONS + 1
+_LOCK_MIGRATIONS = 0x6D6F_6465_6C67_6174
+_LOCK_KEY_VERSIONS = _LOCK_MIGRATIONS + 1
 COMMAND_TIMEOUT_SECONDS = 15.0
 
 
@@ -39,6 +36,9 @@ async def _nothing_to_reset(conn: Any) -> None:
 
 
 class PostgresDatabase:
+    """One PostgreSQL database: the pool, connections and transactions, the group-committed
+    ledger and stored answers, and the migrations; the repositories run their SQL through it."""
+
     def __init__(
         self,
         url: str,
@@ -53,11 +53,13 @@ class PostgresDatabase:
         self._pool: Any = None
         self._pool_lock = asyncio.Lock()
         #: Reserves, settles and releases, group-committed (``storage.postgres_ledger``).
-        self.ledger = LedgerBatches(self._get_pool, wait=batch_wait)
+        self.ledger_batches = LedgerBatches(self.get_pool, wait=batch_wait)
         #: Stored Responses answers, group-committed (``storage.postgres_saves``).
-        self.saves = ResponseSaves(self._get_pool, wait=batch_wait)
+        self.saves = ResponseSaves(self.get_pool, wait=batch_wait)
 
-    async def _get_pool(self) -> Any:
+    # plumbing -----------------------------------------------------------------------------
+
+    async def get_pool(self) -> Any:
         if self._pool is None:
             async with self._pool_lock:
                 if self._pool is None:
@@ -73,7 +75,7 @@ class PostgresDatabase:
     @asynccontextmanager
     async def conn(self) -> AsyncIterator[Any]:
         try:
-            pool = await self._get_pool()
+            pool = await self.get_pool()
             async with pool.acquire() as conn:
                 yield conn
         except asyncpg.IntegrityConstraintViolationError as exc:
@@ -93,7 +95,7 @@ class PostgresDatabase:
         folder = resources.files("modelgate").joinpath("storage/migrations/postgresql")
         files = sorted((e for e in folder.iterdir() if e.name.endswith(".sql")), key=lambda e: e.name)
         async with self.conn() as conn:
-            await conn.execute("SELECT pg_advisory_lock($1)", LOCK_MIGRATIONS)
+            await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_MIGRATIONS)
             try:
                 await conn.execute(
                     "CREATE TABLE IF NOT EXISTS schema_migrations "
@@ -110,12 +112,12 @@ class PostgresDatabase:
                             "INSERT INTO schema_migrations VALUES ($1, extract(epoch FROM now()))", version
                         )
             finally:
-                await conn.execute("SELECT pg_advisory_unlock($1)", LOCK_MIGRATIONS)
+                await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_MIGRATIONS)
 
     async def close(self) -> None:
         if self._pool is not None:
             # The batchers hand back the connections they keep; the pool waits for all of them.
-            await self.ledger.aclose()
+            await self.ledger_batches.aclose()
             await self.saves.aclose()
             pool, self._pool = self._pool, None
             await pool.close()
@@ -130,3 +132,16 @@ class PostgresDatabase:
             return ConnectionUse(in_use=0, idle=0, limit=self._pool_max_size)
         size, idle = pool.get_size(), pool.get_idle_size()
         return ConnectionUse(in_use=size - idle, idle=idle, limit=self._pool_max_size)
+
+
+class PostgresRepository:
+    """A repository's access to the database it is composed over."""
+
+    def __init__(self, database: PostgresDatabase) -> None:
+        self.database = database
+
+    def _conn(self) -> AbstractAsyncContextManager[Any]:
+        return self.database.conn()
+
+    def _tx(self) -> AbstractAsyncContextManager[Any]:
+        return self.database.tx()

@@ -1,4 +1,4 @@
-"""``UsageReports`` on PostgreSQL (over the ``PostgresDatabase`` it is given), with the SQL shared with SQLite."""
+"""``UsageReports`` on PostgreSQL (a repository over ``PostgresDatabase``), with the SQL shared with SQLite."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from modelgate.storage import reports, rows
-from modelgate.storage.postgres_database import PostgresDatabase
+from modelgate.storage.postgres_database import PostgresRepository
 from modelgate.storage.reports import (
     DailyUsage,
     KeyActivity,
@@ -21,14 +21,11 @@ from modelgate.storage.reports import (
 _DAY = "to_char(to_timestamp(created_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
 
-class PostgresReports:
-    def __init__(self, database: PostgresDatabase) -> None:
-        self.database = database
-
+class PostgresReports(PostgresRepository):
     async def _fetch(self, sql: Callable[[Params], str]) -> list[Any]:
         p = Params(reports.dollar)
         text = sql(p)
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             return list(await conn.fetch(text, *p.values))
 
     async def usage_page(

@@ -1,4 +1,4 @@
-"""``ResponseStore`` on PostgreSQL (over the ``PostgresDatabase`` it is given).
+"""``ResponseStore`` on PostgreSQL (a repository over ``PostgresDatabase``).
 
 Writes that change an account's stored bytes run in one transaction and update its
 ``state_usage`` row with a conditional ``UPDATE … WHERE bytes + $n <= $limit``: the row lock
@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from modelgate.storage.item_pages import ItemList, cursor_query, page_query, postgres_mark
-from modelgate.storage.postgres_database import PostgresDatabase
+from modelgate.storage.postgres_database import PostgresDatabase, PostgresRepository
+from modelgate.storage.postgres_saves import ResponseSaves
 from modelgate.storage.responses import (
     OBJECT_COLUMNS,
     FoundItem,
@@ -28,9 +29,11 @@ from modelgate.storage.responses import (
 )
 
 
-class PostgresResponses:
+class PostgresResponses(PostgresRepository):
     def __init__(self, database: PostgresDatabase) -> None:
-        self.database = database
+        super().__init__(database)
+        #: Stored answers, group-committed (owned by the database, which closes them before the pool).
+        self._saves: ResponseSaves = database.saves
 
     # helpers (inside a transaction) -------------------------------------------------------
 
@@ -138,10 +141,10 @@ class PostgresResponses:
 
     async def save_response(self, response: NewResponse, max_account_bytes: int) -> bool:
         # Group-committed with the other answers of this loop turn (storage.postgres_saves).
-        return await self.database.saves.save(response, max_account_bytes)
+        return await self._saves.save(response, max_account_bytes)
 
     async def get_response(self, account_id: int, response_id: str, now: float) -> StoredResponse | None:
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             row = await self._live(conn, "response", account_id, response_id, now)
             return await self._response(conn, row) if row else None
 
@@ -149,7 +152,7 @@ class PostgresResponses:
         self, account_id: int, response_id: str, now: float, max_depth: int
     ) -> list[StoredResponse] | None:
         chain: list[StoredResponse] = []
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             next_id: str | None = response_id
             while next_id is not None and len(chain) < max_depth:
                 row = await self._live(conn, "response", account_id, next_id, now)
@@ -163,7 +166,7 @@ class PostgresResponses:
         self, account_id: int, response_id: str, now: float, max_depth: int, page: PageRequest
     ) -> ItemPage | None:
         owners: list[str] = []
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             next_id: str | None = response_id
             while next_id is not None and len(owners) < max_depth:
                 row = await self._live(conn, "response", account_id, next_id, now)
@@ -176,11 +179,11 @@ class PostgresResponses:
             return await self._page(conn, ItemList(owners[::-1], last_input_only=True), page)
 
     async def delete_response(self, account_id: int, response_id: str) -> bool:
-        async with self.database.tx() as conn:
+        async with self._tx() as conn:
             return await self._delete_object(conn, "response", account_id, response_id)
 
     async def find_item(self, account_id: int, item_id: str, now: float) -> FoundItem | None:
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             row = await conn.fetchrow(
                 "SELECT i.item_id, i.body, i.section, o.id, o.holder FROM stored_items i "
                 "JOIN stored_objects o ON o.id = i.owner_id "
@@ -205,7 +208,7 @@ class PostgresResponses:
     ) -> bool:
         c = conversation
         size = object_bytes(c.metadata, items)
-        async with self.database.tx() as conn:
+        async with self._tx() as conn:
             if not await self._charge(conn, c.account_id, size, max_account_bytes):
                 return False
             await conn.execute(
@@ -228,14 +231,14 @@ class PostgresResponses:
     async def get_conversation(
         self, account_id: int, conversation_id: str, now: float
     ) -> StoredConversation | None:
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             row = await self._live(conn, "conversation", account_id, conversation_id, now)
         return self._conversation(row) if row else None
 
     async def update_conversation(
         self, account_id: int, conversation_id: str, metadata: bytes, now: float, max_account_bytes: int
     ) -> StoredConversation | Literal[False] | None:
-        async with self.database.tx() as conn:
+        async with self._tx() as conn:
             row = await self._live(conn, "conversation", account_id, conversation_id, now, lock=True)
             if row is None:
                 return None
@@ -254,7 +257,7 @@ class PostgresResponses:
             return StoredConversation(conversation_id, account_id, metadata, float(row[6]))
 
     async def delete_conversation(self, account_id: int, conversation_id: str) -> bool:
-        async with self.database.tx() as conn:
+        async with self._tx() as conn:
             return await self._delete_object(conn, "conversation", account_id, conversation_id)
 
     async def add_conversation_items(
@@ -266,7 +269,7 @@ class PostgresResponses:
         expires_at: float,
         max_account_bytes: int,
     ) -> bool | None:
-        async with self.database.tx() as conn:
+        async with self._tx() as conn:
             if await self._live(conn, "conversation", account_id, conversation_id, now, lock=True) is None:
                 return None
             if not await self._charge(conn, account_id, object_bytes(b"", items), max_account_bytes):
@@ -277,7 +280,7 @@ class PostgresResponses:
     async def conversation_items(
         self, account_id: int, conversation_id: str, now: float
     ) -> list[StoredItem] | None:
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             if await self._live(conn, "conversation", account_id, conversation_id, now) is None:
                 return None
             return await self._items(conn, conversation_id)
@@ -285,7 +288,7 @@ class PostgresResponses:
     async def conversation_items_page(
         self, account_id: int, conversation_id: str, now: float, page: PageRequest
     ) -> ItemPage | None:
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             if await self._live(conn, "conversation", account_id, conversation_id, now) is None:
                 return None
             return await self._page(conn, ItemList([conversation_id]), page)
@@ -293,7 +296,7 @@ class PostgresResponses:
     async def conversation_item(
         self, account_id: int, conversation_id: str, item_id: str, now: float
     ) -> StoredItem | None:
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             if await self._live(conn, "conversation", account_id, conversation_id, now) is None:
                 return None
             row = await conn.fetchrow(
@@ -305,7 +308,7 @@ class PostgresResponses:
         return StoredItem(row[0], bytes(row[1]), row[2]) if row else None
 
     async def delete_conversation_item(self, account_id: int, conversation_id: str, item_id: str) -> bool:
-        async with self.database.tx() as conn:
+        async with self._tx() as conn:
             rows = await conn.fetch(
                 "DELETE FROM stored_items WHERE owner_id = $1 AND account_id = $2 AND item_id = $3 "
                 "AND owner_id IN (SELECT id FROM stored_objects WHERE kind = 'conversation') "
@@ -328,7 +331,7 @@ class PostgresResponses:
     # retention ----------------------------------------------------------------------------
 
     async def sweep_state(self, now: float, limit: int) -> int:
-        async with self.database.tx() as conn:
+        async with self._tx() as conn:
             rows = await conn.fetch(
                 "DELETE FROM stored_objects WHERE id IN (SELECT id FROM stored_objects "
                 "WHERE expires_at <= $1 ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) "
@@ -341,12 +344,12 @@ class PostgresResponses:
             return len(rows)
 
     async def forget_account_state(self, account_id: int) -> int:
-        async with self.database.tx() as conn:
+        async with self._tx() as conn:
             status = await conn.execute("DELETE FROM stored_objects WHERE account_id = $1", account_id)
             await conn.execute("UPDATE state_usage SET bytes = 0 WHERE account_id = $1", account_id)
         return int(status.split()[-1])
 
     async def state_bytes(self, account_id: int) -> int:
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             value = await conn.fetchval("SELECT bytes FROM state_usage WHERE account_id = $1", account_id)
         return int(value or 0)

@@ -1,4 +1,4 @@
-"""Admin tokens on PostgreSQL (over the ``PostgresDatabase`` it is given).
+"""Admin tokens on PostgreSQL (a repository over ``PostgresDatabase``, which provides the connections).
 
 Every instance reads the token row on every admin request, so a revocation is refused by all
 instances from the moment it commits.
@@ -10,15 +10,12 @@ from typing import Any
 
 from modelgate.storage import rows
 from modelgate.storage.base import AdminToken
-from modelgate.storage.postgres_database import PostgresDatabase
+from modelgate.storage.postgres_database import PostgresRepository
 
 _COLUMNS = rows.ADMIN_TOKEN_COLUMNS
 
 
-class PostgresAdminTokens:
-    def __init__(self, database: PostgresDatabase) -> None:
-        self.database = database
-
+class PostgresAdminTokens(PostgresRepository):
     async def create_admin_token(
         self,
         token_id: str,
@@ -32,7 +29,7 @@ class PostgresAdminTokens:
         created_by: str | None = None,
         expires_at: float | None = None,
     ) -> None:
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             await conn.execute(
                 "INSERT INTO admin_tokens (id, digest, account_id, created_at, name, prefix, last4, "
                 "created_by, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
@@ -48,7 +45,7 @@ class PostgresAdminTokens:
             )
 
     async def _one(self, condition: str, value: Any) -> AdminToken | None:
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM admin_tokens WHERE {condition}", value)
         return rows.admin_token_record(row) if row else None
 
@@ -59,7 +56,7 @@ class PostgresAdminTokens:
         return await self._one("id = $1", token_id)
 
     async def list_admin_tokens(self, account_id: int | None = None) -> list[AdminToken]:
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             if account_id is None:
                 found = await conn.fetch(f"SELECT {_COLUMNS} FROM admin_tokens ORDER BY created_at, id")
             else:
@@ -70,7 +67,7 @@ class PostgresAdminTokens:
         return [rows.admin_token_record(r) for r in found]
 
     async def revoke_admin_token(self, token_id: str, now: float) -> AdminToken | None:
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             # One statement: the first revocation's instant is kept, a repeat changes nothing.
             row = await conn.fetchrow(
                 "UPDATE admin_tokens SET revoked_at = COALESCE(revoked_at, $2) WHERE id = $1 "
@@ -81,7 +78,7 @@ class PostgresAdminTokens:
         return rows.admin_token_record(row) if row else None
 
     async def touch_admin_token(self, token_id: str, now: float, resolution: float) -> bool:
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             status = await conn.execute(
                 "UPDATE admin_tokens SET last_used_at = $2 WHERE id = $1 "
                 "AND (last_used_at IS NULL OR last_used_at <= $3)",
@@ -92,21 +89,21 @@ class PostgresAdminTokens:
         return bool(status == "UPDATE 1")
 
     async def count_admin_tokens(self) -> int:
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             return int(await conn.fetchval("SELECT COUNT(*) FROM admin_tokens"))
 
     async def holds_credentials(self) -> bool:
         sql = "SELECT EXISTS (SELECT 1 FROM api_keys) OR EXISTS (SELECT 1 FROM admin_tokens)"
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             return bool(await conn.fetchval(sql))
 
     async def secret_fingerprint(self) -> str | None:
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             value = await conn.fetchval("SELECT fingerprint FROM secret_fingerprint WHERE id = 1")
         return None if value is None else str(value)
 
     async def record_secret_fingerprint(self, fingerprint: str, now: float) -> None:
-        async with self.database.conn() as conn:
+        async with self._conn() as conn:
             await conn.execute(
                 "INSERT INTO secret_fingerprint VALUES (1, $1, $2) "
                 "ON CONFLICT (id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, "

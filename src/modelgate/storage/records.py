@@ -1,6 +1,9 @@
-"""The records storage reads and writes, and its errors: plain data shared by the protocols
-(``storage.base``, ``storage.reports``) and by every engine. Nothing here imports another storage
-module, so any of them may import it. Money is integer micro-credits (µc).
+"""The records the storage protocols speak in: accounts, keys, admin tokens, holds, usage, and the
+errors and money rules every engine shares (``storage.base`` has the ledger invariants).
+
+A module of its own, importing nothing else from storage, so that the protocol modules
+(``storage.base``, ``storage.reports``, ``storage.responses``) and the engines all import it
+without importing each other.
 """
 
 from __future__ import annotations
@@ -151,6 +154,37 @@ class Reservation:
 class Refusal:
     reason: Literal["balance", "monthly_cap"]
     available_uc: int
+
+
+def decide_charge(cost: int, held: int, balance_free: int, cap_free: int | None) -> tuple[int, int]:
+    """(charged, shortfall) of a settlement: the real cost; beyond the hold only what the account
+    has free (``balance - reserved``) and the key's cap has free in the hold's month, so neither
+    is ever overshot; what is left is the shortfall, recorded for the operator."""
+    cost = max(cost, 0)
+    if cost <= held:
+        return cost, 0
+    room = max(0, balance_free) if cap_free is None else max(0, min(balance_free, cap_free))
+    charged = held + min(cost - held, room)
+    return charged, cost - charged
+
+
+def decide_hold(r: ReserveRequest, balance_free: int, cap: int | None, used: int) -> Reservation | Refusal:
+    """The reservation rule, applied by every engine to figures read under its lock: grant
+    ``min(amount, free balance, free cap)`` when that is at least ``minimum``; otherwise refuse,
+    naming the cap when it is the binding constraint. ``used`` is the key's spent + held this month."""
+    cap_free = None if cap is None else max(0, cap - used)
+    affordable = balance_free if cap_free is None else min(balance_free, cap_free)
+    if affordable < r.minimum_uc:
+        if cap_free is not None and cap_free <= balance_free:
+            return Refusal("monthly_cap", max(0, affordable))
+        return Refusal("balance", max(0, affordable))
+    granted = min(r.amount_uc, affordable)
+    return Reservation(
+        request_id=r.request_id,
+        granted_uc=granted,
+        balance_after_uc=balance_free - granted,
+        cap_remaining_after_uc=None if cap_free is None else cap_free - granted,
+    )
 
 
 @dataclass(slots=True)

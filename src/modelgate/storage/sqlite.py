@@ -1,8 +1,9 @@
 """SQLite implementation of ``Store``: the embedded single-machine default.
 
-One ``SqliteDatabase`` (``storage.sqlite_database``: connections, where operations run, write
-transactions, checkpoints, migrations) and one repository per protocol over it, composed by
-``ComposedStore``.
+One ``SqliteDatabase`` (``storage.sqlite_database``: connections, transactions, threads,
+migrations) and a repository per protocol composed over it. A reservation row lives only while
+its request is in flight: settle and release delete it, and the usage record is the permanent
+trace.
 """
 
 from __future__ import annotations
@@ -10,24 +11,33 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelgate.storage.composed import ComposedStore
+from modelgate.storage.sqlite_accounts import SqliteAccounts
 from modelgate.storage.sqlite_database import SqliteDatabase
+from modelgate.storage.sqlite_keys import SqliteKeys
+from modelgate.storage.sqlite_ledger import SqliteLedger
 from modelgate.storage.sqlite_reports import SqliteReports
-from modelgate.storage.sqlite_repositories import SqliteAccounts, SqliteKeys, SqliteLedger, SqliteUsage
 from modelgate.storage.sqlite_responses import SqliteResponses
 from modelgate.storage.sqlite_tokens import SqliteAdminTokens
+from modelgate.storage.sqlite_usage import SqliteUsage
 
 
 class SqliteStore(ComposedStore):
+    """Every SQLite repository over one database file."""
+
+    database: SqliteDatabase
+
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.database = SqliteDatabase(path)
+        database = SqliteDatabase(path)
         super().__init__(
-            self.database,
-            accounts=SqliteAccounts(self.database),
-            keys=SqliteKeys(self.database),
-            admin_tokens=SqliteAdminTokens(self.database),
-            ledger=SqliteLedger(self.database),
-            usage=SqliteUsage(self.database),
-            reports=SqliteReports(self.database),
-            responses=SqliteResponses(self.database),
+            database,
+            accounts=SqliteAccounts(database),
+            keys=SqliteKeys(database),
+            tokens=SqliteAdminTokens(database),
+            ledger=SqliteLedger(database),
+            usage=SqliteUsage(database),
+            reports=SqliteReports(database),
+            responses=SqliteResponses(database),
         )
+        self.path = path
+        #: The file checks (``database_min_free_bytes`` is applied to it, ``file_probe``).
+        self.file_probe = database.file_probe

@@ -1,8 +1,8 @@
-"""``UsageReports`` on SQLite (over the ``SqliteDatabase`` it is given).
+"""``UsageReports`` on SQLite (a repository over ``SqliteDatabase``).
 
-Report queries can scan a month of records, so they never run on the event loop: they run on the
-database's reader thread (``SqliteDatabase.read``), with its own connection (WAL lets it read
-while the loop writes), and Python's sqlite3 releases the GIL while SQLite works. The ledger's worker thread stays free for
+Report queries can scan a month of records, so they never run on the event loop: they run on a
+reader thread of their own, with its own connection (WAL lets it read while the loop writes), and
+Python's sqlite3 releases the GIL while SQLite works. The ledger's worker thread stays free for
 the writes that need it.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from modelgate.storage import reports, rows
 from modelgate.storage.reports import (
@@ -23,15 +23,13 @@ from modelgate.storage.reports import (
     UsageFilter,
     UsagePage,
 )
-from modelgate.storage.sqlite_database import SqliteDatabase
+from modelgate.storage.sqlite_database import SqliteRepository
 
+T = TypeVar("T")
 _DAY = "strftime('%Y-%m-%d', created_at, 'unixepoch')"
 
 
-class SqliteReports:
-    def __init__(self, database: SqliteDatabase) -> None:
-        self.database = database
-
+class SqliteReports(SqliteRepository):
     @staticmethod
     def _fetch(sql: Callable[[Params], str]) -> Callable[[sqlite3.Connection], list[Any]]:
         def query(db: sqlite3.Connection) -> list[Any]:
@@ -44,38 +42,30 @@ class SqliteReports:
     async def usage_page(
         self, where: UsageFilter, *, limit: int, after: UsageCursor | None = None
     ) -> UsagePage:
-        found = await self.database.read(
+        found = await self._read(
             self._fetch(lambda p: reports.page_sql(rows.USAGE_COLUMNS, where, limit, after, p))
         )
         return reports.paged([rows.usage_record(r) for r in found], limit)
 
     async def usage_count(self, where: UsageFilter) -> int:
-        found = await self.database.read(
+        found = await self._read(
             self._fetch(lambda p: f"SELECT COUNT(*) FROM usage_records WHERE {reports.usage_where(where, p)}")
         )
         return int(found[0][0])
 
     async def usage_facets(self, where: UsageFilter) -> UsageFacets:
-        return reports.facets_of(
-            await self.database.read(self._fetch(lambda p: reports.facets_sql(where, p)))
-        )
+        return reports.facets_of(await self._read(self._fetch(lambda p: reports.facets_sql(where, p))))
 
     async def usage_daily(
         self, month: str, *, account_id: int | None = None, key_id: str | None = None
     ) -> list[DailyUsage]:
-        found = await self.database.read(
-            self._fetch(lambda p: reports.daily_sql(_DAY, month, account_id, key_id, p))
-        )
+        found = await self._read(self._fetch(lambda p: reports.daily_sql(_DAY, month, account_id, key_id, p)))
         return reports.daily_of(found)
 
     async def top_keys(self, month: str, *, account_id: int | None = None, limit: int = 5) -> list[KeySpend]:
-        found = await self.database.read(
-            self._fetch(lambda p: reports.top_keys_sql(month, account_id, limit, p))
-        )
+        found = await self._read(self._fetch(lambda p: reports.top_keys_sql(month, account_id, limit, p)))
         return reports.top_keys_of(found)
 
     async def key_activity(self, month: str, account_id: int | None = None) -> dict[str, KeyActivity]:
-        found = await self.database.read(
-            self._fetch(lambda p: reports.key_activity_sql(month, account_id, p))
-        )
+        found = await self._read(self._fetch(lambda p: reports.key_activity_sql(month, account_id, p)))
         return reports.key_activity_of(found)

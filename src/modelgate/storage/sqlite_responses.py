@@ -1,4 +1,4 @@
-"""``ResponseStore`` on SQLite (over the ``SqliteDatabase`` it is given).
+"""``ResponseStore`` on SQLite (a repository over ``SqliteDatabase``).
 
 Stored objects can be megabytes, so almost none of this runs on the event loop: reads run on the
 reader thread (``SqliteDatabase.read``; only the account's byte count, one number, is read on the
@@ -33,24 +33,21 @@ from modelgate.storage.responses import (
     page_of,
     stored_response,
 )
-from modelgate.storage.sqlite_database import SqliteDatabase
+from modelgate.storage.sqlite_database import SqliteRepository
 
 T = TypeVar("T")
 #: A response (body and items) this small is kept with the ledger's group commit, on the loop.
 INLINE_SAVE_BYTES = 64 * 1024
 
 
-class SqliteResponses:
-    def __init__(self, database: SqliteDatabase) -> None:
-        self.database = database
-
+class SqliteResponses(SqliteRepository):
     async def _state_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def op() -> T:
-            with self.database.write() as db:
+            with self._write() as db:
                 return fn(db)
 
         try:
-            return await self.database.run_on_worker(op)
+            return await self._run_on_worker(op)
         except (sqlite3.Error, OSError) as exc:
             raise StorageError(f"sqlite: {exc}") from exc
 
@@ -167,7 +164,7 @@ class SqliteResponses:
             return True
 
         if size <= INLINE_SAVE_BYTES:
-            return await self.database.group_write(op)
+            return await self._group_write(op)
         return await self._state_write(op)
 
     @classmethod
@@ -193,7 +190,7 @@ class SqliteResponses:
             row = self._live(db, "response", account_id, response_id, now)
             return self._response(db, row) if row else None
 
-        return await self.database.read(op)
+        return await self._read(op)
 
     async def response_chain(
         self, account_id: int, response_id: str, now: float, max_depth: int
@@ -209,7 +206,7 @@ class SqliteResponses:
                 next_id = row[3]
             return chain[::-1] if chain else None
 
-        return await self.database.read(op)
+        return await self._read(op)
 
     async def response_input_items_page(
         self, account_id: int, response_id: str, now: float, max_depth: int, page: PageRequest
@@ -227,7 +224,7 @@ class SqliteResponses:
                 return None
             return self._page(db, ItemList(owners[::-1], last_input_only=True), page)
 
-        return await self.database.read(op)
+        return await self._read(op)
 
     async def delete_response(self, account_id: int, response_id: str) -> bool:
         return await self._state_write(
@@ -247,7 +244,7 @@ class SqliteResponses:
                 return None
             return FoundItem(StoredItem(row[0], bytes(row[1]), row[2]), row[3], row[4])
 
-        return await self.database.read(op)
+        return await self._read(op)
 
     # conversations ------------------------------------------------------------------------
 
@@ -281,9 +278,7 @@ class SqliteResponses:
     async def get_conversation(
         self, account_id: int, conversation_id: str, now: float
     ) -> StoredConversation | None:
-        row = await self.database.read(
-            lambda db: self._live(db, "conversation", account_id, conversation_id, now)
-        )
+        row = await self._read(lambda db: self._live(db, "conversation", account_id, conversation_id, now))
         return self._conversation(row) if row else None
 
     async def update_conversation(
@@ -339,7 +334,7 @@ class SqliteResponses:
                 return None
             return self._items(db, conversation_id)
 
-        return await self.database.read(op)
+        return await self._read(op)
 
     async def conversation_items_page(
         self, account_id: int, conversation_id: str, now: float, page: PageRequest
@@ -349,7 +344,7 @@ class SqliteResponses:
                 return None
             return self._page(db, ItemList([conversation_id]), page)
 
-        return await self.database.read(op)
+        return await self._read(op)
 
     async def conversation_item(
         self, account_id: int, conversation_id: str, item_id: str, now: float
@@ -364,7 +359,7 @@ class SqliteResponses:
             ).fetchone()
             return StoredItem(row[0], bytes(row[1]), row[2]) if row else None
 
-        return await self.database.read(op)
+        return await self._read(op)
 
     async def delete_conversation_item(self, account_id: int, conversation_id: str, item_id: str) -> bool:
         def op(db: sqlite3.Connection) -> bool:
@@ -413,5 +408,5 @@ class SqliteResponses:
         # One number by primary key, read before every stored answer: on the loop, as the ledger's
         # point reads are (a hop to the reader thread cost more than the read).
         sql = "SELECT bytes FROM state_usage WHERE account_id = ?"
-        row = await self.database.run(lambda: self.database.conn().execute(sql, (account_id,)).fetchone())
+        row = await self._run(lambda: self._db().execute(sql, (account_id,)).fetchone())
         return int(row[0]) if row else 0

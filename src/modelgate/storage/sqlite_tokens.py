@@ -1,4 +1,4 @@
-"""Admin tokens on SQLite (over the ``SqliteDatabase`` it is given).
+"""Admin tokens on SQLite (a repository over ``SqliteDatabase``).
 
 Authentication reads one row by digest per admin request, so a revocation written by any process
 (the CLI, another instance sharing the file) is refused by the very next request.
@@ -6,21 +6,19 @@ Authentication reads one row by digest per admin request, so a revocation writte
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from modelgate.storage import rows
-from modelgate.storage.base import AdminToken
-from modelgate.storage.sqlite_database import SqliteDatabase
+from modelgate.storage.records import AdminToken
+from modelgate.storage.sqlite_database import SqliteRepository
 
+T = TypeVar("T")
 _COLUMNS = rows.ADMIN_TOKEN_COLUMNS
 
 
-class SqliteAdminTokens:
-    def __init__(self, database: SqliteDatabase) -> None:
-        self.database = database
-
+class SqliteAdminTokens(SqliteRepository):
     def _token_where(self, condition: str, *args: Any) -> list[AdminToken]:
-        found = self.database.conn().execute(f"SELECT {_COLUMNS} FROM admin_tokens WHERE {condition}", args)
+        found = self._db().execute(f"SELECT {_COLUMNS} FROM admin_tokens WHERE {condition}", args)
         return [rows.admin_token_record(r) for r in found.fetchall()]
 
     async def create_admin_token(
@@ -37,33 +35,31 @@ class SqliteAdminTokens:
         expires_at: float | None = None,
     ) -> None:
         def op() -> None:
-            with self.database.write() as db:
+            with self._write() as db:
                 db.execute(
                     "INSERT INTO admin_tokens (id, digest, account_id, created_at, name, prefix, last4, "
                     "created_by, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (token_id, digest, account_id, now, name, prefix, last4, created_by, expires_at),
                 )
 
-        await self.database.run(op)
+        await self._run(op)
 
     async def find_admin_token(self, digest: bytes) -> AdminToken | None:
-        found = await self.database.run(self._token_where, "digest = ?", digest)
+        found = await self._run(self._token_where, "digest = ?", digest)
         return found[0] if found else None
 
     async def get_admin_token(self, token_id: str) -> AdminToken | None:
-        found = await self.database.run(self._token_where, "id = ?", token_id)
+        found = await self._run(self._token_where, "id = ?", token_id)
         return found[0] if found else None
 
     async def list_admin_tokens(self, account_id: int | None = None) -> list[AdminToken]:
         if account_id is None:
-            return await self.database.run(self._token_where, "1 = 1 ORDER BY created_at, id")
-        return await self.database.run(
-            self._token_where, "account_id = ? ORDER BY created_at, id", account_id
-        )
+            return await self._run(self._token_where, "1 = 1 ORDER BY created_at, id")
+        return await self._run(self._token_where, "account_id = ? ORDER BY created_at, id", account_id)
 
     async def revoke_admin_token(self, token_id: str, now: float) -> AdminToken | None:
         def op() -> AdminToken | None:
-            with self.database.write() as db:
+            with self._write() as db:
                 db.execute(
                     "UPDATE admin_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
                     (now, token_id),
@@ -71,11 +67,11 @@ class SqliteAdminTokens:
                 found = self._token_where("id = ?", token_id)
                 return found[0] if found else None
 
-        return await self.database.run(op)
+        return await self._run(op)
 
     async def touch_admin_token(self, token_id: str, now: float, resolution: float) -> bool:
         def op() -> bool:
-            with self.database.write() as db:
+            with self._write() as db:
                 cursor = db.execute(
                     "UPDATE admin_tokens SET last_used_at = ? WHERE id = ? "
                     "AND (last_used_at IS NULL OR last_used_at <= ?)",
@@ -83,27 +79,25 @@ class SqliteAdminTokens:
                 )
                 return cursor.rowcount == 1
 
-        return await self.database.run(op)
+        return await self._run(op)
 
     async def count_admin_tokens(self) -> int:
-        row = await self.database.run(
-            lambda: self.database.conn().execute("SELECT COUNT(*) FROM admin_tokens").fetchone()
-        )
+        row = await self._run(lambda: self._db().execute("SELECT COUNT(*) FROM admin_tokens").fetchone())
         return int(row[0])
 
     async def holds_credentials(self) -> bool:
         sql = "SELECT EXISTS (SELECT 1 FROM api_keys) OR EXISTS (SELECT 1 FROM admin_tokens)"
-        row = await self.database.run(lambda: self.database.conn().execute(sql).fetchone())
+        row = await self._run(lambda: self._db().execute(sql).fetchone())
         return bool(row[0])
 
     async def secret_fingerprint(self) -> str | None:
         sql = "SELECT fingerprint FROM secret_fingerprint WHERE id = 1"
-        row = await self.database.run(lambda: self.database.conn().execute(sql).fetchone())
+        row = await self._run(lambda: self._db().execute(sql).fetchone())
         return None if row is None else str(row[0])
 
     async def record_secret_fingerprint(self, fingerprint: str, now: float) -> None:
         def op() -> None:
-            with self.database.write() as tx:
+            with self._write() as tx:
                 tx.execute(
                     "INSERT INTO secret_fingerprint VALUES (1, ?, ?) "
                     "ON CONFLICT (id) DO UPDATE SET fingerprint = excluded.fingerprint, "
@@ -111,4 +105,4 @@ class SqliteAdminTokens:
                     (fingerprint, now),
                 )
 
-        await self.database.run(op)
+        await self._run(op)
