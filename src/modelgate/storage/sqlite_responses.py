@@ -1,7 +1,7 @@
-"""``ResponseStore`` on SQLite (mixed into ``SqliteStore``).
+"""``ResponseStore`` on SQLite (a repository over ``SqliteDatabase``).
 
 Stored objects can be megabytes, so almost none of this runs on the event loop: reads run on the
-reader thread (``SqliteReports._read``; only the account's byte count, one number, is read on the
+reader thread (``SqliteDatabase.read``; only the account's byte count, one number, is read on the
 loop), writes on the store's worker thread, whose connection waits for SQLite's write lock instead
 of failing. Each write is one ``BEGIN IMMEDIATE`` transaction, so the per-account byte check and
 the write it guards cannot interleave with another writer. The exception: a response of at most
@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from typing import Any, Literal, TypeVar
 
 from modelgate.storage.base import StorageError
-from modelgate.storage.item_pages import ItemList, cursor_query, page_query, sqlite_mark
+from modelgate.storage.item_pages import ItemList, cursor_query, page_plan, page_query, sqlite_mark
 from modelgate.storage.responses import (
     OBJECT_COLUMNS,
     FoundItem,
@@ -34,32 +33,14 @@ from modelgate.storage.responses import (
     page_of,
     stored_response,
 )
+from modelgate.storage.sqlite_database import SqliteRepository
 
 T = TypeVar("T")
 #: A response (body and items) this small is kept with the ledger's group commit, on the loop.
 INLINE_SAVE_BYTES = 64 * 1024
 
 
-class SqliteResponses:
-    # Provided by SqliteStore / SqliteReports.
-    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        raise NotImplementedError
-
-    async def _run_on_worker(self, fn: Callable[[], T]) -> T:
-        raise NotImplementedError
-
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        raise NotImplementedError
-
-    def _db(self) -> sqlite3.Connection:
-        raise NotImplementedError
-
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError
-
-    async def _group_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        raise NotImplementedError
-
+class SqliteResponses(SqliteRepository):
     async def _state_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def op() -> T:
             with self._write() as db:
@@ -136,13 +117,21 @@ class SqliteResponses:
     def _page(db: sqlite3.Connection, items: ItemList, page: PageRequest) -> ItemPage:
         after: tuple[int, int] | None = None
         if page.after is not None:
-            sql, params = cursor_query(items, page.after, page.ascending, sqlite_mark)
-            row = db.execute(sql, params).fetchone()
-            if row is None:
+            for segment, owner, input_only in items.segments(page.ascending):
+                sql, params = cursor_query(items, owner, input_only, page.after, page.ascending, sqlite_mark)
+                found = db.execute(sql, params).fetchone()
+                if found is not None:
+                    after = (segment, int(found[0]))
+                    break
+            else:
                 raise UnknownCursor(page.after)
-            after = (int(row[0]), int(row[1]))
-        sql, params = page_query(items, after, page.limit, page.ascending, sqlite_mark)
-        rows = db.execute(sql, params).fetchall()
+        rows: list[Any] = []
+        for owner, input_only, past in page_plan(items, after, page.ascending):
+            wanted = page.limit + 1 - len(rows)
+            sql, params = page_query(owner, input_only, past, wanted, page.ascending, sqlite_mark)
+            rows.extend(db.execute(sql, params).fetchall())
+            if len(rows) > page.limit:
+                break
         return page_of([StoredItem(r[0], bytes(r[1]), r[2]) for r in rows], page.limit)
 
     # responses ----------------------------------------------------------------------------
@@ -241,7 +230,7 @@ class SqliteResponses:
                 next_id = row[3]
             if not owners:
                 return None
-            return self._page(db, ItemList(owners[::-1], last_input_only=True), page)
+            return self._page(db, ItemList(account_id, owners[::-1], last_input_only=True), page)
 
         return await self._read(op)
 
@@ -361,7 +350,7 @@ class SqliteResponses:
         def op(db: sqlite3.Connection) -> ItemPage | None:
             if self._live(db, "conversation", account_id, conversation_id, now) is None:
                 return None
-            return self._page(db, ItemList([conversation_id]), page)
+            return self._page(db, ItemList(account_id, [conversation_id]), page)
 
         return await self._read(op)
 
