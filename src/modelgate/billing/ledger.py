@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from modelgate import ir
 from modelgate.billing.pricing import affordable_output_tokens, bound_uc, cost_uc
+from modelgate.billing.refusal import HoldRefused
 from modelgate.catalogue import Model
 from modelgate.clock import Clock, month_of
 from modelgate.storage.base import LedgerStore, Refusal, ReserveRequest, Settlement, UsageRecord
@@ -183,19 +184,21 @@ class Ledger:
 
     async def reserve(
         self, purpose: Purpose, *, input_bound: int, max_tokens: int, web_searches: int = 0
-    ) -> Hold | Refusal:
+    ) -> Hold | HoldRefused:
         """Hold the worst case of ``input_bound`` input and ``max_tokens`` output tokens and
         ``web_searches`` server web searches, or as much as is available down to input, searches
-        and one output token; otherwise the refusal."""
+        and one output token; otherwise the refusal, with the figures of the hold it refused."""
         price = purpose.model.price
+        amount = bound_uc(input_bound, max_tokens, price, web_searches)
+        minimum = bound_uc(input_bound, min(1, max_tokens), price, web_searches)
         outcome = await self._store.reserve(
             ReserveRequest(
                 request_id=purpose.request_id,
                 key_id=purpose.key_id,
                 account_id=purpose.account_id,
                 month=month_of(purpose.started),
-                amount_uc=bound_uc(input_bound, max_tokens, price, web_searches),
-                minimum_uc=bound_uc(input_bound, min(1, max_tokens), price, web_searches),
+                amount_uc=amount,
+                minimum_uc=minimum,
                 now=purpose.started,
                 expires_at=purpose.started + self._ttl,
                 endpoint=purpose.endpoint,
@@ -203,7 +206,9 @@ class Ledger:
             )
         )
         if isinstance(outcome, Refusal):
-            return outcome
+            return HoldRefused(
+                outcome.reason, outcome.available_uc, amount, minimum, input_bound, max_tokens, web_searches
+            )
         return Hold(
             purpose,
             granted_uc=outcome.granted_uc,

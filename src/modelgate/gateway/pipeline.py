@@ -27,6 +27,7 @@ from starlette.types import Receive
 
 from modelgate import errors, ir
 from modelgate.billing.ledger import Hold, Purpose, UsageStatus
+from modelgate.billing.refusal import refusal_message
 from modelgate.catalogue import Model
 from modelgate.formats import CODECS, ClientRequest, Codec, ids
 from modelgate.gateway import headers as hdr
@@ -361,10 +362,7 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
         admission = admitted.admission
         await services.rate_limiter.refund(key.id, admission)
         exchange.response_headers.update(replace(admission, remaining=admission.remaining + 1).headers())
-        if outcome.reason == "monthly_cap":
-            message, code = "this key has reached its monthly credit cap", "monthly_cap_reached"
-        else:
-            message, code = "the account's credit balance is too low for this request", "insufficient_balance"
+        message, code = refusal_message(outcome)
         services.telemetry.metrics.billing_refused(code)
         raise errors.BillingRefused(message, code=code, headers={"x-should-retry": "false"})
     if outcome.max_tokens < max_tokens:
