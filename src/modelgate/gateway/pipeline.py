@@ -45,6 +45,7 @@ from modelgate.gateway.body import read_limited, splice_top_level
 from modelgate.gateway.counting import upstream_count, upstream_counts
 from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
 from modelgate.gateway.observe import AttemptLog, ShutdownRefusal, refused, settled
+from modelgate.gateway.output_tokens import attempt_max_tokens, held_default
 from modelgate.gateway.relay import SHUTTING_DOWN, StreamResponse, relay_whole
 from modelgate.gateway.replies import error_reply, json_reply
 from modelgate.gateway.state import keep as keeping
@@ -334,7 +335,7 @@ async def admit_rate(services: Services, exchange: Exchange, key: KeyRecord) -> 
 def clamp_max_tokens(services: Services, exchange: Exchange, model: Model, requested: int | None) -> int:
     limit = model.output_limit
     if requested is None:
-        return limit
+        return held_default(model, services.router.deployments_for(model.id))
     if requested > limit:
         exchange.response_headers[hdr.MAX_TOKENS_CLAMPED] = f"{requested}->{limit}; reason=model_limit"
         services.telemetry.metrics.clamped("model_limit")
@@ -382,7 +383,9 @@ async def call_upstream(
     exchange, client = admitted.exchange, admitted.client
 
     async def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
-        return await upstream_body(services, admitted, hold.max_tokens, deployment, provider)
+        requested = client.codec.requested_max_tokens(client.body)
+        max_tokens = attempt_max_tokens(admitted.model, deployment, hold.max_tokens, requested)
+        return await upstream_body(services, admitted, max_tokens, deployment, provider)
 
     observer = AttemptLog(services.telemetry.metrics, exchange.record, exchange.trace)
     try:
