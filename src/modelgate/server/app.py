@@ -34,6 +34,7 @@ from modelgate.gateway.state import conversations_api, responses_api
 from modelgate.gateway.websocket import PATH as WEBSOCKET_PATH
 from modelgate.gateway.websocket import ResponsesSocket
 from modelgate.gateway.websocket.endpoint import upgrade_required
+from modelgate.server import health_access
 from modelgate.server.metrics_port import MetricsPort
 from modelgate.server.unknown_path import unknown_path_message
 from modelgate.services import Services
@@ -96,7 +97,7 @@ def routes(services: Services) -> list[Route]:
     table = [
         Route("/", read, _with_services(services, health.root)),
         Route("/healthz", read, _with_services(services, health.healthz)),
-        Route("/health", read, _with_services(services, health.health)),
+        Route("/health", read, _with_services(services, health_access.health)),
         Route("/readyz", read, _with_services(services, health.readyz)),
         Route("/v1/messages", post, _model_endpoint(services, Endpoint(CODECS["messages"], "messages"))),
         Route(
