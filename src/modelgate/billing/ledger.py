@@ -221,3 +221,48 @@ class Ledger:
             runner=self._runner,
             clock=self._clock,
         )
+
+    async def record_refusal(
+        self,
+        request_id: str,
+        key_id: str,
+        account_id: int,
+        endpoint: str,
+        model: str,
+        status: str,
+        started: float,
+    ) -> bool:
+        """Write the usage record of a request refused for its key (nothing held, nothing
+        charged), through the same two ledger steps as any request: a hold of 0 µc released at
+        once, so the record lands in the usage log with every engine's batching and rules. False
+        when the ledger would not even hold 0 µc (an overdrawn account): no record then."""
+        month = month_of(started)
+        held = await self._store.reserve(
+            ReserveRequest(
+                request_id=request_id,
+                key_id=key_id,
+                account_id=account_id,
+                month=month,
+                amount_uc=0,
+                minimum_uc=0,
+                now=started,
+                expires_at=started + self._ttl,
+                endpoint=endpoint,
+                model=model,
+            )
+        )
+        if isinstance(held, Refusal):
+            return False
+        record = UsageRecord(
+            request_id=request_id,
+            key_id=key_id,
+            account_id=account_id,
+            endpoint=endpoint,
+            model=model,
+            month=month,
+            status=status,
+            created_at=started,
+            finished_at=self._clock.time(),
+        )
+        await self._runner.run(self._store.release(record))
+        return True

@@ -46,6 +46,7 @@ from modelgate.gateway.counting import upstream_count, upstream_counts
 from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
 from modelgate.gateway.observe import AttemptLog, ShutdownRefusal, refused, settled
 from modelgate.gateway.output_tokens import attempt_max_tokens, held_default
+from modelgate.gateway.refusals import record_refusal
 from modelgate.gateway.relay import SHUTTING_DOWN, StreamResponse, relay_whole
 from modelgate.gateway.replies import error_reply, json_reply
 from modelgate.gateway.state import keep as keeping
@@ -168,6 +169,7 @@ async def run(services: Services, exchange: Exchange, work: Coroutine[Any, Any, 
         response = await work
     except errors.GatewayError as error:
         response = render_error(exchange, error)
+        await record_refusal(services, exchange.record, exchange.started, response.status_code)
     except ClientDisconnect:  # gone while sending its body: nothing reserved, nobody to answer
         response = client_gone(exchange)
     except StorageError as exc:
