@@ -14,6 +14,16 @@ def _records(admin: Admin, key_id: str) -> list[dict[str, Any]]:
     return data
 
 
+def _count_of(admin: Admin, key_id: str, count: int) -> list[dict[str, Any]]:
+    """The key's records once there are ``count`` of them."""
+
+    def found() -> list[dict[str, Any]]:
+        records = _records(admin, key_id)
+        return records if len(records) == count else []
+
+    return wait_until(found, f"{count} usage records of {key_id}")
+
+
 def test_refusals_for_a_known_key_are_in_the_usage_log_with_their_status(admin: Admin) -> None:
     gateway = admin.gateway
     account = gateway.account("refused-log", credits=100)
@@ -26,17 +36,13 @@ def test_refusals_for_a_known_key_are_in_the_usage_log_with_their_status(admin: 
     # 401: no key of ours, nothing to tie it to: no record anywhere.
     before = admin.operator.ok("GET", "/usage/records?limit=500")["total"]
     assert admin.chat("sk-cs4-not-a-key").status_code == 401
-    records = wait_until(
-        lambda: len(_records(admin, capped.record.id)) == 2 and _records(admin, capped.record.id), "2"
-    )
+    records = _count_of(admin, capped.record.id, 2)
     assert sorted(r["status"] for r in records) == ["refused_402", "refused_404"]
     assert all(r["charged_uc"] == 0 and r["input_tokens"] == 0 for r in records)
     by_status = {r["status"]: r for r in records}
     assert by_status["refused_402"]["model"] == "aria-haiku-4.5"
     assert by_status["refused_404"]["model"] == "unknown"  # never the client's string
-    limited_records = wait_until(
-        lambda: len(_records(admin, limited.record.id)) == 2 and _records(admin, limited.record.id), "2"
-    )
+    limited_records = _count_of(admin, limited.record.id, 2)
     assert [r["status"] for r in limited_records] == ["refused_429", "ok"]  # newest first
     assert admin.operator.ok("GET", "/usage/records?limit=500")["total"] == before
     # Nothing stays held.
