@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
 from typing import Any
 
 from tests.admin.conftest import Admin
+from tests.gateway_server import running_gateway
 from tests.polling import wait_until
+from tests.storage.engines import create_database, database_url, drop_database
 
 
 def _records(admin: Admin, key_id: str) -> list[dict[str, Any]]:
@@ -91,3 +95,32 @@ def test_an_operator_renames_an_account(admin: Admin) -> None:
     assert tenant.admin.request("PATCH", path, {"name": "Mine"}).status_code == 403
     assert taken.admin.request("PATCH", path, {"name": "Theirs"}).status_code == 404
     assert admin.operator.request("PATCH", "/accounts/999999", {"name": "Ghost"}).status_code == 404
+
+
+def test_refusals_and_rename_on_postgresql(tmp_path: Path) -> None:
+    """The same through PostgreSQL's batched ledger and its account table (scripts/test.sh)."""
+    database_url()  # skips locally (fails in CI) without the test server
+
+    async def fresh() -> str:
+        return await create_database("mgrename")
+
+    url = asyncio.run(fresh())
+    try:
+        with running_gateway(tmp_path / "data", database_url=url) as gateway:
+            helper = Admin(gateway)
+            try:
+                account = gateway.account("pg-refused", credits=100)
+                capped = gateway.key(account, "Basic", monthly_cap_uc=1)
+                assert helper.chat(capped.secret).status_code == 402
+                (record,) = _count_of(helper, capped.record.id, 1)
+                assert (record["status"], record["charged_uc"]) == ("refused_402", 0)
+                stored = helper.stored_account(account.id)
+                assert stored is not None and stored.reserved_uc == 0
+                other = gateway.account("pg-taken")
+                path = f"/accounts/{account.id}"
+                assert helper.operator.ok("PATCH", path, {"name": "pg-renamed"})["name"] == "pg-renamed"
+                assert helper.operator.request("PATCH", path, {"name": other.name}).status_code == 409
+            finally:
+                helper.client.close()
+    finally:
+        asyncio.run(drop_database(url))
