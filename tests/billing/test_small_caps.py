@@ -369,6 +369,9 @@ def test_the_402_names_the_balance_when_it_binds(gateway: GatewayServer) -> None
         ({"output_config": {"effort": "low"}}, False),
         ({"output_config": {"format": {"type": "json_schema", "schema": {}}}}, True),
         ({"output_format": {"type": "json_schema", "schema": {}}}, True),
+        ({"generationConfig": {"temperature": 0.2}}, False),
+        ({"generationConfig": {"responseSchema": {"type": "OBJECT"}}}, True),
+        ({"generation_config": {"response_json_schema": {"type": "object"}}}, True),
     ],
 )
 def test_the_tool_allowance_is_held_for_tools_and_schemas_only(body: dict[str, Any], adds: bool) -> None:

@@ -50,7 +50,16 @@ class MediaRules:
 #: tools (Messages, Chat, Responses), Chat's legacy functions, Messages' MCP servers, and the
 #: structured-output formats of each dialect.
 _PROMPT_FIELDS = ("tools", "functions", "mcp_servers", "output_format")
-_FORMAT_FIELDS = (("response_format", None), ("text", "format"), ("output_config", "format"))
+_FORMAT_FIELDS = (
+    ("response_format", None),
+    ("text", "format"),
+    ("output_config", "format"),
+    # Gemini's generation config, in both the spellings its clients send.
+    ("generationConfig", "responseSchema"),
+    ("generationConfig", "responseJsonSchema"),
+    ("generation_config", "response_schema"),
+    ("generation_config", "response_json_schema"),
+)
 
 
 def adds_a_prompt(body: Any) -> bool:
