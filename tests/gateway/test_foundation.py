@@ -169,7 +169,8 @@ def test_alias_resolves_before_the_allowed_models_check(gateway: GatewayServer, 
             model="haiku", max_tokens=5, messages=CLAUDE_HELLO
         )
     records = gateway.call(gateway.services.store.usage_records(month_of(time.time())))
-    assert {r.model for r in records} == {"aria-sonnet-4.6"}
+    # The refusal is in the usage log too, under no model name of the client's.
+    assert {(r.model, r.status) for r in records} == {("aria-sonnet-4.6", "ok"), ("unknown", "refused_404")}
 
 
 def test_bad_requests(gateway: GatewayServer, sdk: SdkClients) -> None:
