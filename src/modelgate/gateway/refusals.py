@@ -1,5 +1,6 @@
 """Refused requests in the usage log: a request refused for its key with 402 (balance or monthly
-cap), 404 (a model the key may not use or that does not exist) or 429 (its rate limit, or the
+cap), 404 (a model the key may not use or that does not exist, a stored response or conversation
+it names that does not exist) or 429 (its rate limit, or the
 instance's large-body slots) gets a usage record with status ``refused_<HTTP status>``, 0 tokens
 and 0 µc, so owners see in the dashboard what their clients were refused, and the error-rate view
 counts it.
