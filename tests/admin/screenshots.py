@@ -177,6 +177,7 @@ def main(folder: Path) -> list[Path]:
         with running_gateway(work / "data", clock=clock) as gateway:
             seeded = seed(gateway, clock)
             refuse(gateway.base_url, seeded)
+            gateway.call(gateway.services.settlements.drain())  # the refusals' records
             with chromium(work / "profile") as (page, _):
                 return [take(page, gateway.base_url, seeded, shot, folder) for shot in shots(seeded)]
 

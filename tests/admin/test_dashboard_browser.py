@@ -662,6 +662,7 @@ def test_refused_requests_and_the_error_view_in_the_usage_log(
     assert admin.chat(notebook.secret, model="aria-sonnet-4.6").status_code == 404  # not its model
     assert admin.chat(notebook.secret, model="no-such-model").status_code == 404
     assert admin.chat("sk-cs4-nobody").status_code == 401  # tied to no key: not in the log
+    admin.gateway.call(admin.gateway.services.settlements.drain())  # recorded after the answers
     sign_in(page, seeded.acme.owner.secret)
     visit(page, "#/usage")
     statuses = "[...document.getElementById('f-status').options].map(o => o.value)"

@@ -97,6 +97,8 @@ def _check_outcomes(
             assert s.headers["x-should-retry"] == "false"
         elif stream:  # a stream that was admitted runs to its format's normal end
             assert s.events and s.events[-1][0] in _TERMINAL[fmt], (fmt, s.events[-3:])
+    # A refusal's record is written after its answer: wait for the ledger's background writes.
+    gateway.call(gateway.services.settlements.drain())
     records = {r.request_id: r for r in records_of(gateway, key_id)}
     admitted = [s for _, _, s in seen if s.status == 200]
     assert {s.request_id for s in admitted} <= set(records)
@@ -160,6 +162,7 @@ def test_keys_of_one_account_share_its_balance_without_overdraft(gateway: Gatewa
         if s.status == 402:
             assert error_shape_ok(fmt, s.body, "insufficient_balance"), s.body
     store = gateway.services.store
+    gateway.call(gateway.services.settlements.drain())  # the refusals' records, written after them
     after = gateway.call(store.get_account(account.id))
     assert after is not None and after.reserved_uc == 0
     summary = gateway.call(

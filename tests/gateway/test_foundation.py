@@ -168,6 +168,7 @@ def test_alias_resolves_before_the_allowed_models_check(gateway: GatewayServer, 
         sdk.anthropic(gateway.base_url, key).messages.create(
             model="haiku", max_tokens=5, messages=CLAUDE_HELLO
         )
+    gateway.call(gateway.services.settlements.drain())  # a refusal is recorded after its answer
     records = gateway.call(gateway.services.store.usage_records(month_of(time.time())))
     # The refusal is in the usage log too, under no model name of the client's.
     assert {(r.model, r.status) for r in records} == {("aria-sonnet-4.6", "ok"), ("unknown", "refused_404")}

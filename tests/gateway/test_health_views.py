@@ -5,6 +5,7 @@ details. ``/healthz`` is unchanged."""
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,7 @@ def _gateway_with(tmp_path: Path, deployments: dict[str, Any], bad: FakeUpstream
 
 
 def _ask(gateway: GatewayServer, model: str) -> int:
-    key = gateway.key(gateway.account(f"a-{model}"), "Pro", rpm=1000).secret
+    key = gateway.key(gateway.account(f"a-{model}-{secrets.token_hex(4)}"), "Pro", rpm=1000).secret
     response = httpx.post(
         f"{gateway.base_url}/v1/messages",
         json={"model": model, "max_tokens": 5, "messages": [{"role": "user", "content": "Hi"}]},

@@ -88,6 +88,8 @@ def test_cap_and_shared_balance_races_across_three_instances(make_cluster: Any) 
             server = cluster[index]
             return server.call(getattr(server.services.store, method)(*args, **kwargs))
 
+        for index in range(3):  # the refusals' records, written after their answers
+            cluster[index].call(cluster[index].services.settlements.drain())
         current = on(2, "get_account", account.id)
         every = on(1, "usage_records", month, account_id=account.id, limit=10_000)
         # Refusals (402) are in the usage log at 0 µc; the served requests are the rest.

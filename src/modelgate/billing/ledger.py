@@ -84,6 +84,12 @@ class Settlements:
         task.add_done_callback(self._tasks.discard)
         return await asyncio.shield(task)
 
+    def start(self, operation: Awaitable[Any]) -> None:
+        """Run ``operation`` without waiting for it; ``drain`` still waits for it."""
+        task = asyncio.ensure_future(operation)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def drain(self) -> None:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
@@ -221,6 +227,11 @@ class Ledger:
             runner=self._runner,
             clock=self._clock,
         )
+
+    def in_background(self, operation: Awaitable[Any]) -> None:
+        """Run a ledger write nobody waits for (a refusal's record) on the settlements runner,
+        so a draining server still finishes it."""
+        self._runner.start(operation)
 
     async def record_refusal(
         self,

@@ -169,7 +169,7 @@ async def run(services: Services, exchange: Exchange, work: Coroutine[Any, Any, 
         response = await work
     except errors.GatewayError as error:
         response = render_error(exchange, error)
-        await record_refusal(services, exchange.record, exchange.started, response.status_code)
+        record_refusal(services, exchange.record, exchange.started, response.status_code)
     except ClientDisconnect:  # gone while sending its body: nothing reserved, nobody to answer
         response = client_gone(exchange)
     except StorageError as exc:

@@ -8,9 +8,9 @@ counts it.
 Not recorded: a 401 (no key, or one that is not ours: there is no account to show it to), refusals
 before the key is known (the instance's in-flight limit, draining), and other statuses (a 400 is a
 client bug better read in the request log). Every refusal is still counted in the metrics and has
-its request log line. A refusal costs two batched ledger steps (a hold of 0 µc, released), so a
-client hammering past its rate limit writes one record per refused request; a failure to write it
-is logged, never turned into another error.
+its request log line. A refusal costs two batched ledger steps (a hold of 0 µc, released), written
+after the answer, so a client hammering past its rate limit writes one record per refused request
+but never waits for it; a failure to write it is logged, never turned into another error.
 """
 
 from __future__ import annotations
@@ -33,12 +33,16 @@ def status_of(http_status: int) -> str:
     return f"refused_{http_status}"
 
 
-async def record_refusal(services: Services, record: RequestRecord, started: float, http_status: int) -> None:
-    """Write the usage record of a refused request when it belongs in the usage log (above)."""
+def record_refusal(services: Services, record: RequestRecord, started: float, http_status: int) -> None:
+    """Write the usage record of a refused request when it belongs in the usage log (above), in
+    the background: the refusal is answered at once (a client hammering past its limit waits for
+    no database write), and the write runs on the ledger's settlements runner, which a draining
+    server waits for. A cancelled request can therefore never skip its own end for this write."""
     if http_status not in RECORDED or not record.key_id or record.account_id is None:
         return
-    try:
-        await services.ledger.record_refusal(
+    services.ledger.in_background(
+        _write(
+            services,
             record.request_id,
             record.key_id,
             record.account_id,
@@ -47,5 +51,22 @@ async def record_refusal(services: Services, record: RequestRecord, started: flo
             status_of(http_status),
             started,
         )
+    )
+
+
+async def _write(
+    services: Services,
+    request_id: str,
+    key_id: str,
+    account_id: int,
+    endpoint: str,
+    model: str,
+    status: str,
+    started: float,
+) -> None:
+    try:
+        await services.ledger.record_refusal(request_id, key_id, account_id, endpoint, model, status, started)
     except StorageError as exc:
         log.warning("could not record a refused request in the usage log: %s", exc)
+    except Exception:  # a record is bookkeeping: it never becomes another failure
+        log.exception("could not record a refused request in the usage log")
