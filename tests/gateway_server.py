@@ -37,13 +37,19 @@ def free_port() -> int:
 
 
 class ManualClock:
-    """A wall clock tests move by hand (month boundaries, rolling windows)."""
+    """A clock tests move by hand (month boundaries, rolling windows): ``advance`` lets time pass
+    (both clocks move), ``step`` only sets the wall clock off, as NTP or an operator would."""
 
     def __init__(self, start: float) -> None:
         self.now = start
+        #: How far the wall clock has been stepped away from the time that passed.
+        self.wall_step = 0.0
         self._lock = threading.Lock()
 
     def time(self) -> float:
+        return self.now + self.wall_step
+
+    def steady(self) -> float:
         return self.now
 
     def advance(self, seconds: float) -> None:
@@ -52,6 +58,10 @@ class ManualClock:
 
     def set(self, timestamp: float) -> None:
         self.now = timestamp
+
+    def step(self, seconds: float) -> None:
+        with self._lock:
+            self.wall_step += seconds
 
 
 class GatewayServer:

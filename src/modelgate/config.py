@@ -53,8 +53,10 @@ class ServerConfig(_Section):
     header_timeout_seconds: float = Field(10.0, gt=0)
     #: Seconds to receive a whole request body once its head arrived; then a JSON 408 and close.
     body_timeout_seconds: float = Field(60.0, gt=0)
-    #: Seconds an idle keep-alive connection is kept between requests.
-    keep_alive_seconds: float = Field(5.0, gt=0)
+    #: Seconds an idle keep-alive connection is kept between requests (announced in a
+    #: ``Keep-Alive: timeout=`` header). Longer than the usual 60 s idle timeout of load balancers
+    #: and the pools of common clients, so a reused connection is not closed under a request.
+    keep_alive_seconds: float = Field(65.0, gt=0)
     #: On SIGTERM: seconds requests in flight may still run before streams are ended in-band.
     shutdown_grace_seconds: float = Field(30.0, ge=0)
     #: Bodies larger than this are parsed, checked and translated in worker processes, never on
@@ -119,6 +121,9 @@ class BillingConfig(_Section):
     #: Server web searches (priced per request) a hold covers for a request that offers a web
     #: search tool; a tool's lower ``max_uses`` wins. 0 holds nothing for them.
     max_web_searches_per_request: int = Field(10, ge=0, le=10_000)
+    #: Where settles the database could not take wait, fsynced, until they land (a file per
+    #: process; replayed at start). Default: ``<data_dir>/settle-journal``.
+    settle_journal_dir: Path | None = None
 
     def media_rules(self) -> MediaRules:
         return MediaRules(
@@ -225,6 +230,9 @@ class Settings(_Section):
     #: PostgreSQL only: under load (writes arriving faster than one per this), how long a batch
     #: of ledger writes or stored answers waits for company before it leaves (0: never waits).
     database_batch_wait_seconds: float = Field(DEFAULT_BATCH_WAIT_SECONDS, ge=0, le=0.1)
+    #: SQLite only: below this much free space on the database's disk, ``/health`` answers 503
+    #: and new requests are refused (503 in their format) while requests under way still settle.
+    database_min_free_bytes: int = Field(16 * MIB, ge=0)
     #: ``redis://…`` to share rate-limit windows and revocations between instances.
     redis_url: str | None = None
     #: HMAC secret for key digests; default: generated once into ``<data_dir>/secret``.

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import signal
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, TypeVar
@@ -31,6 +32,8 @@ WORKER_NICENESS = 10
 
 
 def _lower_priority() -> None:
+    # A SIGHUP to the process group (a reload, a closed terminal) is the server's to handle.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         os.nice(WORKER_NICENESS)
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TypeVar
 
 from modelgate.auth import KeyView
 from modelgate.billing.ledger import Ledger, Settlements
+from modelgate.billing.settle_journal import SettleJournal
 from modelgate.billing.sweeper import Sweeper
 from modelgate.broadcast import KeyChangeBroadcast
 from modelgate.catalogue import Catalogue, build_catalogue
@@ -29,6 +28,7 @@ from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
 from modelgate.limits.stored_room import StoredRoom
 from modelgate.offload import Offload
 from modelgate.retention import StateSweeper
+from modelgate.secret_file import load_secret
 from modelgate.storage import Store, open_store
 from modelgate.telemetry import Telemetry
 from modelgate.telemetry.metrics import Metrics
@@ -41,21 +41,6 @@ from modelgate.upstream.simulator import SimulatorProvider
 
 log = logging.getLogger("modelgate")
 T = TypeVar("T")
-
-
-def load_secret(settings: Settings) -> bytes:
-    """The HMAC secret: configured, or generated once into ``<data_dir>/secret`` (mode 0600)."""
-    if settings.secret:
-        if len(settings.secret) < 32:
-            raise ConfigError("secret: must be at least 32 characters")
-        return settings.secret.encode()
-    path = Path(settings.data_dir) / "secret"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(secrets.token_urlsafe(48))
-    return path.read_text().strip().encode()
 
 
 def deployments_of(settings: Settings, catalogue: Catalogue) -> dict[str, list[Deployment]]:
@@ -178,7 +163,15 @@ class Services:
             keys=KeyView(store, digester),
             digester=digester,
             router=router,
-            ledger=Ledger(store, settlements, clock, settings.billing.reservation_ttl_seconds),
+            ledger=Ledger(
+                store,
+                settlements,
+                clock,
+                settings.billing.reservation_ttl_seconds,
+                SettleJournal(
+                    store, settings.billing.settle_journal_dir or settings.data_dir / "settle-journal"
+                ),
+            ),
             settlements=settlements,
             offload=offload,
             stored_room=StoredRoom(store, settings.responses.room_check_max_age_seconds),
@@ -201,7 +194,15 @@ class Services:
         if self.key_broadcast is not None:
             self.keys.on_local_change = self.key_broadcast.publish_soon
             self.key_broadcast.start(self.keys.refresh)
-        self.sweeper = Sweeper(self.store, self.clock, self.settings.billing.sweep_interval_seconds)
+        await self.ledger.journal.replay()
+        billing = self.settings.billing
+        self.sweeper = Sweeper(
+            self.store,
+            self.clock,
+            billing.sweep_interval_seconds,
+            billing.reservation_ttl_seconds,
+            spared=self.ledger.holds,
+        )
         self.sweeper.start()
         responses = self.settings.responses
         if responses.store == "on":
@@ -215,6 +216,7 @@ class Services:
             await self.state_sweeper.stop()
         await self.keys.stop()
         await self.settlements.drain()
+        await self.ledger.journal.aclose()
         await self.router.aclose()
         if self.key_broadcast is not None:
             self.keys.on_local_change = None

@@ -33,6 +33,9 @@ class _Clock:
     def time(self) -> float:
         return NOW
 
+    def steady(self) -> float:
+        return NOW
+
 
 class _World:
     def __init__(self, path: Path) -> None:

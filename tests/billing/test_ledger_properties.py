@@ -36,6 +36,8 @@ T = TypeVar("T")
 START = datetime(2026, 1, 31, 22, 0, tzinfo=UTC).timestamp()
 CAP = 3_000_000
 KEYS = ("key_capped", "key_free")
+#: A hold the sweeper has seen pending this long (steady seconds) is released.
+SWEEP_TTL = 300.0
 
 
 class _Clock:
@@ -43,6 +45,9 @@ class _Clock:
         self.now = now
 
     def time(self) -> float:
+        return self.now
+
+    def steady(self) -> float:
         return self.now
 
 
@@ -81,6 +86,10 @@ class Ledger(RuleBasedStateMachine):
         self.spent: dict[tuple[str, str], int] = {}
         self.months = {month_of(START)}
         self.counter = 0
+        #: One sweeper for the whole run, and the model of what it has seen: when (steady clock)
+        #: it first saw each pending reservation (``billing.sweeper``).
+        self.sweeper = Sweeper(self.store, self.clock, 1.0, SWEEP_TTL)
+        self.seen: dict[str, float] = {}
 
     def open_store(self) -> Store:
         return SqliteStore(self.dir / "db.sqlite")
@@ -222,8 +231,10 @@ class Ledger(RuleBasedStateMachine):
 
     @rule()
     def sweep(self) -> None:
-        expired = {rid for rid, (_, _, _, expires) in self.pending.items() if expires < self.clock.now}
-        released = self.run(Sweeper(self.store, self.clock, 1.0, batch=3).sweep())
+        now = self.clock.now
+        self.seen = {rid: self.seen.get(rid, now) for rid in self.pending}
+        expired = {rid for rid, first in self.seen.items() if now - first >= SWEEP_TTL}
+        released = self.run(self.sweeper.sweep())
         assert released == len(expired)
         for rid in sorted(expired):
             self._finish(rid, 0)

@@ -86,10 +86,20 @@ def test_sweepers_of_several_processes_release_each_hold_exactly_once(tmp_path: 
             assert isinstance(await stores[0].reserve(request), Reservation)
 
         class Later:
+            passed = 0.0
+
             def time(self) -> float:
                 return START + 120
 
-        released = await asyncio.gather(*(Sweeper(s, Later(), 1.0, batch=7).sweep() for s in stores))
+            def steady(self) -> float:
+                return START + self.passed
+
+        clock = Later()
+        sweepers = [Sweeper(s, clock, 1.0, 60) for s in stores]
+        # The first sweep sees the holds pending; a whole TTL later they are released.
+        assert await asyncio.gather(*(sweeper.sweep() for sweeper in sweepers)) == [0, 0, 0, 0]
+        clock.passed = 60
+        released = await asyncio.gather(*(sweeper.sweep() for sweeper in sweepers))
         records = await stores[0].usage_records(month, key_id="key_a", limit=1000)
         after = await stores[0].get_account(account.id)
         assert after is not None

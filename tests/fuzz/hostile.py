@@ -337,6 +337,7 @@ ADMIN_PATHS = [
     "/admin/api/usage/quality?from=not-a-date", "/admin/api/usage/quality?key_id=key_%00",
     "/admin/api/usage/quality?from=2026-12-31&to=2026-01-01", "/admin/api/usage/quality?status=" + "s" * 5000,
     "/admin/api/usage/quality?account_id=9223372036854775808",
+    "/dashboard/%2e%2e%2f%2e%2e%2fetc%2fpasswd", "/dashboard/..%2fapp.js", "/dashboard/%00", "/dashboard/a/b/c.js",
 ]  # fmt: skip
 ADMIN_BODIES: list[tuple[str, str, Any]] = [
     ("POST", "/admin/api/accounts", {"name": "x", "credits": "10000000000000"}),
@@ -470,6 +471,9 @@ STATE_QUERIES = [
     "?include[]=x&stream=true",
     "?stream=true",
     "?order=asc&limit=1",
+    "?after=msg_1&order=asc&limit=100",
+    "?after=msg_1&order=desc",
+    "?after=",
 ]
 STATE_BODIES: list[Any] = [
     {}, {"items": 5}, {"items": [5]}, {"items": [{}]}, {"items": [{"type": "item_reference", "id": "msg_1"}]},
@@ -478,6 +482,7 @@ STATE_BODIES: list[Any] = [
     {"items": [{"type": "message", "role": "user", "content": "x", "id": "i" * 300}]},
     {"metadata": 5}, {"metadata": {"a": 5}}, {"metadata": {str(n): "v" for n in range(17)}},
     {"metadata": {"k" * 65: "v"}}, {"metadata": {"k": "v" * 513}}, {"metadata": None},
+    {"metadata": {f"k{n:02d}": "v" * 512 for n in range(16)}},
     {"items": [{"role": "user", "content": [5, {"type": "input_text"}]}], "metadata": {"a": "b"}},
 ]  # fmt: skip
 

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from modelgate.config import ConfigError
+from modelgate.formats import CODECS, ClientRequest
 from modelgate.gateway.output_tokens import attempt_max_tokens, held_default
 from modelgate.upstream.base import Deployment
 from tests.fakes.upstream import FakeUpstream, RecordedRequest
@@ -136,10 +137,14 @@ def test_the_hold_covers_the_largest_default_and_each_deployment_gets_its_own(tm
     assert held_default(model, [short]) == 1000
     assert held_default(model, [short, plain]) == 4096
     assert held_default(model, [short, big]) == model.output_limit == 32000
-    assert attempt_max_tokens(model, short, 4096, None) == 1000
-    assert attempt_max_tokens(model, plain, 4096, None) == 4096
-    assert attempt_max_tokens(model, short, 300, None) == 300  # the hold afforded less
-    assert attempt_max_tokens(model, short, 5000, 5000) == 5000  # the client's own limit
+    omitted = ClientRequest(CODECS["chat"], {"model": "nova-5.5", "messages": []}, "nova-5.5")
+    named = ClientRequest(
+        CODECS["chat"], {"model": "nova-5.5", "messages": [], "max_tokens": 5000}, "nova-5.5"
+    )
+    assert attempt_max_tokens(model, short, 4096, omitted) == 1000
+    assert attempt_max_tokens(model, plain, 4096, omitted) == 4096
+    assert attempt_max_tokens(model, short, 300, omitted) == 300  # the hold afforded less
+    assert attempt_max_tokens(model, short, 5000, named) == 5000  # the client's own limit
     # The deployment default does not split health state: same provider and model, same breaker.
     assert short == Deployment("a", "m", 1) and hash(short) == hash(Deployment("a", "m", 1))
 

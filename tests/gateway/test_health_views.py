@@ -32,12 +32,19 @@ def test_the_public_view_is_levels_only_and_an_operator_sees_details(tmp_path: P
     with running_gateway(tmp_path / "data") as gateway:
         public = httpx.get(f"{gateway.base_url}/health")
         assert public.status_code == 200
-        assert public.json() == {"status": "ok", "components": {"database": "ok", "upstreams": "ok"}}
+        assert public.json() == {
+            "status": "ok",
+            "components": {"database": "ok", "ledger": "ok", "upstreams": "ok"},
+        }
         assert "simulator" not in public.text
         details = httpx.get(f"{gateway.base_url}/health", headers=operator(gateway))
         assert details.status_code == 200
         body = details.json()
-        assert body["status"] == "ok" and body["components"] == {"database": "ok", "upstreams": "ok"}
+        assert body["status"] == "ok" and body["components"] == {
+            "database": "ok",
+            "ledger": "ok",
+            "upstreams": "ok",
+        }
         assert body["version"] == __version__
         assert body["checks"]["database"] == {"status": "ok", "engine": "sqlite"}
         assert [u["name"] for u in body["checks"]["upstreams"]] == ["simulator"]
@@ -107,7 +114,7 @@ def test_a_failing_deployment_is_degraded_and_all_failing_is_down_without_names(
         assert public.status_code == 200
         assert public.json() == {
             "status": "degraded",
-            "components": {"database": "ok", "upstreams": "degraded"},
+            "components": {"database": "ok", "ledger": "ok", "upstreams": "degraded"},
         }
         assert not any(s in public.text for s in SECRETS_OF_THE_SETUP)
         details = httpx.get(f"{gateway.base_url}/health", headers=operator(gateway)).json()
@@ -126,7 +133,10 @@ def test_every_deployment_cooling_down_is_down(
         public = httpx.get(f"{gateway.base_url}/health")
         # The gateway still answers what it can (credits, keys, errors): degraded, not down.
         assert public.status_code == 200
-        assert public.json() == {"status": "degraded", "components": {"database": "ok", "upstreams": "down"}}
+        assert public.json() == {
+            "status": "degraded",
+            "components": {"database": "ok", "ledger": "ok", "upstreams": "down"},
+        }
         assert not any(s in public.text for s in SECRETS_OF_THE_SETUP)
 
 
@@ -137,7 +147,7 @@ def test_redis_unreachable_is_down_and_the_gateway_degraded(tmp_path: Path) -> N
         assert public.status_code == 200
         assert public.json() == {
             "status": "degraded",
-            "components": {"database": "ok", "redis": "down", "upstreams": "ok"},
+            "components": {"database": "ok", "ledger": "ok", "redis": "down", "upstreams": "ok"},
         }
         assert unreachable.split("//")[1] not in public.text
 
@@ -148,7 +158,7 @@ def test_redis_answering_is_ok(tmp_path: Path) -> None:
         public = httpx.get(f"{gateway.base_url}/health")
         assert public.json() == {
             "status": "ok",
-            "components": {"database": "ok", "redis": "ok", "upstreams": "ok"},
+            "components": {"database": "ok", "ledger": "ok", "redis": "ok", "upstreams": "ok"},
         }
         assert url not in public.text
 
@@ -167,6 +177,9 @@ def test_the_database_down_is_down_with_503(tmp_path: Path) -> None:
         store.path = Path("/proc/no-such-dir/db.sqlite")
         public = httpx.get(f"{gateway.base_url}/health")
         assert public.status_code == 503
-        assert public.json() == {"status": "down", "components": {"database": "down", "upstreams": "ok"}}
+        assert public.json() == {
+            "status": "down",
+            "components": {"database": "down", "ledger": "ok", "upstreams": "ok"},
+        }
         # No token can be checked without the database: the operator gets the public view.
         assert httpx.get(f"{gateway.base_url}/health", headers=headers).json()["status"] == "down"

@@ -144,6 +144,28 @@ def test_what_the_conversations_api_stores_counts_at_once(gateway: GatewayServer
     assert gateway.call(gateway.services.stored_room.used(account_id)) == used(gateway, account_id)
 
 
+def test_metadata_updates_count_toward_the_limit_and_are_refused_past_it(
+    gateway: GatewayServer, sdk: SdkClients
+) -> None:
+    """Replacing a conversation's metadata with a larger one stores the difference: past the
+    account's limit the update is refused in the Responses error shape and nothing changes."""
+    account_id, client = new_account(gateway, sdk)
+    metadata = {f"k{n:02d}": "v" * 90 for n in range(16)}  # ~1.6 KB, under max_object_bytes
+    updated: list[str] = []
+    last = ""
+    with pytest.raises(openai.BadRequestError) as caught:
+        for _ in range(8):
+            last = client.conversations.create().id
+            client.conversations.update(last, metadata=metadata)
+            updated.append(last)
+    assert caught.value.code == "stored_state_limit_reached"
+    assert 1 <= len(updated) < 8 and last not in updated
+    assert used(gateway, account_id) <= LIMIT
+    # The refused update left its conversation as it was; the others keep theirs.
+    assert not client.conversations.retrieve(last).metadata
+    assert client.conversations.retrieve(updated[0]).metadata == metadata
+
+
 def test_the_remembered_accounts_are_counted_in_the_metrics(gateway: GatewayServer, sdk: SdkClients) -> None:
     _, client = new_account(gateway, sdk)
     client.responses.create(model=SIMULATED, input="Kept.")

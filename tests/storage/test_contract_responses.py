@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from modelgate.storage.base import Store
-from modelgate.storage.responses import NewResponse, StoredConversation, StoredItem, object_bytes
+from modelgate.storage.responses import (
+    NewResponse,
+    PageRequest,
+    StoredConversation,
+    StoredItem,
+    UnknownCursor,
+    object_bytes,
+)
 from tests.storage.conftest import StoreFactory
 from tests.storage.test_contract import NOW
 
@@ -172,9 +181,9 @@ async def test_conversations_keep_items_in_order_and_take_response_items(store: 
     items = await store.conversation_items(account.id, "conv_1", NOW)
     assert items is not None and [i.id for i in items] == ["it_1", "it_3", "it_4"]
 
-    updated = await store.update_conversation(account.id, "conv_1", b'{"topic":"y"}', NOW)
-    assert updated is not None and updated.metadata == b'{"topic":"y"}'
-    assert await store.update_conversation(other.id, "conv_1", b"{}", NOW) is None
+    updated = await store.update_conversation(account.id, "conv_1", b'{"topic":"y"}', NOW, LIMIT)
+    assert updated and updated.metadata == b'{"topic":"y"}'
+    assert await store.update_conversation(other.id, "conv_1", b"{}", NOW, LIMIT) is None
     assert not await store.delete_conversation(other.id, "conv_1")
     assert await store.delete_conversation(account.id, "conv_1")
     assert await store.get_conversation(account.id, "conv_1", NOW) is None
@@ -243,3 +252,103 @@ async def test_forgetting_an_account_deletes_all_of_its_state_and_nothing_else(s
     assert await store.get_conversation(account.id, "conv_f", NOW) is None
     assert await store.state_bytes(account.id) == 0
     assert await store.get_response(other.id, "resp_k1", NOW) is not None
+
+
+async def test_metadata_updates_count_toward_the_account_limit(store: Store) -> None:
+    account = await store.create_account("state-meta", 0, NOW)
+    small = b'{"k":"v"}'
+    conversation = StoredConversation("conv_meta", account.id, small, NOW)
+    limit = 2_000
+    assert await store.create_conversation(conversation, [], NOW + DAY, limit)
+    grown = b'{"k":"%s"}' % (b"x" * 1_500)
+    assert await store.update_conversation(account.id, "conv_meta", grown, NOW, limit)
+    assert await store.state_bytes(account.id) == len(grown)
+
+    # Growing past the limit changes nothing, and says so.
+    too_big = b'{"k":"%s"}' % (b"x" * 2_500)
+    assert await store.update_conversation(account.id, "conv_meta", too_big, NOW, limit) is False
+    assert await store.state_bytes(account.id) == len(grown)
+    unchanged = await store.get_conversation(account.id, "conv_meta", NOW)
+    assert unchanged is not None and unchanged.metadata == grown
+
+    # Shrinking always works and frees what it frees.
+    assert await store.update_conversation(account.id, "conv_meta", small, NOW, limit)
+    assert await store.state_bytes(account.id) == len(small)
+
+
+def _reference_page(ids: list[str], page: PageRequest) -> tuple[list[str], bool]:
+    """How the list endpoints paged before the store did: the whole list in memory."""
+    ordered = ids if page.ascending else ids[::-1]
+    if page.after is not None:
+        ordered = ordered[ordered.index(page.after) + 1 :]
+    return ordered[: page.limit], len(ordered) > page.limit
+
+
+async def test_conversation_items_are_paged_by_the_store_as_the_list_endpoints_page(store: Store) -> None:
+    account = await store.create_account("state-page", 0, NOW)
+    other = await store.create_account("state-page-other", 0, NOW)
+    # A repeated id (an item added twice) pages from its first occurrence in the page's order.
+    ids = [f"it_{n:03d}" for n in range(57)] + ["it_010"] + [f"it_{n:03d}" for n in range(57, 63)]
+    conversation = StoredConversation("conv_page", account.id, b"{}", NOW)
+    assert await store.create_conversation(
+        conversation, [item(i, i, "item") for i in ids[:30]], NOW + DAY, LIMIT
+    )
+    assert await store.add_conversation_items(
+        account.id, "conv_page", [item(i, i, "item") for i in ids[30:]], NOW, NOW + DAY, LIMIT
+    )
+    for ascending in (True, False):
+        for limit in (1, 7, 20, 100):
+            for after in (None, "it_000", "it_010", "it_033", "it_062"):
+                page = PageRequest(limit, ascending, after)
+                got = await store.conversation_items_page(account.id, "conv_page", NOW, page)
+                assert got is not None
+                assert ([i.id for i in got.items], got.has_more) == _reference_page(ids, page), page
+    with pytest.raises(UnknownCursor):
+        await store.conversation_items_page(account.id, "conv_page", NOW, PageRequest(5, True, "it_nope"))
+    assert await store.conversation_items_page(other.id, "conv_page", NOW, PageRequest(5, True)) is None
+    assert (
+        await store.conversation_items_page(account.id, "conv_page", NOW + 2 * DAY, PageRequest(5, True))
+        is None
+    )
+
+    newest = await store.conversation_item(account.id, "conv_page", "it_010", NOW)
+    assert newest is not None and newest.id == "it_010"
+    assert await store.conversation_item(account.id, "conv_page", "it_nope", NOW) is None
+    assert await store.conversation_item(other.id, "conv_page", "it_010", NOW) is None
+
+
+async def test_a_responses_input_items_are_paged_across_its_chain(store: Store) -> None:
+    account = await store.create_account("state-chain-page", 0, NOW)
+    other = await store.create_account("state-chain-page-other", 0, NOW)
+    first = response("resp_p1", account.id, inputs=(item("a1", "q"),), outputs=(item("a2", "r", "output"),))
+    second = response(
+        "resp_p2",
+        account.id,
+        previous="resp_p1",
+        inputs=(item("b1", "q"), item("b2", "q")),
+        outputs=(item("b3", "r", "output"),),
+    )
+    third = response(
+        "resp_p3",
+        account.id,
+        previous="resp_p2",
+        inputs=(item("c1", "q"),),
+        outputs=(item("c2", "r", "output"),),
+    )
+    for saved in (first, second, third):
+        assert await store.save_response(saved, LIMIT)
+    # What resp_p3 was given: the chain's inputs and outputs, then its own input (not its output).
+    ids = ["a1", "a2", "b1", "b2", "b3", "c1"]
+    for ascending in (True, False):
+        for limit in (1, 2, 4, 20):
+            for after in (None, "a1", "b2", "c1"):
+                page = PageRequest(limit, ascending, after)
+                got = await store.response_input_items_page(account.id, "resp_p3", NOW, 10, page)
+                assert got is not None
+                assert ([i.id for i in got.items], got.has_more) == _reference_page(ids, page), page
+    # The chain is cut at max_depth: only the newest two responses.
+    got = await store.response_input_items_page(account.id, "resp_p3", NOW, 2, PageRequest(20, True))
+    assert got is not None and [i.id for i in got.items] == ["b1", "b2", "b3", "c1"]
+    with pytest.raises(UnknownCursor):
+        await store.response_input_items_page(account.id, "resp_p3", NOW, 10, PageRequest(5, True, "c2"))
+    assert await store.response_input_items_page(other.id, "resp_p3", NOW, 10, PageRequest(5, True)) is None

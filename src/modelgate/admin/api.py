@@ -34,7 +34,7 @@ from modelgate.admin.tokens import TokenEndpoints
 from modelgate.admin.usage import UsageEndpoints
 from modelgate.admin.usage_quality import QualityEndpoints
 from modelgate.clock import month_of
-from modelgate.management import ConflictError, ManagementError, NotFoundError, parse_credits
+from modelgate.management import ConflictError, Management, ManagementError, NotFoundError, parse_credits
 from modelgate.services import Services
 from modelgate.storage.base import Conflict, KeyRecord
 
@@ -61,10 +61,13 @@ class AdminAPI:
         self.services = services
         self.context = AdminContext(services)
         self.store = services.store
-        self.management = self.context.management
         self.usage = UsageEndpoints(self.context)
         self.tokens = TokenEndpoints(self.context)
         self.quality = QualityEndpoints(self.context, self.usage)
+
+    @property
+    def management(self) -> Management:
+        return self.context.management  # follows a configuration reload
 
     # plumbing -----------------------------------------------------------------------------
 

@@ -28,7 +28,13 @@ class AdminContext:
         self.store = services.store
         self.clock = services.clock
         self.settings = services.settings
-        self.management = Management(
+
+    @property
+    def management(self) -> Management:
+        """Built per use (a few attribute copies), so it follows the catalogue and
+        ``keys.default_rpm`` a configuration reload installs (``server.reload``)."""
+        services = self.services
+        return Management(
             services.store,
             services.catalogue,
             services.digester,

@@ -4,7 +4,8 @@ Content-Security-Policy.
 The page holds no data and no secrets; it asks for an admin token, keeps it in ``sessionStorage``
 and calls ``/admin/api`` with it as ``Authorization: Bearer``. No inline script or style is
 allowed by the policy, and the scripts build the DOM with ``textContent`` only. What is served is
-exactly the package's ``dashboard/`` files with a known type, looked up by exact name.
+exactly the package's ``dashboard/`` files with a known type, looked up by exact name; any other
+path below ``/dashboard`` (``%2e%2e%2f`` decoded into ``../`` included) is the admin API's JSON 404.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from importlib.resources import files
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+from modelgate.admin.http import AdminError, error_response
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
@@ -58,8 +61,14 @@ async def page(request: Request) -> Response:
 async def asset(request: Request) -> Response:
     name = request.path_params["name"]
     if name not in assets():
-        return Response(b"not found", status_code=404, media_type="text/plain", headers=HEADERS)
+        return await missing(request)
     return _serve(name)
+
+
+async def missing(request: Request) -> Response:
+    response = error_response(AdminError(404, "not_found_error", "no dashboard file at this path"))
+    response.headers.update(HEADERS)
+    return response
 
 
 def dashboard_routes() -> list[Route]:
@@ -67,4 +76,5 @@ def dashboard_routes() -> list[Route]:
         Route("/dashboard", page, methods=["GET", "HEAD"]),
         Route("/dashboard/", page, methods=["GET", "HEAD"]),
         Route("/dashboard/{name}", asset, methods=["GET", "HEAD"]),
+        Route("/dashboard/{rest:path}", missing, methods=["GET", "HEAD"]),
     ]

@@ -10,11 +10,18 @@ than the hold, see the storage contract) and ``release`` frees it with nothing c
 writes the request's one usage record. A second call returns the first one's outcome and touches
 nothing. Both run on the ``Settlements`` runner, shielded: a request cancelled while its settlement
 is in flight (client gone, shutdown) still leaves exactly one usage record.
+
+A settle or release the database does not take (unreachable, restarting, failing) never fails the
+request: it is kept in the ``SettleJournal`` and retried until it lands (exactly once: keyed by the
+hold's request id). The caller gets the figures the settlement will have (``_provisional``).
+``Ledger.holds`` names the holds this process is still responsible for (in flight, or kept in
+the journal): its sweeper never releases them, whatever the clocks say.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -23,11 +30,13 @@ from typing import Any, TypeVar
 from modelgate import ir
 from modelgate.billing.pricing import affordable_output_tokens, bound_uc, cost_uc
 from modelgate.billing.refusal import HoldRefused
+from modelgate.billing.settle_journal import SettleJournal
 from modelgate.catalogue import Model
 from modelgate.clock import Clock, month_of
 from modelgate.storage.base import LedgerStore, Refusal, ReserveRequest, Settlement, UsageRecord
 
 T = TypeVar("T")
+log = logging.getLogger("modelgate.billing")
 
 
 class UsageStatus(StrEnum):
@@ -114,6 +123,8 @@ class Hold:
     __slots__ = (
         "_clock",
         "_ended",
+        "_journal",
+        "_live",
         "_runner",
         "_store",
         "balance_after_uc",
@@ -134,6 +145,8 @@ class Hold:
         store: LedgerStore,
         runner: Settlements,
         clock: Clock,
+        journal: SettleJournal,
+        live: set[str],
     ) -> None:
         self.purpose = purpose
         self.granted_uc = granted_uc
@@ -144,6 +157,10 @@ class Hold:
         self._store = store
         self._runner = runner
         self._clock = clock
+        self._journal = journal
+        #: The request ids of this process's holds not ended yet (``Ledger.holds``).
+        self._live = live
+        live.add(purpose.request_id)
         self._ended: asyncio.Future[Settlement] | None = None
 
     async def settle(self, usage: ir.Usage, status: UsageStatus) -> Settlement:
@@ -176,17 +193,54 @@ class Hold:
             cache_write_1h_tokens=min(usage.cache_write_1h_input_tokens, usage.cache_creation_input_tokens),
             web_search_requests=usage.web_search_requests,
         )
-        operation = self._store.settle(record) if charge else self._store.release(record)
-        self._ended = asyncio.ensure_future(self._runner.run(operation))
+        self._ended = asyncio.ensure_future(self._runner.run(self._finish(record, charge)))
         return await asyncio.shield(self._ended)
+
+    async def _finish(self, record: UsageRecord, charge: bool) -> Settlement:
+        try:
+            return await (self._store.settle(record) if charge else self._store.release(record))
+        except Exception as exc:  # whatever the database or its driver raised: kept, not lost
+            log.warning(
+                "could not write the %s of %s (%s); kept and retried until it lands",
+                "settle" if charge else "release",
+                record.request_id,
+                str(exc) or type(exc).__name__,
+            )
+            await self._journal.keep(record, charge=charge)
+            return self._provisional(record.charged_uc if charge else 0)
+        finally:
+            self._live.discard(record.request_id)
+
+    def _provisional(self, cost_uc: int) -> Settlement:
+        """The figures of a settlement kept for later, as the ledger will apply it: the charge
+        within the hold, and the hold's unused rest free again (for the response headers)."""
+        charged = min(cost_uc, self.granted_uc)
+        freed = self.granted_uc - charged
+        cap = self.cap_remaining_after_uc
+        return Settlement(True, charged, self.balance_after_uc + freed, None if cap is None else cap + freed)
 
 
 class Ledger:
-    def __init__(self, store: LedgerStore, runner: Settlements, clock: Clock, ttl_seconds: float) -> None:
+    def __init__(
+        self,
+        store: LedgerStore,
+        runner: Settlements,
+        clock: Clock,
+        ttl_seconds: float,
+        journal: SettleJournal | None = None,
+    ) -> None:
         self._store = store
         self._runner = runner
         self._clock = clock
         self._ttl = ttl_seconds
+        #: Settles and releases the database did not take, retried until they land.
+        self.journal = journal or SettleJournal(store)
+        self._live: set[str] = set()
+
+    def holds(self, request_id: str) -> bool:
+        """Whether this process still answers for the hold of ``request_id``: its request is in
+        flight, or its settle waits in the journal. The sweeper never releases such a hold."""
+        return request_id in self._live or request_id in self.journal
 
     async def reserve(
         self, purpose: Purpose, *, input_bound: int, max_tokens: int, web_searches: int = 0
@@ -226,6 +280,8 @@ class Ledger:
             store=self._store,
             runner=self._runner,
             clock=self._clock,
+            journal=self.journal,
+            live=self._live,
         )
 
     def in_background(self, operation: Awaitable[Any]) -> None:

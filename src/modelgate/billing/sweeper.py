@@ -3,10 +3,22 @@
 Rule: a reservation still pending ``billing.reservation_ttl_seconds`` after it was made belongs
 to a request that will never settle it: its process crashed, or it was lost between reserve and
 settle. The request path guarantees settle-or-release for every request it serves, shielded from
-cancellation, so only a dead process leaves a hold behind. Such a hold would block the account's
-balance and the key's cap for ever, so the sweeper releases it: nothing is charged (the gateway
-cannot know what the upstream did, and the client got no complete answer), and the usage record
-says ``"abandoned"``.
+cancellation (and kept until it lands when the database fails: ``billing.settle_journal``), so
+only a dead process leaves a hold behind. Such a hold would block the account's balance and the
+key's cap for ever, so the sweeper releases it: nothing is charged (the gateway cannot know what
+the upstream did, and the client got no complete answer), and the usage record says
+``"abandoned"``.
+
+A hold's age is never read from a wall clock: the ``expires_at`` stored with it was computed by
+the wall clock of whichever process reserved it, and either clock may have stepped since (two
+hours forward would make every live hold look expired). Instead each sweeper measures the age
+itself, on its own steady clock (``clock.steady``): a pending reservation is released once this
+sweeper has seen it pending, sweep after sweep, for the whole TTL. The listing asks for every
+pending reservation (oldest expiry first, ``batch`` at most); a reservation that drops out of it
+starts again when it reappears. Holds this process still answers for (its request in flight, its
+settle waiting in the journal: ``Ledger.holds``) are never released by it, whatever the clocks say.
+The price: after a restart, holds left by the crashed process are released one TTL after the new
+sweeper first sees them rather than at their stored expiry.
 
 The TTL must exceed the longest request the gateway serves (upstream timeouts bound it). A
 request that somehow outlives it is not charged either: its late settle finds the reservation no
@@ -21,6 +33,8 @@ reservation being ``pending`` in one transaction (see ``storage.base``), so exac
 from __future__ import annotations
 
 import logging
+import math
+from collections.abc import Callable
 
 from modelgate.billing.ledger import UsageStatus
 from modelgate.clock import Clock
@@ -35,40 +49,59 @@ UNKNOWN = "unknown"
 
 
 class Sweeper:
-    def __init__(self, store: LedgerStore, clock: Clock, interval: float, batch: int = 100) -> None:
+    def __init__(
+        self,
+        store: LedgerStore,
+        clock: Clock,
+        interval: float,
+        ttl: float,
+        *,
+        spared: Callable[[str], bool] = lambda _: False,
+        batch: int = 1000,
+    ) -> None:
         self._store = store
         self._clock = clock
+        self._ttl = ttl
+        self._spared = spared
         self._batch = batch
         self._loop = Periodic("reservation sweep", self.sweep, interval, log)
+        #: Pending reservations this sweeper has seen, and when (steady clock) it first saw each.
+        self._seen: dict[str, float] = {}
         #: Reservations this sweeper released, since start (metrics).
         self.released = 0
 
     async def sweep(self) -> int:
-        """Release every reservation expired now; the number this call released."""
+        """Release every reservation this sweeper has seen pending for the TTL; the number this
+        call released."""
+        pending = await self._store.expired_reservations(math.inf, self._batch)
+        steady, now = self._clock.steady(), self._clock.time()
+        seen, self._seen = self._seen, {}
         released = 0
-        while True:
-            now = self._clock.time()
-            expired = await self._store.expired_reservations(now, self._batch)
-            for request_id, key_id, account_id, month in expired:
-                outcome = await self._store.release(
-                    UsageRecord(
-                        request_id=request_id,
-                        key_id=key_id,
-                        account_id=account_id,
-                        endpoint=UNKNOWN,
-                        model=UNKNOWN,
-                        month=month,
-                        status=ABANDONED,
-                        created_at=now,
-                        finished_at=now,
-                    )
+        for request_id, key_id, account_id, month in pending:
+            if self._spared(request_id):
+                continue
+            first = self._seen[request_id] = seen.get(request_id, steady)
+            if steady - first < self._ttl:
+                continue
+            outcome = await self._store.release(
+                UsageRecord(
+                    request_id=request_id,
+                    key_id=key_id,
+                    account_id=account_id,
+                    endpoint=UNKNOWN,
+                    model=UNKNOWN,
+                    month=month,
+                    status=ABANDONED,
+                    created_at=now,
+                    finished_at=now,
                 )
-                if outcome.applied:
-                    released += 1
-                    self.released += 1
-                    log.warning("released abandoned reservation %s of key %s", request_id, key_id)
-            if len(expired) < self._batch:
-                return released
+            )
+            del self._seen[request_id]
+            if outcome.applied:
+                released += 1
+                self.released += 1
+                log.warning("released abandoned reservation %s of key %s", request_id, key_id)
+        return released
 
     def start(self) -> None:
         self._loop.start()

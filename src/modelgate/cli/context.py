@@ -21,8 +21,9 @@ from modelgate.clock import SystemClock
 from modelgate.config import ConfigError, Settings, load_settings
 from modelgate.keys import Digester
 from modelgate.management import Management, ManagementError
-from modelgate.services import load_secret
+from modelgate.secret_file import checked_secret
 from modelgate.storage import StorageError, open_store
+from modelgate.storage.file_probe import refuse_a_new_database_beside_a_deleted_one
 
 T = TypeVar("T")
 console = Console()
@@ -59,19 +60,25 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def with_management(options: Options, work: Callable[[Management], Awaitable[T]]) -> T:
-    """Run ``work`` against the configured database (usable while the server runs)."""
+def with_management(
+    options: Options, work: Callable[[Management], Awaitable[T]], *, rotate_secret: bool = False
+) -> T:
+    """Run ``work`` against the configured database (usable while the server runs), once the
+    secret is known to belong to it (``secret_file.checked_secret``)."""
     settings = options.settings()
 
     async def run() -> T:
+        refuse_a_new_database_beside_a_deleted_one(settings.resolved_database_url)
         store = open_store(settings.resolved_database_url, pool_size=settings.database_pool_size)
         try:
             await store.migrate()
+            clock = SystemClock()
+            secret = await checked_secret(store, settings, clock.time(), rotate=rotate_secret)
             management = Management(
                 store,
                 build_catalogue(settings.catalogue),
-                Digester(load_secret(settings)),
-                SystemClock(),
+                Digester(secret),
+                clock,
                 settings.keys.default_rpm,
             )
             return await work(management)
@@ -84,6 +91,8 @@ def with_management(options: Options, work: Callable[[Management], Awaitable[T]]
         fail(str(exc))
     except StorageError as exc:
         fail(f"database: {exc}")
+    except ConfigError as exc:  # the secret does not belong to the database, or cannot be read
+        fail(str(exc))
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import ipaddress
 import logging
+import os
+import signal
 import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -24,6 +26,7 @@ from modelgate.cli.context import Options, console, fail, with_management
 from modelgate.config import ConfigError, Settings
 from modelgate.management import Management
 from modelgate.server.app import create_app
+from modelgate.server.reload import ConfigSource, check_routing
 from modelgate.server.runner import serve, tune_garbage_collector
 from modelgate.server.supervisor import supervise
 from modelgate.telemetry.logs import configure_logging
@@ -41,6 +44,10 @@ def _first_start(
             fail(str(exc))
 
     return run
+
+
+async def _nothing(m: Management) -> None:
+    return None
 
 
 def is_loopback(host: str) -> bool:
@@ -94,6 +101,14 @@ def serve_command(
         typer.Option("--workers", help="Serving processes on the port: a number, or 'auto' (one per core)."),
     ] = None,
     no_bootstrap: Annotated[bool, typer.Option("--no-bootstrap", help="Skip first-start demo data.")] = False,
+    rotate_secret: Annotated[
+        bool,
+        typer.Option(
+            "--rotate-secret",
+            help="Accept a new or changed secret (data/secret or `secret`): every existing key and "
+            "admin token stops working. See docs/operations.md#the-secret-file.",
+        ),
+    ] = False,
     bootstrap_file: Annotated[
         Path | None,
         typer.Option(
@@ -103,6 +118,8 @@ def serve_command(
     ] = None,
 ) -> None:
     """Run the gateway."""
+    # Until the server's reload handler is in place a SIGHUP must not end the start.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     options = Options(config, data_dir)
     server: dict[str, object] = {}
     if host is not None:
@@ -112,12 +129,24 @@ def serve_command(
     if workers is not None:
         server["workers"] = int(workers) if workers.strip().isdigit() else workers.strip()
     settings = options.settings(server=server or None)
+    source = ConfigSource(config, {"data_dir": data_dir, "server": server or None})
     refusal = port_refusal(settings.server.host, settings.server.port)
     if refusal is not None:
         fail(refusal)
-    request_writer = configure_logging(settings.log_level, settings.log_format, requests=settings.request_log)
-    # Build (and so validate) everything before the first-start bootstrap: a bad config must not
-    # leave a seeded database and printed secrets behind.
+    request_writer = configure_logging(
+        settings.log_level,
+        settings.log_format,
+        requests=settings.request_log,
+        secrets=(settings.metrics.token, settings.secret),
+    )
+    # Validate the catalogue, deployments and providers before the database is touched: a bad
+    # config must not leave a database (nor printed secrets) behind. Then the secret must belong to
+    # the database (``secret_file``) before anything uses it; then build everything.
+    try:
+        check_routing(settings, os.environ)
+    except ConfigError as exc:
+        fail(str(exc))
+    with_management(options, _nothing, rotate_secret=rotate_secret)
     try:
         app = create_app(settings)
     except ConfigError as exc:
@@ -139,6 +168,6 @@ def serve_command(
         )
     if settings.server.worker_count > 1:
         # A parent that supervises the serving processes; each builds its own gateway.
-        raise typer.Exit(supervise(settings, app))
+        raise typer.Exit(supervise(settings, app, source=source))
     tune_garbage_collector()
-    serve(settings, app)
+    serve(settings, app, source)

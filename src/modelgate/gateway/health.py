@@ -7,7 +7,8 @@ credentials or addresses. With an operator admin token (``details``, authorised 
 layer): the same plus the diagnosis below it (``checks``: engine, providers, unhealthy deployments
 and credentials; requests in flight; connection-level refusals).
 
-Components: the database is ``down`` when it does not answer a ping within 2 s. Redis is ``down``
+Components: the database is ``down`` when it does not answer a ping within 2 s; the ledger is
+``degraded`` while settles the database did not take wait to be retried. Redis is ``down``
 when it does not answer, ``degraded`` while it answers but rate limits still run per instance (the
 limiter's breaker is open). Upstreams are ``down`` when every deployment is cooling down,
 ``degraded`` when some deployment is failing or cooling down or a pooled credential is out of
@@ -45,8 +46,8 @@ class Components:
 
     levels: dict[str, Level]
     draining: bool
-    #: The database ping's failure (exception class name), for the details view.
-    database_error: str | None
+    #: Why the database ping failed, for the details view (None: it answered).
+    database_failure: Exception | None
 
     @property
     def status(self) -> str:
@@ -61,26 +62,28 @@ class Components:
         return 503 if self.status in ("down", "draining") else 200
 
 
-async def _ping(check: Any) -> str | None:
-    """None when ``check`` (an awaitable) answers in time, else the failure's class name."""
+async def _ping(check: Any) -> Exception | None:
+    """None when ``check`` (an awaitable) answers in time, else why it did not."""
     try:
         await asyncio.wait_for(check, timeout=PING_SECONDS)
     except Exception as exc:  # any failure to answer means down, whatever the driver raised
-        return type(exc).__name__
+        return exc
     return None
 
 
 async def components(services: Services) -> Components:
     limiter = services.rate_limiter
     redis = limiter if isinstance(limiter, RedisRateLimiter) else None
-    database_error, redis_error = await asyncio.gather(
+    database_failure, redis_failure = await asyncio.gather(
         _ping(services.store.ping()), _ping(redis.ping()) if redis is not None else asyncio.sleep(0)
     )
-    levels: dict[str, Level] = {"database": "down" if database_error else "ok"}
+    levels: dict[str, Level] = {"database": "down" if database_failure is not None else "ok"}
     if redis is not None:
-        levels["redis"] = "down" if redis_error else "degraded" if redis.degraded else "ok"
+        levels["redis"] = "down" if redis_failure is not None else "degraded" if redis.degraded else "ok"
+    # Settles the database did not take wait in the journal (billing.settle_journal) until it does.
+    levels["ledger"] = "degraded" if services.ledger.journal.waiting else "ok"
     levels["upstreams"] = _upstreams(services)
-    return Components(levels, services.drain.active, database_error)
+    return Components(levels, services.drain.active, database_failure)
 
 
 def _upstreams(services: Services) -> Level:
@@ -106,8 +109,12 @@ async def health_details(services: Services, request: Request) -> Response:
     state = await components(services)
     settings = services.settings
     database: dict[str, Any] = {"status": "ok", "engine": settings.resolved_database_url.split(":", 1)[0]}
-    if state.database_error is not None:
-        database = {**database, "status": "unreachable", "error": state.database_error}
+    failure = state.database_failure
+    if failure is not None:
+        database = {**database, "status": "unreachable", "error": type(failure).__name__}
+        reason = getattr(failure, "reason", None)  # storage.file_probe: the file is gone or the disk full
+        if isinstance(reason, str):
+            database = {**database, "status": "unavailable", "reason": reason}
     upstreams = [
         {
             "name": p.name,
@@ -148,6 +155,11 @@ async def health_details(services: Services, request: Request) -> Response:
             "upstreams": upstreams,
             "unhealthy_deployments": deployments,
             "unhealthy_credentials": credentials,
+            # Settles the database did not take, waiting to be retried (billing.settle_journal).
+            "settles": {
+                "status": "waiting" if services.ledger.journal.waiting else "ok",
+                "waiting": services.ledger.journal.waiting,
+            },
         },
         "in_flight": services.inflight.in_flight,
         "large_bodies_in_flight": services.large_bodies.in_flight,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from modelgate.catalogue import Model
+from modelgate.formats import ClientRequest
 from modelgate.upstream.base import Deployment
 
 
@@ -28,9 +29,9 @@ def held_default(model: Model, deployments: Sequence[Deployment]) -> int:
     return max((deployment_default(model, d) for d in deployments), default=model.omitted_max_tokens)
 
 
-def attempt_max_tokens(model: Model, deployment: Deployment, granted: int, requested: int | None) -> int:
+def attempt_max_tokens(model: Model, deployment: Deployment, granted: int, client: ClientRequest) -> int:
     """``max_tokens`` of one attempt: what the hold granted, and for a request that named no limit
     no more than the deployment's default."""
-    if requested is not None:
+    if client.codec.requested_max_tokens(client.body) is not None:
         return granted
     return min(granted, deployment_default(model, deployment))

@@ -323,7 +323,8 @@ async def analyse_body(services: Services, exchange: Exchange, raw: bytes) -> Fa
 
 
 async def admit_rate(services: Services, exchange: Exchange, key: KeyRecord) -> Decision:
-    decision = await services.rate_limiter.admit(key.id, key.rpm, exchange.started)
+    # Rate windows run on the steady clock: a wall-clock step must not lock a key.
+    decision = await services.rate_limiter.admit(key.id, key.rpm, services.clock.steady())
     exchange.response_headers.update(decision.headers())
     if not decision.admitted:
         raise errors.RateLimited(
@@ -385,8 +386,7 @@ async def call_upstream(
     exchange, client = admitted.exchange, admitted.client
 
     async def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
-        requested = client.codec.requested_max_tokens(client.body)
-        max_tokens = attempt_max_tokens(admitted.model, deployment, hold.max_tokens, requested)
+        max_tokens = attempt_max_tokens(admitted.model, deployment, hold.max_tokens, client)
         return await upstream_body(services, admitted, max_tokens, deployment, provider)
 
     observer = AttemptLog(services.telemetry.metrics, exchange.record, exchange.trace)

@@ -7,7 +7,9 @@ Streams (``StreamResponse``): nothing is retried once a byte was sent. A failure
 stream with the client format's in-band error event and is reported to the router through the
 attempt's callback, so the deployment cools down. A client disconnect cancels the relay, which
 closes (aborts) the upstream request at once. Whatever ends the stream, the stream's outcome is
-settled exactly once (``streams.RelayStream.outcome``).
+settled exactly once (``streams.RelayStream.outcome``). A stream that ran to its end is settled
+before its final byte: the charge is written, or kept durably to be written (``Hold.settle``,
+``billing.settle_journal``), before the client holds the whole answer.
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ class StreamResponse(Response):
         self.telemetry = telemetry
         #: Stores the completed response (``gateway.state.keep``) before its final event is sent.
         self.keep = keep
+        self._settled = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         watch = DisconnectWatch(receive, self.drain)
@@ -129,6 +132,7 @@ class StreamResponse(Response):
         try:
             await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
             await watch.run(self._pump(send))
+            await self._settle()
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except ClientGone:
             self.stream.status = UsageStatus.CLIENT_DISCONNECTED
@@ -143,12 +147,19 @@ class StreamResponse(Response):
         finally:
             watch.close()
             try:
-                usage, status = await self.stream.outcome()
-                stream_ended(self.record, status)
-                await self.settle(usage, status)
+                await self._settle()
             finally:
                 self.telemetry.open_streams -= 1
                 self.on_done()
+
+    async def _settle(self) -> None:
+        """Settle the stream's outcome, once (after its end, or when it was cut)."""
+        if self._settled:
+            return
+        self._settled = True
+        usage, status = await self.stream.outcome()
+        stream_ended(self.record, status)
+        await self.settle(usage, status)
 
     async def _pump(self, send: Send) -> None:
         """Relay the upstream stream to ``send``; ends with an in-band error on upstream failure."""

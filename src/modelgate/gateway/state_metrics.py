@@ -68,6 +68,11 @@ class StateMetrics:
             services.large_bodies.in_flight,
         )
         edge = services.edge
+        yield gauge(
+            "modelgate_connection_cap",
+            "Open connections this process accepts (server.max_connections, fitted to the open-file limit).",
+            edge.connection_cap,
+        )
         refusals: dict[tuple[str, ...], float] = {
             ("in_flight",): services.inflight.refused,
             ("large_bodies",): services.large_bodies.refused,
@@ -96,6 +101,22 @@ class StateMetrics:
             "modelgate_sweeper_releases",
             "Reservations released by this instance's sweeper (their request's process died).",
             sweeper.released if sweeper is not None else 0,
+        )
+        journal = services.ledger.journal
+        yield gauge(
+            "modelgate_settles_waiting",
+            "Settles and releases the database did not take, kept and retried until they land.",
+            journal.waiting,
+        )
+        yield counter(
+            "modelgate_settles_kept",
+            "Settles and releases kept for a retry because the database did not take them.",
+            journal.kept_total,
+        )
+        yield counter(
+            "modelgate_settles_landed",
+            "Kept settles and releases written to the database by a retry.",
+            journal.landed_total,
         )
         limiter = services.rate_limiter
         if isinstance(limiter, RedisRateLimiter):

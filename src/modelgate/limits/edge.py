@@ -15,6 +15,9 @@ class EdgeStats:
     body_timeouts: int = 0
     #: Requests whose HTTP framing could not be parsed (400).
     malformed_requests: int = 0
+    #: The connection cap in force: ``server.max_connections``, or lower to fit the open-file
+    #: limit (``server.file_limit``).
+    connection_cap: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)

@@ -3,8 +3,8 @@
 The same exact rolling 60-second window as ``limits.rpm`` (admitted when fewer than ``limit``
 admissions lie in ``(now - 60, now]``; refused with the wait until the entry at ``len - limit``
 leaves the window; refusals log nothing), kept in one sorted set per key: members are admissions,
-scores their times. Times are the ``now`` the gateway passes (its clock), never Redis's, so an
-injected clock drives the shared window exactly as it drives the in-process one. One Lua script
+scores their times. Times are the ``now`` the gateway passes (its steady clock), never Redis's, so
+an injected clock drives the shared window exactly as it drives the in-process one. One Lua script
 trims, counts and admits atomically, so N instances admitting at once cannot overshoot. The
 admissions of one event-loop turn travel to Redis together (``limits.redis_batch``).
 
@@ -39,11 +39,12 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from modelgate.limits.redis_batch import ScriptBatches
-from modelgate.limits.rpm import WINDOW_SECONDS, Decision, RollingWindowLimiter
+from modelgate.limits.rpm import AHEAD_TOLERANCE, WINDOW_SECONDS, Decision, RollingWindowLimiter
 
 log = logging.getLogger("modelgate.limits")
 
-# KEYS[1]: the key's log. ARGV: now, horizon (now - window), window, limit, member.
+# KEYS[1]: the key's log. ARGV: now, horizon (now - window), window, limit, member, and
+# now + AHEAD_TOLERANCE (admissions stamped beyond it count as made now: ``limits.rpm``).
 # Times travel as strings and are handed to Redis as the strings they came in: Lua would print
 # numbers with 14 significant digits and lose the sub-millisecond part of an epoch time.
 _ADMIT = """
@@ -51,6 +52,10 @@ local now = tonumber(ARGV[1])
 local window = tonumber(ARGV[3])
 local limit = tonumber(ARGV[4])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
+local ahead = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[6], '+inf')
+for _, member in ipairs(ahead) do
+    redis.call('ZADD', KEYS[1], ARGV[1], member)
+end
 local count = redis.call('ZCARD', KEYS[1])
 if count >= limit then
     local entry = redis.call('ZRANGE', KEYS[1], count - limit, count - limit, 'WITHSCORES')
@@ -151,7 +156,14 @@ class RedisRateLimiter:
 
     async def _admit_shared(self, key_id: str, limit: int, now: float) -> Decision:
         member = f"{now!r}:{secrets.token_hex(6)}"
-        args: list[str | int] = [repr(now), repr(now - self._window), repr(self._window), limit, member]
+        args: list[str | int] = [
+            repr(now),
+            repr(now - self._window),
+            repr(self._window),
+            limit,
+            member,
+            repr(now + AHEAD_TOLERANCE),
+        ]
         admitted, remaining, score = await self._admissions.call([self._prefix + key_id], args)
         entry = float(score)
         if not admitted:

@@ -4,6 +4,13 @@ Each key keeps the admission times of its last ``limit`` requests. A request at 
 admitted when fewer than ``limit`` admissions lie in ``(now - 60, now]``; otherwise it is refused
 with the wait until the oldest of them leaves the window. Refused requests are not logged, so
 they consume no units. Memory is O(limit) per active key.
+
+Times are the caller's ``clock.steady()``: seconds that never step, so a wall-clock step moves no
+window. Times from several processes (``limits.shared_rpm``, ``limits.redis_rpm``) agree only as
+well as those processes' clocks did when each started; an admission stamped more than
+``AHEAD_TOLERANCE`` ahead of ``now`` (another process's clock is ahead, or was set ahead when it
+started) counts as made ``now``, so no disagreement between clocks can lock a key for longer than
+one window.
 """
 
 from __future__ import annotations
@@ -16,6 +23,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 WINDOW_SECONDS = 60.0
+#: How far ahead of ``now`` an admission's time may be and still count as given (clocks of
+#: processes started at different moments differ by their wall clocks' error then).
+AHEAD_TOLERANCE = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +79,8 @@ class RollingWindowLimiter:
         horizon = now - self._window
         while log and log[0] <= horizon:
             log.popleft()
+        if log and log[-1] > now + AHEAD_TOLERANCE:
+            _restamp_ahead(log, now)
         if len(log) >= limit:
             # Admission needs fewer than `limit` entries in the window, so the entry at
             # len - limit must leave it (after a lowered limit, older ones go first).
@@ -100,3 +112,15 @@ class RollingWindowLimiter:
         while entry > (now + max(1, math.ceil(wait))) - self._window:
             wait = math.nextafter(float(max(1, math.ceil(wait))), math.inf)
         return max(wait, 0.0)
+
+
+def _restamp_ahead(log: deque[float], now: float) -> None:
+    """Admissions stamped beyond ``now + AHEAD_TOLERANCE`` count as made ``now`` (the log stays
+    sorted: they are its newest entries)."""
+    ahead = 0
+    while log and log[-1] > now + AHEAD_TOLERANCE:
+        log.pop()
+        ahead += 1
+    insert_at = bisect.bisect_right(log, now)
+    for _ in range(ahead):
+        log.insert(insert_at, now)

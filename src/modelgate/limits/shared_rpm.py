@@ -4,7 +4,7 @@ With ``server.workers`` above 1 and no ``redis_url``, the supervising parent pro
 ``RollingWindowLimiter`` of the instance (``WindowService``) and every worker asks it over a
 private socket pair (``SharedWindowLimiter``). The decisions are exactly those of a single process
 with the same clock: one window per key for all workers, the same ``retry-after``, refunds
-included, never N x the limit. Times are the ``now`` each worker passes (its clock), as with Redis.
+included, never N x the limit. Times are the ``now`` each worker passes (its steady clock), as with Redis.
 
 Cost: the admissions asked in one turn of a worker's event loop travel as one write and their
 answers come back as one (a line of JSON each), so under load one round trip serves many requests.

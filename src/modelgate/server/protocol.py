@@ -4,9 +4,10 @@ uvicorn has no timeout for a request's head or body and no cap on open connectio
 broken framing in plain text. ``guarded_protocol`` adds, per instance:
 
 - a cap on open connections (``server.max_connections``): one more is answered 503 and closed;
-- a head timeout (``server.header_timeout_seconds``) from the connection's start or the end of
-  its previous response until the request's headers are complete: a JSON 408, then close (an
-  idle keep-alive connection is closed earlier by ``server.keep_alive_seconds``);
+- a head timeout (``server.header_timeout_seconds``) from the connection's start, or from the
+  first byte of a later request on it, until the request's headers are complete: a JSON 408,
+  then close (between requests an idle keep-alive connection is kept for
+  ``server.keep_alive_seconds``, which may be longer);
 - a body timeout (``server.body_timeout_seconds``) from the end of the headers until the body is
   complete: a JSON 408 if no answer started, then close;
 - every refusal made here, framing errors included, as a JSON error in the wire format of the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -33,9 +35,16 @@ from modelgate.server.websocket import accepts_upgrade
 log = logging.getLogger("modelgate.edge")
 
 
-def error_bytes(status_error: errors.GatewayError, path: str, *, close: bool = True) -> bytes:
-    """A complete HTTP/1.1 response carrying ``status_error`` in the wire format of ``path``."""
-    codec = codec_for_path(path, {})
+def error_bytes(
+    status_error: errors.GatewayError,
+    path: str,
+    *,
+    close: bool = True,
+    headers: Mapping[str, str] | None = None,
+) -> bytes:
+    """A complete HTTP/1.1 response carrying ``status_error`` in the wire format of ``path`` (and,
+    off the Messages paths, of the client the request's ``headers`` so far name)."""
+    codec = codec_for_path(path, headers or {})
     request_id = ids.new_request_id()
     body = codec.render_error(status_error, request_id)
     status = status_error.status_for(codec.name)
@@ -58,6 +67,7 @@ def _reason(status: int) -> str:
 
 def guarded_protocol(server: ServerConfig, stats: EdgeStats) -> type[HttpToolsProtocol]:
     """uvicorn's protocol class with this instance's limits (uvicorn builds one per connection)."""
+    stats.connection_cap = server.max_connections
 
     class GuardedProtocol(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -85,7 +95,7 @@ def guarded_protocol(server: ServerConfig, stats: EdgeStats) -> type[HttpToolsPr
 
         def _refuse(self, error: errors.GatewayError, path: str) -> None:
             if not self.transport.is_closing():
-                self.transport.write(error_bytes(error, path))
+                self.transport.write(error_bytes(error, path, headers=self._header_names()))
                 self.transport.close()
             self._cancel_timers()
 
@@ -108,6 +118,11 @@ def guarded_protocol(server: ServerConfig, stats: EdgeStats) -> type[HttpToolsPr
                 return  # a request is being served; its own timers apply
             stats.head_timeouts += 1
             self._refuse(errors.RequestTimeout("the request's headers did not arrive in time"), "/")
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            if self._head_timer is None:  # a later request on a kept-alive connection
+                self._arm_head()
 
         def on_headers_complete(self) -> None:
             if self._head_timer is not None:
@@ -140,17 +155,25 @@ def guarded_protocol(server: ServerConfig, stats: EdgeStats) -> type[HttpToolsPr
             else:
                 self.transport.close()
 
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():
-                self._arm_head()
-
         # refusals uvicorn would answer in plain text ------------------------------------
 
         def send_400_response(self, msg: str) -> None:
             stats.malformed_requests += 1
-            path = str(self.scope.get("path", "/")) if self.scope else "/"
-            self._refuse(errors.InvalidRequest(f"malformed HTTP request: {msg}"), path)
+            self._refuse(errors.InvalidRequest(f"malformed HTTP request: {msg}"), self._path_so_far())
+
+        def _header_names(self) -> dict[str, str]:
+            """The names of the headers parsed so far (they pick a client's error shape)."""
+            parsed: list[tuple[bytes, bytes]] = getattr(self, "headers", None) or []
+            return {name.decode("latin-1"): "" for name, _ in parsed}
+
+        def _path_so_far(self) -> str:
+            """The path of the request being parsed: the scope's once its head was complete, else
+            what arrived of its target (so the refusal is in that path's wire format)."""
+            if self.scope and "path" in self.scope:
+                return str(self.scope["path"])
+            url: bytes = getattr(self, "url", b"")
+            target = url.split(b"?", 1)[0] if url else b"/"
+            return target.decode("latin-1") or "/"
 
         def _unsupported_upgrade_warning(self) -> None:
             # An upgrade not handed to the WebSocket protocol is served as a plain request: the

@@ -8,6 +8,9 @@ flight run for up to ``server.shutdown_grace_seconds``; then the ones still runn
 requests answer 503, streams end with their in-band error, each settled as ``shutdown``), the
 ledger's settlements finish, and the process exits, within the grace plus about a second. A
 second signal cuts at once.
+
+SIGHUP reloads the configuration file (``server.reload``): nothing is cut, a file that fails
+validation changes nothing and is logged.
 """
 
 from __future__ import annotations
@@ -15,34 +18,26 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import resource
+import signal
 import socket
+import threading
 from types import FrameType
 
 import uvicorn
 
 from modelgate.config import Settings
 from modelgate.server.app import EdgeApp
+from modelgate.server.file_limit import fit_connection_cap
 from modelgate.server.protocol import guarded_protocol
+from modelgate.server.reload import ConfigSource, Reloader, on_hangup
 from modelgate.server.websocket import DrainingWebSocketProtocol
+from modelgate.storage.file_probe import set_min_free_bytes
 
 log = logging.getLogger("modelgate")
 
 #: Seconds between the end of the grace and uvicorn cancelling what is still running (a backstop:
 #: cut requests end in milliseconds).
 CUT_MARGIN = 1.0
-
-
-def raise_open_file_limit() -> tuple[int, int]:
-    """Raise the soft limit on open files to the hard limit (each connection holds one)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError):
-            return soft, hard
-        soft = hard
-    return soft, hard
 
 
 def tune_garbage_collector() -> None:
@@ -63,6 +58,7 @@ def uvicorn_config(
     settings: Settings, app: EdgeApp, *, loop: str = "auto", log_level: str | None = None
 ) -> uvicorn.Config:
     server, responses = settings.server, settings.responses
+    keep_alive = int(max(1, round(server.keep_alive_seconds)))
     return uvicorn.Config(
         app,
         host=server.host,
@@ -81,7 +77,10 @@ def uvicorn_config(
         log_config=None,
         access_log=server.access_log,
         log_level=log_level or settings.log_level,
-        timeout_keep_alive=int(max(1, round(server.keep_alive_seconds))),
+        timeout_keep_alive=keep_alive,
+        # Clients' pools learn how long an idle connection is kept, and stop reusing it before
+        # the gateway closes it (docs/operations.md#keep-alive).
+        headers=[("keep-alive", f"timeout={keep_alive}")],
         timeout_graceful_shutdown=int(server.shutdown_grace_seconds + CUT_MARGIN + 1),
         # Client addresses are never used, so X-Forwarded-* parsing would be work for nothing.
         proxy_headers=False,
@@ -92,10 +91,19 @@ def uvicorn_config(
 class DrainingServer(uvicorn.Server):
     """uvicorn's server with the drain described in the module docstring."""
 
-    def __init__(self, config: uvicorn.Config, app: EdgeApp, grace: float) -> None:
+    def __init__(
+        self, config: uvicorn.Config, app: EdgeApp, grace: float, *, reloader: Reloader | None = None
+    ) -> None:
         super().__init__(config)
         self._app = app
         self._grace = grace
+        #: Runs on SIGHUP (None: SIGHUP is left as it was, e.g. in tests' threads).
+        self.reloader = reloader
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.reloader is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGHUP, on_hangup(asyncio.get_running_loop(), self.reloader))
+        await super().startup(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if self.should_exit:
@@ -112,6 +120,8 @@ class DrainingServer(uvicorn.Server):
         services.drain.begin(self._grace)
         log.info("draining: grace %.0f s, %d request(s) in flight", self._grace, services.inflight.in_flight)
         await super().shutdown(sockets)
+        if self.reloader is not None:
+            await self.reloader.stop()
         if self.force_exit:
             # uvicorn skips the application's shutdown on a forced exit; holds must still settle.
             try:
@@ -120,9 +130,9 @@ class DrainingServer(uvicorn.Server):
                 log.warning("forced exit: the ledger's last settlements may not have finished", exc_info=True)
 
 
-def serve(settings: Settings, app: EdgeApp) -> None:
-    """Run the gateway until it is stopped (``modelgate serve``)."""
-    soft, hard = raise_open_file_limit()
-    log.info("open-file limit: %d (hard %d); connection cap %d", soft, hard, settings.server.max_connections)
-    config = uvicorn_config(settings, app)
-    DrainingServer(config, app, settings.server.shutdown_grace_seconds).run()
+def serve(settings: Settings, app: EdgeApp, source: ConfigSource | None = None) -> None:
+    """Run the gateway until it is stopped (``modelgate serve``); SIGHUP reloads from ``source``."""
+    set_min_free_bytes(app.services.store, settings.database_min_free_bytes)
+    config = uvicorn_config(fit_connection_cap(settings), app)
+    reloader = Reloader(app.services, source) if source is not None else None
+    DrainingServer(config, app, settings.server.shutdown_grace_seconds, reloader=reloader).run()

@@ -14,6 +14,11 @@ worker is free accepts the next one. The parent serves no HTTP itself. It:
 - on SIGTERM or SIGINT forwards SIGTERM to every worker, which drains as one process would
   (``server.runner``); a second signal is forwarded too, and cuts at once; after the grace plus
   ``KILL_MARGIN`` seconds, workers still running are killed. The parent exits once all have.
+- on SIGHUP reads the configuration file again and validates it (``server.reload``): a file that
+  fails is logged and goes no further, the workers keep serving; a valid one becomes the
+  configuration restarted workers get (its live keys) and SIGHUP is forwarded to every worker,
+  which applies it itself without cutting anything. Workers start with SIGHUP ignored until
+  their own handler is in place;
 - stops everything if a worker of the first start fails before it serves (a bad configuration
   fails the same way every time, so restarting would only loop).
 """
@@ -38,6 +43,7 @@ from modelgate.clock import Clock
 from modelgate.config import Settings
 from modelgate.limits.shared_rpm import WindowService
 from modelgate.server.app import EdgeApp
+from modelgate.server.reload import ConfigSource, load_checked, set_log_level
 from modelgate.server.runner import CUT_MARGIN, uvicorn_config
 from modelgate.server.worker import WorkerSpec, run_worker
 from modelgate.storage import StorageError, open_store
@@ -76,8 +82,16 @@ class _State:
 
 
 class Supervisor:
-    def __init__(self, settings: Settings, app: EdgeApp, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        app: EdgeApp,
+        *,
+        clock: Clock | None = None,
+        source: ConfigSource | None = None,
+    ) -> None:
         self._settings = settings
+        self._source = source
         self._app = app
         self._clock = clock
         self.count = settings.server.worker_count
@@ -110,6 +124,8 @@ class Supervisor:
             return EXIT_FAILED
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal)
+        if self._source is not None:
+            loop.add_signal_handler(signal.SIGHUP, self._on_hangup)
         for index in range(self.count):
             self._start(index, listener)
         await self._done.wait()
@@ -135,11 +151,18 @@ class Supervisor:
             inflight=self._inflight,
             window=theirs,
             clock=self._clock,
+            source=self._source,
         )
         process = self._context.Process(
             target=run_worker, args=(spec,), name=f"modelgate-worker-{index}", daemon=False
         )
-        process.start()
+        # The worker inherits SIGHUP ignored (``spawn`` keeps an ignored signal, not a handler)
+        # until its own reload handler is in place.
+        handler = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        try:
+            process.start()
+        finally:
+            signal.signal(signal.SIGHUP, handler)
         send.close()
         worker = _Worker(index, process, receive, time.monotonic())
         state.workers[index] = worker
@@ -213,6 +236,25 @@ class Supervisor:
         )
         state.restarts[worker.index] = loop.call_later(delay, self._start, worker.index, listener)
 
+    # reloading ----------------------------------------------------------------------------
+
+    def _on_hangup(self) -> None:
+        assert self._source is not None
+        where = self._source.describe()
+        if self._state.signals:
+            log.warning("SIGHUP while stopping: not reloading %s", where)
+            return
+        try:
+            changes = load_checked(self._source, self._settings)
+        except Exception as exc:  # a bad file must never stop the instance
+            log.error("reload of %s failed; workers keep the running configuration: %s", where, exc)
+            return
+        self._settings = changes.settings
+        set_log_level(changes.settings.log_level)
+        log.info("reload of %s: valid; passing SIGHUP to %d worker(s)", where, len(self._state.workers))
+        for worker in self._state.workers.values():
+            _signal(worker.process, signal.SIGHUP)
+
     # stopping -----------------------------------------------------------------------------
 
     def _on_signal(self) -> None:
@@ -275,6 +317,9 @@ def _run_loop(main: Coroutine[Any, Any, int]) -> int:
     return int(uvloop.run(main))
 
 
-def supervise(settings: Settings, app: EdgeApp, *, clock: Clock | None = None) -> int:
-    """Run ``settings.server.worker_count`` workers until stopped; returns the exit code."""
-    return Supervisor(settings, app, clock=clock).run()
+def supervise(
+    settings: Settings, app: EdgeApp, *, clock: Clock | None = None, source: ConfigSource | None = None
+) -> int:
+    """Run ``settings.server.worker_count`` workers until stopped (SIGHUP reloads from
+    ``source``); returns the exit code."""
+    return Supervisor(settings, app, clock=clock, source=source).run()

@@ -10,6 +10,10 @@ the in-flight cap (``limits.inflight.SharedInFlight``).
 Signals: the parent forwards SIGTERM (first: drain, second: cut, as ``server.runner`` describes).
 A terminal's Ctrl-C reaches every process of the group; workers ignore SIGINT, so it counts once,
 through the parent. A worker whose parent dies gets SIGTERM from the kernel and drains too.
+SIGHUP (forwarded by the parent, or from a closed terminal to the whole group) reloads the
+configuration file in the worker (``server.reload``); until its handler is in place a worker
+ignores SIGHUP (the parent starts it with SIGHUP ignored, which ``spawn`` keeps), so a reload
+during a worker's start never kills it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import os
 import signal
 import socket
 from dataclasses import dataclass
+from functools import partial
 from multiprocessing.connection import Connection
 from types import FrameType
 
@@ -31,12 +36,10 @@ from modelgate.config import Settings
 from modelgate.limits.inflight import Counters, SharedInFlight
 from modelgate.limits.shared_rpm import SharedWindowLimiter
 from modelgate.server.app import EdgeApp, create_app
-from modelgate.server.runner import (
-    DrainingServer,
-    raise_open_file_limit,
-    tune_garbage_collector,
-    uvicorn_config,
-)
+from modelgate.server.file_limit import fit_connection_cap
+from modelgate.server.reload import ConfigSource, Reloader
+from modelgate.server.runner import DrainingServer, tune_garbage_collector, uvicorn_config
+from modelgate.storage.file_probe import set_min_free_bytes
 from modelgate.telemetry.logs import configure_logging
 
 log = logging.getLogger("modelgate")
@@ -62,6 +65,8 @@ class WorkerSpec:
     window: socket.socket | None
     #: Tests inject a clock all workers share (``None``: the system clock).
     clock: Clock | None = None
+    #: Where SIGHUP reloads the configuration from (None: SIGHUP is ignored).
+    source: ConfigSource | None = None
 
 
 class WorkerServer(DrainingServer):
@@ -74,8 +79,9 @@ class WorkerServer(DrainingServer):
         ready: Connection,
         index: int,
         window: SharedWindowLimiter | None,
+        reloader: Reloader | None,
     ) -> None:
-        super().__init__(config, app, grace)
+        super().__init__(config, app, grace, reloader=reloader)
         self._ready = ready
         self._index = index
         self._window = window
@@ -114,12 +120,16 @@ def for_worker(settings: Settings, index: int) -> Settings:
 
 def run_worker(spec: WorkerSpec) -> None:
     """The worker's whole life: build the gateway, serve until told to stop, then exit."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until the server's reload handler is in place
     die_with_parent(spec.parent_pid)
     settings = for_worker(spec.settings, spec.index)
     request_writer = configure_logging(
-        settings.log_level, settings.log_format, requests=settings.request_log, worker=spec.index
+        settings.log_level,
+        settings.log_format,
+        requests=settings.request_log,
+        worker=spec.index,
+        secrets=(settings.metrics.token, settings.secret),
     )
-    raise_open_file_limit()
     app = create_app(settings, clock=spec.clock)
     services = app.services
     if request_writer is not None:
@@ -130,7 +140,11 @@ def run_worker(spec: WorkerSpec) -> None:
     if window is not None:
         services.rate_limiter = window
     tune_garbage_collector()
-    config = uvicorn_config(settings, app)
+    set_min_free_bytes(services.store, settings.database_min_free_bytes)
+    config = uvicorn_config(fit_connection_cap(settings), app)
+    reloader = None
+    if spec.source is not None:
+        reloader = Reloader(services, spec.source, adjust=partial(for_worker, index=spec.index))
     server = WorkerServer(
         config,
         app,
@@ -138,6 +152,7 @@ def run_worker(spec: WorkerSpec) -> None:
         ready=spec.ready,
         index=spec.index,
         window=window,
+        reloader=reloader,
     )
     server.run(sockets=[spec.listener])
     if not server.started:

@@ -351,6 +351,18 @@ class AdminTokenStore(Protocol):
 
     async def count_admin_tokens(self) -> int: ...
 
+    async def holds_credentials(self) -> bool:
+        """Whether any API key or admin token is stored (their digests need the same secret)."""
+        ...
+
+    async def secret_fingerprint(self) -> str | None:
+        """The recorded fingerprint of the HMAC secret (``modelgate.secret_file``), if any."""
+        ...
+
+    async def record_secret_fingerprint(self, fingerprint: str, now: float) -> None:
+        """Record (or replace) the fingerprint of the HMAC secret."""
+        ...
+
 
 class LedgerStore(Protocol):
     """Reserve, settle and release (the semantics in this module's docstring)."""

@@ -51,7 +51,7 @@ from modelgate.storage.base import (
     UsageRecord,
     UsageSummary,
 )
-from modelgate.storage.postgres_batches import DATABASE_ERRORS
+from modelgate.storage.postgres_batches import DATABASE_ERRORS, connection_lost
 from modelgate.storage.postgres_ledger import LedgerBatches
 from modelgate.storage.postgres_reports import PostgresReports
 from modelgate.storage.postgres_responses import PostgresResponses
@@ -124,6 +124,9 @@ class PostgresStore(PostgresAdminTokens, PostgresReports, PostgresResponses):
         except asyncpg.IntegrityConstraintViolationError as exc:
             raise Conflict(str(exc)) from exc
         except DATABASE_ERRORS as exc:
+            if self._pool is not None and connection_lost(exc):
+                # The server ended its sessions (a restart): the pool's idle ones are stale too.
+                await self._pool.expire_connections()
             raise StorageError(f"postgresql: {exc}") from exc
 
     @asynccontextmanager

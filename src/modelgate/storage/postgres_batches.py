@@ -51,8 +51,16 @@ P = TypeVar("P", bound=Pending)
 #: Weight of the newest gap between arrivals in their running average (``Batches._arrived``).
 _GAP_WEIGHT = 0.25
 
-#: What a call to the database may raise: its callers get ``StorageError``.
-DATABASE_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+#: What a call to the database may raise: its callers get ``StorageError``. ``InternalClientError``
+#: is the driver refusing a call on a connection still busy with a broken one (its protocol state
+#: is stale): the connection is replaced, never reused.
+DATABASE_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    OSError,
+    TimeoutError,
+)
 
 
 class Batches(Generic[P]):
@@ -76,6 +84,10 @@ class Batches(Generic[P]):
         #: it broke (then it is closed and handed back before the next batch).
         self._held: Any = None
         self._broken = False
+        #: Whether the kept connection was lost (not merely refused a statement): the server
+        #: probably ended its other sessions too (a restart), so the pool's idle connections are
+        #: expired with it rather than handed out one stale connection at a time.
+        self._lost = False
         #: Told each batch's duration, size and wait (the ledger's write metrics).
         self.observer: LedgerObserver | None = None
 
@@ -126,7 +138,14 @@ class Batches(Generic[P]):
     async def _send(self, batch: list[P], waited: float = 0.0) -> None:
         began = time.perf_counter()
         try:
-            await self._run(batch)
+            try:
+                await self._run(batch)
+            except asyncpg.exceptions.InternalClientError as exc:
+                # The driver refused the call before sending anything (the kept connection was
+                # ended by the server while idle, and the driver does not know it yet): the
+                # batch goes once more, on a fresh connection.
+                self._failure(exc)
+                await self._run(batch)
         except DATABASE_ERRORS as exc:
             failure = self._failure(exc)
             for item in batch:
@@ -157,14 +176,18 @@ class Batches(Generic[P]):
         """What the callers of a call that raised ``exc`` (one of ``DATABASE_ERRORS``) are told;
         the kept connection is replaced before the next call if ``exc`` broke it."""
         self._broken = self._broken or self._breaks_connection(exc)
+        self._lost = self._lost or connection_lost(exc)
         return StorageError(f"postgresql: {exc}")
 
     def _breaks_connection(self, exc: BaseException) -> bool:
         """Whether the kept connection is to be replaced after ``exc``. An error the server
         reports in a statement leaves it usable (each batch is one statement, so no transaction
         stays open); one that ends the session (FATAL: shutdown, terminated), a broken socket or
-        a timeout does not."""
-        if not isinstance(exc, asyncpg.PostgresError):
+        a timeout does not. A connection error (``PostgresConnectionError``: "closed in the middle
+        of operation") breaks it even while ``is_closed()`` still says False: the driver learns of
+        the closed socket a loop turn later, and a batch sent on it before then would find the
+        protocol still busy with the failed call ("cannot switch to state …")."""
+        if not isinstance(exc, asyncpg.PostgresError) or isinstance(exc, asyncpg.PostgresConnectionError):
             return True
         return exc.severity_en in ("FATAL", "PANIC") or self._held_is_closed()
 
@@ -179,12 +202,17 @@ class Batches(Generic[P]):
         through a reply, or gone: the pool then opens a new one)."""
         connection, self._held = self._held, None
         broken, self._broken = self._broken, False
+        lost, self._lost = self._lost, False
         if connection is None:
             return
         if broken:
             with contextlib.suppress(asyncpg.InterfaceError):  # the pool may have it back already
                 connection.terminate()
         pool = await self._pool()
+        if lost:
+            # An idle pooled connection of a restarted server may not know yet that its socket
+            # closed (it learns a loop turn later) and would be handed out half-failed.
+            await pool.expire_connections()
         await pool.release(connection)  # a connection the pool has back already: nothing to do
 
     async def aclose(self) -> None:
@@ -206,6 +234,14 @@ class Batches(Generic[P]):
         """Send ``batch`` and resolve every item's ``done``; an error it raises is given to every
         item not resolved yet (a database or connection error as ``StorageError``)."""
         raise NotImplementedError
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` (one of ``DATABASE_ERRORS``) says the connection itself was lost (closed,
+    reset, ended by the server, or left half-failed), not that a statement or a timeout failed."""
+    return not isinstance(exc, asyncpg.PostgresError | TimeoutError) or isinstance(
+        exc, asyncpg.PostgresConnectionError
+    )
 
 
 def resolve(item: Pending, outcome: Any) -> None:

@@ -9,17 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Literal
 
+from modelgate.storage.item_pages import ItemList, cursor_query, page_query, postgres_mark
 from modelgate.storage.postgres_saves import ResponseSaves
 from modelgate.storage.responses import (
     OBJECT_COLUMNS,
     FoundItem,
+    ItemPage,
     NewResponse,
+    PageRequest,
     StoredConversation,
     StoredItem,
     StoredResponse,
+    UnknownCursor,
     object_bytes,
+    page_of,
     stored_response,
 )
 
@@ -83,6 +88,19 @@ class PostgresResponses:
             kind,
             now,
         )
+
+    @staticmethod
+    async def _page(conn: Any, items: ItemList, page: PageRequest) -> ItemPage:
+        after: tuple[int, int] | None = None
+        if page.after is not None:
+            sql, params = cursor_query(items, page.after, page.ascending, postgres_mark)
+            row = await conn.fetchrow(sql, *params)
+            if row is None:
+                raise UnknownCursor(page.after)
+            after = (int(row[0]), int(row[1]))
+        sql, params = page_query(items, after, page.limit, page.ascending, postgres_mark)
+        rows = await conn.fetch(sql, *params)
+        return page_of([StoredItem(r[0], bytes(r[1]), r[2]) for r in rows], page.limit)
 
     @staticmethod
     async def _items(conn: Any, owner_id: str) -> list[StoredItem]:
@@ -149,6 +167,22 @@ class PostgresResponses:
                 next_id = row[3]
         return chain[::-1] if chain else None
 
+    async def response_input_items_page(
+        self, account_id: int, response_id: str, now: float, max_depth: int, page: PageRequest
+    ) -> ItemPage | None:
+        owners: list[str] = []
+        async with self._conn() as conn:
+            next_id: str | None = response_id
+            while next_id is not None and len(owners) < max_depth:
+                row = await self._live(conn, "response", account_id, next_id, now)
+                if row is None:
+                    break
+                owners.append(row[0])
+                next_id = row[3]
+            if not owners:
+                return None
+            return await self._page(conn, ItemList(owners[::-1], last_input_only=True), page)
+
     async def delete_response(self, account_id: int, response_id: str) -> bool:
         async with self._tx() as conn:
             return await self._delete_object(conn, "response", account_id, response_id)
@@ -207,18 +241,18 @@ class PostgresResponses:
         return self._conversation(row) if row else None
 
     async def update_conversation(
-        self, account_id: int, conversation_id: str, metadata: bytes, now: float
-    ) -> StoredConversation | None:
+        self, account_id: int, conversation_id: str, metadata: bytes, now: float, max_account_bytes: int
+    ) -> StoredConversation | Literal[False] | None:
         async with self._tx() as conn:
             row = await self._live(conn, "conversation", account_id, conversation_id, now, lock=True)
             if row is None:
                 return None
             grown = len(metadata) - len(bytes(row[2]))
-            await conn.execute(
-                "UPDATE state_usage SET bytes = GREATEST(0, bytes + $2) WHERE account_id = $1",
-                account_id,
-                grown,
-            )
+            if grown > 0:
+                if not await self._charge(conn, account_id, grown, max_account_bytes):
+                    return False
+            else:
+                await self._refund(conn, account_id, -grown)
             await conn.execute(
                 "UPDATE stored_objects SET body = $2, bytes = bytes + $3 WHERE id = $1",
                 conversation_id,
@@ -255,6 +289,28 @@ class PostgresResponses:
             if await self._live(conn, "conversation", account_id, conversation_id, now) is None:
                 return None
             return await self._items(conn, conversation_id)
+
+    async def conversation_items_page(
+        self, account_id: int, conversation_id: str, now: float, page: PageRequest
+    ) -> ItemPage | None:
+        async with self._conn() as conn:
+            if await self._live(conn, "conversation", account_id, conversation_id, now) is None:
+                return None
+            return await self._page(conn, ItemList([conversation_id]), page)
+
+    async def conversation_item(
+        self, account_id: int, conversation_id: str, item_id: str, now: float
+    ) -> StoredItem | None:
+        async with self._conn() as conn:
+            if await self._live(conn, "conversation", account_id, conversation_id, now) is None:
+                return None
+            row = await conn.fetchrow(
+                "SELECT item_id, body, section FROM stored_items WHERE owner_id = $1 AND item_id = $2 "
+                "ORDER BY position DESC LIMIT 1",
+                conversation_id,
+                item_id,
+            )
+        return StoredItem(row[0], bytes(row[1]), row[2]) if row else None
 
     async def delete_conversation_item(self, account_id: int, conversation_id: str, item_id: str) -> bool:
         async with self._tx() as conn:

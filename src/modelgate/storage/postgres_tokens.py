@@ -95,3 +95,23 @@ class PostgresAdminTokens:
     async def count_admin_tokens(self) -> int:
         async with self._conn() as conn:
             return int(await conn.fetchval("SELECT COUNT(*) FROM admin_tokens"))
+
+    async def holds_credentials(self) -> bool:
+        sql = "SELECT EXISTS (SELECT 1 FROM api_keys) OR EXISTS (SELECT 1 FROM admin_tokens)"
+        async with self._conn() as conn:
+            return bool(await conn.fetchval(sql))
+
+    async def secret_fingerprint(self) -> str | None:
+        async with self._conn() as conn:
+            value = await conn.fetchval("SELECT fingerprint FROM secret_fingerprint WHERE id = 1")
+        return None if value is None else str(value)
+
+    async def record_secret_fingerprint(self, fingerprint: str, now: float) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                "INSERT INTO secret_fingerprint VALUES (1, $1, $2) "
+                "ON CONFLICT (id) DO UPDATE SET fingerprint = EXCLUDED.fingerprint, "
+                "recorded_at = EXCLUDED.recorded_at",
+                fingerprint,
+                now,
+            )

@@ -15,6 +15,9 @@ Invariants every engine keeps:
   ``bytes`` are its body's plus its items'. A write that would take the sum past the limit it is
   given changes nothing and returns ``False`` (the check and the write are one transaction, so
   concurrent writers never overshoot).
+- Lists of items are paged in the database (``PageRequest`` -> ``ItemPage``): a page reads at
+  most ``limit + 1`` items, however long the conversation or chain, so no caller ever loads or
+  parses a whole one to answer a list request.
 - Deleting an object deletes its items; deleting an account row deletes its objects (foreign keys
   ``ON DELETE CASCADE``, migration 0005), and ``forget_account_state`` does it on demand.
 """
@@ -90,6 +93,33 @@ class FoundItem:
     holder: str
 
 
+@dataclass(frozen=True, slots=True)
+class PageRequest:
+    """One cursor page as the OpenAI list endpoints page: ``limit`` items after the item with id
+    ``after`` (its first occurrence in the page's order), oldest first when ``ascending``."""
+
+    limit: int
+    ascending: bool
+    after: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemPage:
+    #: In the order asked for.
+    items: tuple[StoredItem, ...]
+    #: More items follow the page in that order.
+    has_more: bool
+
+
+class UnknownCursor(LookupError):
+    """``PageRequest.after`` names no item of the list."""
+
+
+def page_of(rows: Sequence[StoredItem], limit: int) -> ItemPage:
+    """A page from up to ``limit + 1`` rows read in the page's order."""
+    return ItemPage(tuple(rows[:limit]), len(rows) > limit)
+
+
 class ResponseStore(Protocol):
     """Stored responses and conversations (the module docstring's invariants)."""
 
@@ -127,8 +157,11 @@ class ResponseStore(Protocol):
     ) -> StoredConversation | None: ...
 
     async def update_conversation(
-        self, account_id: int, conversation_id: str, metadata: bytes, now: float
-    ) -> StoredConversation | None: ...
+        self, account_id: int, conversation_id: str, metadata: bytes, now: float, max_account_bytes: int
+    ) -> StoredConversation | Literal[False] | None:
+        """Replace the metadata (None: no such conversation; False: growing it would take the
+        account past its limit, and nothing changed)."""
+        ...
 
     async def delete_conversation(self, account_id: int, conversation_id: str) -> bool: ...
 
@@ -148,6 +181,26 @@ class ResponseStore(Protocol):
         self, account_id: int, conversation_id: str, now: float
     ) -> list[StoredItem] | None:
         """All items in order (None: no such conversation)."""
+        ...
+
+    async def conversation_items_page(
+        self, account_id: int, conversation_id: str, now: float, page: PageRequest
+    ) -> ItemPage | None:
+        """One page of the items (None: no such conversation; ``UnknownCursor``: no item ``after``)."""
+        ...
+
+    async def conversation_item(
+        self, account_id: int, conversation_id: str, item_id: str, now: float
+    ) -> StoredItem | None:
+        """The newest item with this id in a live conversation of the account."""
+        ...
+
+    async def response_input_items_page(
+        self, account_id: int, response_id: str, now: float, max_depth: int, page: PageRequest
+    ) -> ItemPage | None:
+        """One page of what the response was given: the input and output items of the responses
+        it continued (its chain, at most ``max_depth`` long, oldest first), then its own input
+        items. None: no such response; ``UnknownCursor``: no item ``after``."""
         ...
 
     async def delete_conversation_item(self, account_id: int, conversation_id: str, item_id: str) -> bool:

@@ -42,6 +42,7 @@ from modelgate.storage.base import (
     UsageRecord,
     UsageSummary,
 )
+from modelgate.storage.file_probe import FileProbe
 from modelgate.storage.group_commit import BUSY, GroupCommit
 from modelgate.storage.sqlite_reports import SqliteReports
 from modelgate.storage.sqlite_responses import SqliteResponses
@@ -82,6 +83,8 @@ class SqliteStore(SqliteAdminTokens, SqliteReports, SqliteResponses):
         self._writes = 0
         self._checkpointing = False
         self._ledger = GroupCommit(self._write, self._run_on_worker)
+        #: Refuses writes to a deleted or replaced file, and holds on a full disk (file_probe).
+        self.file_probe = FileProbe(path)
 
     # plumbing -----------------------------------------------------------------------------
 
@@ -133,14 +136,19 @@ class SqliteStore(SqliteAdminTokens, SqliteReports, SqliteResponses):
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
+        self.file_probe.check_writable()
         db = self._db()
-        db.execute("BEGIN IMMEDIATE")
         try:
+            db.execute("BEGIN IMMEDIATE")
             yield db
+            db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            # Whatever failed (the work, or a BEGIN or COMMIT cut by a full disk, an I/O error or
+            # an interrupt, which can leave the transaction open, or SQLite may have rolled it
+            # back already): no transaction stays open, or every later BEGIN here would fail.
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
-        db.execute("COMMIT")
         if threading.get_ident() != self._worker_ident:
             self._count_write()
 
@@ -199,6 +207,7 @@ class SqliteStore(SqliteAdminTokens, SqliteReports, SqliteResponses):
         self._local = threading.local()
 
     async def ping(self) -> None:
+        self.file_probe.check_room()
         await self._run(lambda: self._db().execute("SELECT 1").fetchone())
 
     def connections(self) -> None:
@@ -417,6 +426,7 @@ class SqliteStore(SqliteAdminTokens, SqliteReports, SqliteResponses):
     # ledger -------------------------------------------------------------------------------
 
     async def reserve(self, request: ReserveRequest) -> Reservation | Refusal:
+        self.file_probe.check_room()
         return await self._ledger.run(lambda db: ledger_sql.reserve(db, request))
 
     async def settle(self, usage: UsageRecord) -> Settlement:

@@ -15,18 +15,23 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from modelgate.storage.base import StorageError
+from modelgate.storage.item_pages import ItemList, cursor_query, page_query, sqlite_mark
 from modelgate.storage.responses import (
     OBJECT_COLUMNS,
     FoundItem,
+    ItemPage,
     NewResponse,
+    PageRequest,
     StoredConversation,
     StoredItem,
     StoredResponse,
+    UnknownCursor,
     appended_bytes,
     object_bytes,
+    page_of,
     stored_response,
 )
 
@@ -127,6 +132,19 @@ class SqliteResponses:
         SqliteResponses._refund(db, account_id, int(row[0]))
         return True
 
+    @staticmethod
+    def _page(db: sqlite3.Connection, items: ItemList, page: PageRequest) -> ItemPage:
+        after: tuple[int, int] | None = None
+        if page.after is not None:
+            sql, params = cursor_query(items, page.after, page.ascending, sqlite_mark)
+            row = db.execute(sql, params).fetchone()
+            if row is None:
+                raise UnknownCursor(page.after)
+            after = (int(row[0]), int(row[1]))
+        sql, params = page_query(items, after, page.limit, page.ascending, sqlite_mark)
+        rows = db.execute(sql, params).fetchall()
+        return page_of([StoredItem(r[0], bytes(r[1]), r[2]) for r in rows], page.limit)
+
     # responses ----------------------------------------------------------------------------
 
     async def save_response(self, response: NewResponse, max_account_bytes: int) -> bool:
@@ -209,6 +227,24 @@ class SqliteResponses:
 
         return await self._read(op)
 
+    async def response_input_items_page(
+        self, account_id: int, response_id: str, now: float, max_depth: int, page: PageRequest
+    ) -> ItemPage | None:
+        def op(db: sqlite3.Connection) -> ItemPage | None:
+            owners: list[str] = []
+            next_id: str | None = response_id
+            while next_id is not None and len(owners) < max_depth:
+                row = self._live(db, "response", account_id, next_id, now)
+                if row is None:
+                    break
+                owners.append(row[0])
+                next_id = row[3]
+            if not owners:
+                return None
+            return self._page(db, ItemList(owners[::-1], last_input_only=True), page)
+
+        return await self._read(op)
+
     async def delete_response(self, account_id: int, response_id: str) -> bool:
         return await self._state_write(
             lambda db: self._delete_object(db, "response", account_id, response_id)
@@ -265,16 +301,18 @@ class SqliteResponses:
         return self._conversation(row) if row else None
 
     async def update_conversation(
-        self, account_id: int, conversation_id: str, metadata: bytes, now: float
-    ) -> StoredConversation | None:
-        def op(db: sqlite3.Connection) -> StoredConversation | None:
+        self, account_id: int, conversation_id: str, metadata: bytes, now: float, max_account_bytes: int
+    ) -> StoredConversation | Literal[False] | None:
+        def op(db: sqlite3.Connection) -> StoredConversation | Literal[False] | None:
             row = self._live(db, "conversation", account_id, conversation_id, now)
             if row is None:
                 return None
             grown = len(metadata) - len(bytes(row[2]))
-            db.execute(
-                "UPDATE state_usage SET bytes = MAX(0, bytes + ?) WHERE account_id = ?", (grown, account_id)
-            )
+            if grown > 0:
+                if not self._charge(db, account_id, grown, max_account_bytes):
+                    return False
+            else:
+                self._refund(db, account_id, -grown)
             db.execute(
                 "UPDATE stored_objects SET body = ?, bytes = bytes + ? WHERE id = ?",
                 (metadata, grown, conversation_id),
@@ -314,6 +352,31 @@ class SqliteResponses:
             if self._live(db, "conversation", account_id, conversation_id, now) is None:
                 return None
             return self._items(db, conversation_id)
+
+        return await self._read(op)
+
+    async def conversation_items_page(
+        self, account_id: int, conversation_id: str, now: float, page: PageRequest
+    ) -> ItemPage | None:
+        def op(db: sqlite3.Connection) -> ItemPage | None:
+            if self._live(db, "conversation", account_id, conversation_id, now) is None:
+                return None
+            return self._page(db, ItemList([conversation_id]), page)
+
+        return await self._read(op)
+
+    async def conversation_item(
+        self, account_id: int, conversation_id: str, item_id: str, now: float
+    ) -> StoredItem | None:
+        def op(db: sqlite3.Connection) -> StoredItem | None:
+            if self._live(db, "conversation", account_id, conversation_id, now) is None:
+                return None
+            row = db.execute(
+                "SELECT item_id, body, section FROM stored_items WHERE owner_id = ? AND item_id = ? "
+                "ORDER BY position DESC LIMIT 1",
+                (conversation_id, item_id),
+            ).fetchone()
+            return StoredItem(row[0], bytes(row[1]), row[2]) if row else None
 
         return await self._read(op)
 

@@ -96,3 +96,25 @@ class SqliteAdminTokens:
     async def count_admin_tokens(self) -> int:
         row = await self._run(lambda: self._db().execute("SELECT COUNT(*) FROM admin_tokens").fetchone())
         return int(row[0])
+
+    async def holds_credentials(self) -> bool:
+        sql = "SELECT EXISTS (SELECT 1 FROM api_keys) OR EXISTS (SELECT 1 FROM admin_tokens)"
+        row = await self._run(lambda: self._db().execute(sql).fetchone())
+        return bool(row[0])
+
+    async def secret_fingerprint(self) -> str | None:
+        sql = "SELECT fingerprint FROM secret_fingerprint WHERE id = 1"
+        row = await self._run(lambda: self._db().execute(sql).fetchone())
+        return None if row is None else str(row[0])
+
+    async def record_secret_fingerprint(self, fingerprint: str, now: float) -> None:
+        def op() -> None:
+            with self._write() as tx:
+                tx.execute(
+                    "INSERT INTO secret_fingerprint VALUES (1, ?, ?) "
+                    "ON CONFLICT (id) DO UPDATE SET fingerprint = excluded.fingerprint, "
+                    "recorded_at = excluded.recorded_at",
+                    (fingerprint, now),
+                )
+
+        await self._run(op)

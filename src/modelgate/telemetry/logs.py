@@ -6,16 +6,20 @@ a line logged while a request is served (an upstream failure, a storage error, a
 carries the ``request_id`` the client saw in its ``request-id`` header. The request record (logger ``modelgate.requests``, ``msg`` "request") adds the fields in
 ``REQUEST_FIELDS`` (docs/operations.md describes each). Request and response bodies are never
 logged, nor are keys, tokens or upstream secrets: the record is built from ids, counts and
-outcomes only.
+outcomes only. Every other line (uvicorn's access log with its request targets, tracebacks) is
+scrubbed as it is written (``scrub``): the values of query parameters that carry credentials or
+names (``SECRET_PARAMETERS``), anything shaped like a key or admin token, and the secrets the
+process was configured with (``metrics.token``, the HMAC secret) become ``[redacted]``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar
 from typing import Any, Literal, TextIO
 
@@ -54,6 +58,36 @@ REQUEST_FIELDS = (
     "attempts",
     "dropped_tools",
 )
+
+#: Query parameters whose values never reach a log line: credentials sent in a URL, and ``q``
+#: (admin searches by account or key name).
+SECRET_PARAMETERS = ("key", "token", "api_key", "api-key", "apikey", "access_token", "auth", "password", "q")
+_PARAMETER = re.compile(
+    r"([?&;](?:" + "|".join(re.escape(p) for p in SECRET_PARAMETERS) + r")=)[^&;#\s\"']*", re.IGNORECASE
+)
+#: Keys and admin tokens (``keys``), and what commonly looks like a provider's key.
+_KEY_SHAPED = re.compile(r"(?:sk-cs4-|mg-op-|mg-acct-|\b(?:sk|rk|pk)-)[A-Za-z0-9_\-]{16,}")
+REDACTED = "[redacted]"
+#: Configured secrets shorter than this are not scrubbed (they would match ordinary text).
+MIN_SECRET = 12
+
+
+class Scrubber:
+    """Removes credentials from a log line (see the module docstring)."""
+
+    def __init__(self, secrets: Iterable[str | None] = ()) -> None:
+        known = sorted({s for s in secrets if s and len(s) >= MIN_SECRET}, key=len, reverse=True)
+        self._known = re.compile("|".join(re.escape(s) for s in known)) if known else None
+
+    def __call__(self, text: str) -> str:
+        if self._known is not None:
+            text = self._known.sub(REDACTED, text)
+        if "=" in text:
+            text = _PARAMETER.sub(r"\1" + REDACTED, text)
+        if "-" in text:
+            text = _KEY_SHAPED.sub(REDACTED, text)
+        return text
+
 
 request_log = logging.getLogger("modelgate.requests")
 #: The id of the request being served (each request runs in a task, with a context, of its own):
@@ -170,14 +204,18 @@ class RequestLineWriter:
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per record; ``extra={"fields": {...}}`` and ``extra={"request_id": ...}``
-    become top-level fields."""
+    become top-level fields. The message and a traceback pass through ``scrub``."""
+
+    def __init__(self, scrub: Scrubber | None = None) -> None:
+        super().__init__()
+        self._scrub = scrub or Scrubber()
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
             "ts": _timestamp(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": self._scrub(record.getMessage()),
         }
         worker = getattr(record, "worker", None)
         if worker is not None:
@@ -189,18 +227,20 @@ class JsonFormatter(logging.Formatter):
         if fields:
             out.update(fields)
         if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+            out["exc"] = self._scrub(self.formatException(record.exc_info))
         return orjson.dumps(out, default=str).decode()
 
 
 class TextFormatter(logging.Formatter):
-    """``time level logger: message``, then the fields as ``name=value`` (nulls left out)."""
+    """``time level logger: message``, then the fields as ``name=value`` (nulls left out); the
+    line passes through ``scrub``."""
 
-    def __init__(self) -> None:
+    def __init__(self, scrub: Scrubber | None = None) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self._scrub = scrub or Scrubber()
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        line = self._scrub(super().format(record))
         extra = []
         worker = getattr(record, "worker", None)
         if worker is not None:
@@ -232,14 +272,21 @@ def default_format() -> LogFormat:
 
 
 def configure_logging(
-    level: str, fmt: LogFormat | None, *, requests: bool, worker: int | None = None
+    level: str,
+    fmt: LogFormat | None,
+    *,
+    requests: bool,
+    worker: int | None = None,
+    secrets: Iterable[str | None] = (),
 ) -> Callable[[RequestRecord], None] | None:
     """Every log line to stderr in ``fmt``; the request record on or off (``request_log``).
     Returns the request-record writer to use instead of the logging path (JSON), or None. With
-    ``worker`` (one of the processes of ``server.workers``) every line carries its index."""
+    ``worker`` (one of the processes of ``server.workers``) every line carries its index.
+    ``secrets`` (configured tokens and secrets) are scrubbed from every line, as keys are."""
     json_lines = (fmt or default_format()) == "json"
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
+    scrub = Scrubber(secrets)
+    handler.setFormatter(JsonFormatter(scrub) if json_lines else TextFormatter(scrub))
     if worker is not None:
         handler.addFilter(_WorkerTag(worker))
     root = logging.getLogger()

@@ -28,14 +28,16 @@ from modelgate.gateway.state.http import (
     method_not_allowed,
     no_endpoint,
     not_found,
-    page,
+    page_reply,
+    page_request,
     read_json,
     serve,
+    unknown_cursor,
 )
 from modelgate.gateway.state.keep import DAY
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord
-from modelgate.storage.responses import StoredConversation, StoredItem, object_bytes
+from modelgate.storage.responses import StoredConversation, StoredItem, UnknownCursor, object_bytes
 
 PREFIX = "/v1/conversations"
 #: Items one request may add (as the OpenAI API).
@@ -176,11 +178,14 @@ async def _update(services: Services, key: KeyRecord, request: Request, conversa
     if "metadata" not in body:
         raise errors.InvalidRequest("metadata is required", param="metadata")
     metadata = _metadata(body)
+    limit = services.settings.responses.max_account_bytes
     found = await services.store.update_conversation(
-        key.account_id, conversation_id, metadata, services.clock.time()
+        key.account_id, conversation_id, metadata, services.clock.time(), limit
     )
     if found is None:
         raise not_found("Conversation", conversation_id)
+    if found is False:
+        raise _full()
     return json_reply(_conversation_json(found))
 
 
@@ -190,15 +195,17 @@ async def _delete(services: Services, key: KeyRecord, conversation_id: str) -> R
     return json_reply({"id": conversation_id, "object": "conversation.deleted", "deleted": True})
 
 
-async def _all_items(services: Services, key: KeyRecord, conversation_id: str) -> list[Json]:
-    items = await services.store.conversation_items(key.account_id, conversation_id, services.clock.time())
-    if items is None:
-        raise not_found("Conversation", conversation_id)
-    return [loads(i.body) for i in items]
-
-
 async def _list_items(services: Services, key: KeyRecord, request: Request, conversation_id: str) -> Response:
-    return page(request, await _all_items(services, key, conversation_id))
+    wanted = page_request(request)
+    try:
+        found = await services.store.conversation_items_page(
+            key.account_id, conversation_id, services.clock.time(), wanted
+        )
+    except UnknownCursor:
+        raise unknown_cursor(wanted.after or "") from None
+    if found is None:
+        raise not_found("Conversation", conversation_id)
+    return page_reply(found)
 
 
 async def _add_items(services: Services, key: KeyRecord, request: Request, conversation_id: str) -> Response:
@@ -230,11 +237,13 @@ async def _add_items(services: Services, key: KeyRecord, request: Request, conve
 
 
 async def _get_item(services: Services, key: KeyRecord, conversation_id: str, item_id: str) -> Response:
-    items = await _all_items(services, key, conversation_id)
-    found = next((i for i in reversed(items) if i.get("id") == item_id), None)
+    now = services.clock.time()
+    found = await services.store.conversation_item(key.account_id, conversation_id, item_id, now)
     if found is None:
+        if await services.store.get_conversation(key.account_id, conversation_id, now) is None:
+            raise not_found("Conversation", conversation_id)
         raise not_found("Item", item_id)
-    return json_reply(found)
+    return json_reply(loads(found.body))
 
 
 async def _delete_item(services: Services, key: KeyRecord, conversation_id: str, item_id: str) -> Response:

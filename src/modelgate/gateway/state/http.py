@@ -25,6 +25,7 @@ from modelgate.gateway.body import parse_object, read_limited, too_deep
 from modelgate.gateway.replies import error_reply, json_reply
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord, StorageError
+from modelgate.storage.responses import ItemPage, PageRequest
 
 log = logging.getLogger("modelgate.state")
 CODEC = CODECS["responses"]
@@ -54,7 +55,7 @@ async def serve(services: Services, request: Request, segments: Sequence[str], h
         now = services.clock.time()
         key = services.keys.authenticate(request.headers, now)
         policy.check_format(CODEC.name, key)
-        decision = await services.rate_limiter.admit(key.id, key.rpm, now)
+        decision = await services.rate_limiter.admit(key.id, key.rpm, services.clock.steady())
         headers.update(decision.headers())
         if not decision.admitted:
             raise errors.RateLimited(
@@ -109,29 +110,30 @@ def loads(data: bytes) -> Json:
     return value if isinstance(value, dict) else {}
 
 
-def page(request: Request, items: Sequence[Json], *, default_order: str = "desc") -> Response:
-    """One cursor page of ``items`` (oldest first), as the OpenAI list endpoints page: ``after``
-    (an item id), ``limit`` (1-100, default 20), ``order`` (``asc``/``desc``)."""
+def page_request(request: Request, *, default_order: str = "desc") -> PageRequest:
+    """The cursor page a list request asks for, as the OpenAI list endpoints page: ``after`` (an
+    item id), ``limit`` (1-100, default 20), ``order`` (``asc``/``desc``). The store reads that
+    page alone (``storage.item_pages``)."""
     query = request.query_params
     order = query.get("order", default_order)
     if order not in ("asc", "desc"):
         raise errors.InvalidRequest("order must be 'asc' or 'desc'", param="order")
-    limit = _limit(query.get("limit"))
-    ordered = list(items) if order == "asc" else list(reversed(items))
-    after = query.get("after")
-    if after:
-        at = next((i for i, item in enumerate(ordered) if item.get("id") == after), None)
-        if at is None:
-            raise errors.InvalidRequest(f"after: no item with id '{after[:128]}' in this list", param="after")
-        ordered = ordered[at + 1 :]
-    data = ordered[:limit]
+    return PageRequest(_limit(query.get("limit")), order == "asc", query.get("after") or None)
+
+
+def unknown_cursor(after: str) -> errors.InvalidRequest:
+    return errors.InvalidRequest(f"after: no item with id '{after[:128]}' in this list", param="after")
+
+
+def page_reply(page: ItemPage) -> Response:
+    data = [loads(item.body) for item in page.items]
     return json_reply(
         {
             "object": "list",
             "data": data,
             "first_id": data[0].get("id") if data else None,
             "last_id": data[-1].get("id") if data else None,
-            "has_more": len(ordered) > limit,
+            "has_more": page.has_more,
         }
     )
 

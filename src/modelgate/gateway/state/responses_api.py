@@ -19,11 +19,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from modelgate import errors
-from modelgate.formats.jsonutil import Json
 from modelgate.gateway.replies import json_reply
-from modelgate.gateway.state.http import loads, method_not_allowed, no_endpoint, not_found, page, serve
+from modelgate.gateway.state.http import (
+    method_not_allowed,
+    no_endpoint,
+    not_found,
+    page_reply,
+    page_request,
+    serve,
+    unknown_cursor,
+)
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord
+from modelgate.storage.responses import UnknownCursor
 
 PREFIX = "/v1/responses/"
 
@@ -71,15 +79,17 @@ async def _delete(services: Services, key: KeyRecord, response_id: str) -> Respo
 
 
 async def _input_items(services: Services, key: KeyRecord, request: Request, response_id: str) -> Response:
+    wanted = page_request(request)
     depth = services.settings.responses.max_chain_depth
-    chain = await services.store.response_chain(key.account_id, response_id, services.clock.time(), depth)
-    if chain is None:
+    try:
+        found = await services.store.response_input_items_page(
+            key.account_id, response_id, services.clock.time(), depth, wanted
+        )
+    except UnknownCursor:
+        raise unknown_cursor(wanted.after or "") from None
+    if found is None:
         raise not_found("Response", response_id)
-    items: list[Json] = []
-    for earlier in chain[:-1]:
-        items.extend(loads(i.body) for i in (*earlier.input_items, *earlier.output_items))
-    items.extend(loads(i.body) for i in chain[-1].input_items)
-    return page(request, items)
+    return page_reply(found)
 
 
 async def _cancel(services: Services, key: KeyRecord, response_id: str) -> Response:

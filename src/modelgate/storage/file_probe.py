@@ -1,0 +1,166 @@
+"""Is the SQLite file the server writes still the database, and is there room to write?
+
+SQLite keeps writing through its open descriptor when the file is deleted or replaced under a
+running server: every answer, charge and key change then lands in a file nobody will ever open
+again, and ``/health`` would still say "ok". A full disk fails writes one by one. ``FileProbe``
+notices both:
+
+- the file's identity (device and inode) is taken when the store first checks it; a later check
+  that finds no file, or another file, at the path reports it (``problem``) and refuses every
+  write (``check_writable``) with ``DatabaseFileProblem``, a ``StorageError``: requests are
+  answered 503 in their wire format instead of being served and lost;
+- free space on the database's filesystem below ``min_free_bytes`` (``database_min_free_bytes``)
+  is reported, and new holds are refused (``check_room``) while settlements of requests already
+  under way still write, so what was delivered is still charged.
+
+``/health`` answers 503 with the reason while either lasts. ``refuse_a_new_database_beside_a_deleted_one``
+keeps the CLI from silently creating an empty database where a running server's was deleted.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from modelgate.storage.base import StorageError
+
+#: Default for ``database_min_free_bytes``.
+DEFAULT_MIN_FREE_BYTES = 16 * 1024 * 1024
+_DOCS = "docs/operations.md#the-database-file"
+
+
+class DatabaseFileProblem(StorageError):
+    """The database file is gone, replaced, or its disk is full; ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _deleted_descriptor(path: Path) -> str | None:
+    """``/proc/self/fd/N`` still open on the deleted ``path`` (where its data can be copied from)."""
+    target = f"{path} (deleted)"
+    try:
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                if os.readlink(f"/proc/self/fd/{fd}") == target:
+                    return f"/proc/{os.getpid()}/fd/{fd}"
+            except OSError:
+                continue
+    except OSError:
+        return None
+    return None
+
+
+class FileProbe:
+    __slots__ = ("_identity", "min_free_bytes", "path")
+
+    def __init__(self, path: Path, min_free_bytes: int = DEFAULT_MIN_FREE_BYTES) -> None:
+        self.path = path.absolute()
+        self.min_free_bytes = min_free_bytes
+        self._identity: tuple[int, int] | None = None
+
+    def _file_problem(self) -> str | None:
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            if self._identity is None:
+                return None  # not created yet: the first connection creates it
+            where = _deleted_descriptor(self.path)
+            rescue = f"; its data is still readable at {where} until this process exits" if where else ""
+            return (
+                f"the database file {self.path} was deleted while the gateway had it open{rescue}: "
+                f"writes are refused so none is lost in the deleted file. Restore the file from a "
+                f"backup, then restart ({_DOCS})"
+            )
+        except OSError as exc:
+            return f"the database file {self.path} cannot be examined: {exc.strerror}"
+        identity = (stat.st_dev, stat.st_ino)
+        if self._identity is None:
+            self._identity = identity
+        elif identity != self._identity:
+            return (
+                f"the database file {self.path} was replaced by another file while the gateway had it "
+                f"open: writes are refused so none goes to the old one. Restart to serve the new file "
+                f"({_DOCS})"
+            )
+        return None
+
+    def _room_problem(self) -> str | None:
+        if not self.min_free_bytes:
+            return None
+        try:
+            fs = os.statvfs(self.path.parent)
+        except OSError:
+            return None
+        free = fs.f_bavail * fs.f_frsize
+        if free >= self.min_free_bytes:
+            return None
+        return (
+            f"the disk holding {self.path.parent} is full ({free} bytes free, fewer than "
+            f"database_min_free_bytes = {self.min_free_bytes}): new requests are refused until "
+            f"space is freed; requests under way are still charged ({_DOCS})"
+        )
+
+    def problem(self) -> str | None:
+        """Why the database cannot take writes now (None: it can)."""
+        return self._file_problem() or self._room_problem()
+
+    def check_writable(self) -> None:
+        """Before every write transaction: refuse writes to a deleted or replaced file."""
+        reason = self._file_problem()
+        if reason is not None:
+            raise DatabaseFileProblem(reason)
+
+    def check_room(self) -> None:
+        """Before a new hold: refuse it as well when the disk is full."""
+        reason = self.problem()
+        if reason is not None:
+            raise DatabaseFileProblem(reason)
+
+
+def holders_of_deleted(path: Path) -> list[int]:
+    """Processes (readable by this user) with ``path`` open although it was deleted."""
+    target = f"{path.absolute()} (deleted)"
+    found = []
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                    found.append(int(pid))
+                    break
+            except OSError:
+                continue
+    return found
+
+
+def refuse_a_new_database_beside_a_deleted_one(url: str) -> None:
+    """StorageError when ``url`` is a SQLite file that does not exist while a process (a running
+    server) still has it open deleted: opening it would create an empty database beside it."""
+    if not url.startswith("sqlite:///"):
+        return
+    path = Path(url.removeprefix("sqlite:///"))
+    if path.exists():
+        return
+    holders = holders_of_deleted(path)
+    if holders:
+        raise StorageError(
+            f"{path} does not exist, but process {', '.join(map(str, holders))} still has it open: it "
+            f"was deleted under a running gateway. Not creating an empty database in its place; stop "
+            f"the gateway after copying its data out, restore the file, then retry ({_DOCS})"
+        )
+
+
+def set_min_free_bytes(store: object, min_free_bytes: int) -> None:
+    """Apply ``database_min_free_bytes`` to ``store``'s probe (stores without a file have none)."""
+    probe = getattr(store, "file_probe", None)
+    if isinstance(probe, FileProbe):
+        probe.min_free_bytes = min_free_bytes

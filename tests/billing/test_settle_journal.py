@@ -1,0 +1,106 @@
+"""The settle journal: a settle kept by a process that stopped before it landed is written by the
+next process to start on the same data directory, exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import orjson
+
+from modelgate.clock import month_of
+from modelgate.storage.base import NewKey, Reservation, ReserveRequest, UsageRecord
+from modelgate.storage.sqlite import SqliteStore
+from tests.gateway_server import running_gateway
+from tests.polling import wait_until
+
+NOW = 1_780_000_000.0
+MONTH = month_of(NOW)
+
+#: A process whose database is unreachable keeps a settle (fsynced to its journal), then dies.
+_KEEP_AND_DIE = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    from pathlib import Path
+    import orjson
+    from modelgate.billing.settle_journal import SettleJournal
+    from modelgate.storage.base import UsageRecord
+    from modelgate.storage.sqlite import SqliteStore
+
+    async def main() -> None:
+        unreachable = SqliteStore(Path("/proc/no-such-place/modelgate.db"))
+        journal = SettleJournal(unreachable, Path(sys.argv[1]))
+        record = UsageRecord(**orjson.loads(sys.argv[2]))
+        try:
+            await unreachable.settle(record)
+        except Exception:
+            await journal.keep(record, charge=True)
+        os._exit(0)  # died before any retry could land
+
+    asyncio.run(main())
+    """
+)
+
+
+def _prepare(db: Path) -> UsageRecord:
+    """A database holding one pending reservation; the usage record its request would settle."""
+
+    async def run() -> UsageRecord:
+        store = SqliteStore(db)
+        await store.migrate()
+        account = await store.create_account("acme", 1_000_000, NOW)
+        key = NewKey("key_a", account.id, "", "Basic", 60, None, None, b"d" * 32, "sk-cs4-ab", "abcd")
+        await store.create_key(key, NOW)
+        request = ReserveRequest("req_kept", "key_a", account.id, MONTH, 500_000, 1, NOW, NOW + 600)
+        assert isinstance(await store.reserve(request), Reservation)
+        await store.close()
+        return UsageRecord(
+            request_id="req_kept",
+            key_id="key_a",
+            account_id=account.id,
+            endpoint="messages",
+            model="aria-haiku-4.5",
+            month=MONTH,
+            status="ok",
+            created_at=NOW,
+            finished_at=NOW + 2,
+            input_tokens=100,
+            output_tokens=200,
+            charged_uc=123_456,
+        )
+
+    return asyncio.run(run())
+
+
+def test_a_settle_kept_by_a_process_that_died_is_written_at_the_next_start(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    journal = data / "settle-journal"
+    record = _prepare(data / "modelgate.db")
+    subprocess.run(
+        [sys.executable, "-c", _KEEP_AND_DIE, str(journal), orjson.dumps(dataclasses.asdict(record))],
+        check=True,
+        timeout=60,
+    )
+    left = list(journal.iterdir())
+    assert len(left) == 1 and b"req_kept" in left[0].read_bytes()
+
+    with running_gateway(data) as gateway:
+        kept = gateway.services.ledger.journal
+        wait_until(lambda: kept.landed_total == 1 and kept.waiting == 0, "the replayed settle landing")
+        store = gateway.services.store
+        records = gateway.call(store.usage_records(MONTH))
+        assert [(r.request_id, r.status, r.charged_uc) for r in records] == [("req_kept", "ok", 123_456)]
+        assert gateway.call(store.pending_reservations()) == 0
+        account = gateway.call(store.get_account(records[0].account_id))
+        assert account is not None and (account.balance_uc, account.reserved_uc) == (1_000_000 - 123_456, 0)
+        assert not left[0].exists()  # adopted
+    # Nothing waits in the journal any more, so starting again replays nothing.
+    assert all(path.stat().st_size == 0 for path in journal.iterdir())
+    with running_gateway(data) as gateway:
+        assert gateway.services.ledger.journal.waiting == 0
+        records = gateway.call(gateway.services.store.usage_records(MONTH))
+        assert [r.request_id for r in records] == ["req_kept"]
