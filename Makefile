@@ -11,7 +11,7 @@ PORT ?=
 HOST ?=
 SERVE_ARGS := $(if $(PORT),--port $(PORT)) $(if $(HOST),--host $(HOST))
 
-.PHONY: install serve test lint clients-latest fuzz bench bench-edge bench-ab bench-profile screenshots clean
+.PHONY: install serve test lint clients-latest fuzz bench bench-edge bench-ab bench-profile bench-affinity screenshots clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -61,6 +61,11 @@ bench-edge: $(TEST_STAMP)
 # make bench-ab REF=HEAD~3 [THIS=<commit>] [ARGS="--endpoints chat --seconds 15 --store postgresql"]
 bench-ab: $(TEST_STAMP)
 	BENCH_MODULE=bench.ab bash bench/run.sh --ref $(REF) $(if $(THIS),--this $(THIS)) $(ARGS)
+
+# Claude-Code-shaped sessions through a credential pool and two deployments against a fake upstream
+# with a prompt cache per credential: cache-read share and cost, affinity vs round-robin (bench/affinity.py).
+bench-affinity: $(TEST_STAMP)
+	BENCH_MODULE=bench.affinity bash bench/run.sh $(ARGS)
 
 bench-profile: $(TEST_STAMP)
 	BENCH_MODULE=bench.profile bash bench/run.sh $(ARGS)

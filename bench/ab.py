@@ -58,17 +58,19 @@ class Side:
         return cpu_ns(pids)
 
 
-async def start_side(source: Path | None, upstream_port: int, workdir: Path, store: str) -> Side:
+async def start_side(
+    source: Path | None, upstream_port: int, workdir: Path, store: str, pool: int = 1
+) -> Side:
     """A gateway running the code under ``source`` (None: this tree) on ``store``."""
     if store == "sqlite":
-        return Side(await asyncio.to_thread(start_from, source, upstream_port, workdir))
+        return Side(await asyncio.to_thread(start_from, source, upstream_port, workdir, pool=pool))
     admin_url, redis_url = modes.service_urls()
     database_url = await modes.create_database(admin_url)
     services = await modes.service_pids(database_url, redis_url)
     for pid in services.values():
         modes.pin_tree(pid, modes.SERVICE_CORE)
     target = await asyncio.to_thread(
-        start_from, source, upstream_port, workdir, database_url=database_url, redis_url=redis_url
+        start_from, source, upstream_port, workdir, database_url=database_url, redis_url=redis_url, pool=pool
     )
     return Side(target, (services["postgresql"], urlsplit(database_url).path.lstrip("/")))
 
@@ -80,6 +82,7 @@ def start_from(
     *,
     database_url: str | None = None,
     redis_url: str | None = None,
+    pool: int = 1,
 ) -> Target:
     """A gateway running the code under ``source`` (None: this tree)."""
     workdir.mkdir(parents=True)
@@ -87,7 +90,9 @@ def start_from(
     if source is not None:
         os.environ["PYTHONPATH"] = str(source)
     try:
-        return start_modelgate(upstream_port, workdir, database_url=database_url, redis_url=redis_url)
+        return start_modelgate(
+            upstream_port, workdir, database_url=database_url, redis_url=redis_url, pool=pool
+        )
     finally:
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
@@ -154,9 +159,9 @@ async def main_async(args: argparse.Namespace) -> None:
         upstream = Upstream(work)
         started: list[Side] = []
         try:
-            ref_target = await start_side(ref_tree / "src", upstream.port, work / "a", args.store)
+            ref_target = await start_side(ref_tree / "src", upstream.port, work / "a", args.store, args.pool)
             started.append(ref_target)
-            ours = await start_side(this_tree, upstream.port, work / "b", args.store)
+            ours = await start_side(this_tree, upstream.port, work / "b", args.store, args.pool)
             started.append(ours)
             rows = await compare(ref_target, ours, upstream, args)
         finally:
@@ -175,6 +180,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="seconds per target per point")
     parser.add_argument("--endpoints", nargs="+", default=["messages", "chat", "responses"])
     parser.add_argument("--concurrency", nargs="+", type=int, default=[16, 64])
+    parser.add_argument(
+        "--pool",
+        type=int,
+        default=1,
+        choices=range(1, 9),
+        metavar="N",
+        help="N credentials per provider (1-8): session affinity keys and pins every request",
+    )
     parser.add_argument(
         "--store",
         choices=["sqlite", "postgresql"],

@@ -81,9 +81,20 @@ class Target:
         self.proc.stop()
 
 
+def pooled(name: str, size: int) -> list[str]:
+    """``size`` environment variable names for the upstream key ``name`` (``_env`` sets them)."""
+    return [name if i == 0 else f"{name}_{i}" for i in range(size)]
+
+
+#: The most credentials a pool of ``start_modelgate(pool=...)`` may have.
+MAX_POOL = 8
+
+
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MODELGATE_")}
     env.update(UPSTREAM_KEYS)
+    for name, value in UPSTREAM_KEYS.items():
+        env.update({alias: value for alias in pooled(name, MAX_POOL)})
     return env
 
 
@@ -104,14 +115,14 @@ access_log = false
 name = "fake-anthropic"
 kind = "anthropic"
 base_url = "http://127.0.0.1:{upstream}"
-api_key_env = "BENCH_FAKE_ANTHROPIC_KEY"
+api_key_env = {anthropic_keys}
 max_concurrency = 4096
 
 [[providers]]
 name = "fake-openai"
 kind = "openai"
 base_url = "http://127.0.0.1:{upstream}"
-api_key_env = "BENCH_FAKE_OPENAI_KEY"
+api_key_env = {openai_keys}
 max_concurrency = 4096
 
 [deployments]
@@ -138,9 +149,12 @@ def start_modelgate(
     cores: str = str(GATEWAY_CORE),
     database_url: str | None = None,
     redis_url: str | None = None,
+    pool: int = 1,
 ) -> Target:
     """The gateway with ``workers`` serving processes pinned to ``cores``; SQLite in a temp data
-    dir unless ``database_url`` (then ``redis_url`` shares the rate-limit windows)."""
+    dir unless ``database_url`` (then ``redis_url`` shares the rate-limit windows). ``pool`` > 1:
+    each provider has that many credentials (the same key under several names), so session
+    affinity keys and pins every request."""
     port = free_port()
     data_dir = workdir / f"{name}-data"
     config = workdir / f"{name}.toml"
@@ -148,7 +162,17 @@ def start_modelgate(
     top += [f'redis_url = "{redis_url}"'] if redis_url else []
     # ``workers`` only when several: the config stays valid for a tree without the key (bench.ab).
     line = f"workers = {workers}" if workers > 1 else ""
-    text = GATEWAY_CONFIG.format(top="\n".join(top), port=port, upstream=upstream_port, workers=line)
+    names = {name: pooled(name, pool) for name in UPSTREAM_KEYS}
+    text = GATEWAY_CONFIG.format(
+        top="\n".join(top),
+        port=port,
+        upstream=upstream_port,
+        workers=line,
+        anthropic_keys=json.dumps(
+            names["BENCH_FAKE_ANTHROPIC_KEY"] if pool > 1 else "BENCH_FAKE_ANTHROPIC_KEY"
+        ),
+        openai_keys=json.dumps(names["BENCH_FAKE_OPENAI_KEY"] if pool > 1 else "BENCH_FAKE_OPENAI_KEY"),
+    )
     config.write_text(text)
     _cli(["accounts", "create", "bench", "--credits", "1000000000"], config, data_dir)
     keys = {}

@@ -123,7 +123,7 @@ def test_a_refused_and_a_throttled_credential_never_fail_a_request(tmp_path: Pat
             deployments={model: [{"provider": "pool", "upstream_model": upstream}]},
             default_provider="",
             unrouted="hide",
-            routing={"max_attempts": 1},
+            routing={"max_attempts": 1, "affinity": "off"},  # round-robin order asserted below
         ) as gateway:
             secret, _ = issue_key(gateway, "Nova" if fmt == "chat" else "Pro")
 

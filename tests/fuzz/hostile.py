@@ -175,7 +175,7 @@ def valid(fmt: str, rng: random.Random) -> dict[str, Any]:
 
 
 def mutate(fmt: str, body: dict[str, Any], rng: random.Random, tags: list[str]) -> dict[str, Any]:
-    choice = rng.randrange(11)
+    choice = rng.randrange(12)
     if choice == 0:
         name = rng.choice(FIELDS[fmt])
         body[name] = rng.choice(ODD_VALUES)
@@ -225,11 +225,22 @@ def mutate(fmt: str, body: dict[str, Any], rng: random.Random, tags: list[str]) 
     elif choice == 9:
         body["stream_options"] = rng.choice([5, {"include_usage": "yes"}, {"include_usage": True}, []])
         tags.append("stream_options")
-    else:
+    elif choice == 10:
         name, value = rng.choice(EFFORTS[fmt])
         body[name] = value
         tags.append(f"effort:{name}")
+    else:  # what session affinity reads (upstream.affinity_key)
+        body[rng.choice(["prompt_cache_key", "metadata", "system", "instructions"])] = rng.choice(
+            SESSION_VALUES
+        )
+        tags.append("session")
     return body
+
+
+SESSION_VALUES: list[Any] = [
+    5, None, "", "k" * 100_000, [], {}, {"user_id": 5}, {"user_id": "u" * 50_000}, [{"text": 5}],
+    [{"type": "text", "text": "s" * 10_000, "cache_control": 5}], [[[]]], [{"content": [{"content": 5}]}],
+]  # fmt: skip
 
 
 def encode(body: dict[str, Any], rng: random.Random, tags: list[str]) -> bytes:
@@ -290,6 +301,10 @@ def headers_for(fmt: str, keys: dict[str, str], rng: random.Random, tags: list[s
             tags.append("betas")
     else:
         headers["authorization"] = f"Bearer {key}"
+    if rng.random() < 0.1:  # session affinity's keys, hashed scoped by the key (upstream.affinity_key)
+        name = rng.choice(["x-claude-code-session-id", "session-id", "session_id"])
+        headers[name] = rng.choice(["", "s" * 7000, "0f5c2a4e-0000-4000-8000-000000000000", "a,b;c=d"])
+        tags.append("session-header")
     if rng.random() < 0.1:  # W3C trace context: passed on only when well formed (issue 12)
         headers["traceparent"] = rng.choice(TRACEPARENTS)
         if rng.random() < 0.5:

@@ -99,8 +99,9 @@ async def send_all(gateway: GatewayProcess, items: list[Hostile]) -> list[tuple[
 
 def upstreams_toml(chat: str, messages: str) -> str:
     """Two translated routes besides the simulator's passthrough: aria-sonnet-4.6 on a Chat-only
-    upstream (Messages clients translated to Chat) and nova-5.6-sol on a Messages upstream (Chat
-    and Responses clients translated to Messages)."""
+    upstream (Messages clients translated to Chat) and nova-5.6-sol on two deployments of a
+    Messages upstream (Chat and Responses clients translated to Messages; two, so session
+    affinity keys its requests)."""
     return f"""
 [[providers]]
 name = "simulator"
@@ -121,8 +122,18 @@ api_key_env = "FUZZ_ANTHROPIC_KEY"
 provider = "compat"
 upstream_model = "llama-fuzz"
 
+[[providers]]
+name = "anthropic-b"
+kind = "anthropic"
+base_url = "{messages}"
+api_key_env = "FUZZ_ANTHROPIC_KEY"
+
 [[deployments."nova-5.6-sol"]]
 provider = "anthropic"
+upstream_model = "claude-fuzz"
+
+[[deployments."nova-5.6-sol"]]
+provider = "anthropic-b"
 upstream_model = "claude-fuzz"
 """
 

@@ -25,6 +25,7 @@ from modelgate.formats.base import decode_untrusted
 from modelgate.formats.jsonutil import Json
 from modelgate.gateway.body import duplicate_key, parse_object, splice_top_level, too_deep
 from modelgate.gateway.translate import Built, HostedToolPolicy, build_body
+from modelgate.upstream.affinity_key import body_session
 from modelgate.upstream.base import Dialect
 
 
@@ -51,6 +52,8 @@ class Facts:
     request: ir.Request | None = None
     #: Offloaded: the body offers a hosted web search (``Codec.offers_web_search``).
     web_search: bool = False
+    #: Offloaded: the body's unscoped session key (``upstream.affinity_key.body_session``).
+    session_hint: bytes | None = None
 
 
 def analyse(raw: bytes, fmt: WireFormat, counting: bool, rules: BodyRules) -> Facts:
@@ -100,6 +103,7 @@ def analyse_in_worker(raw: bytes, fmt: WireFormat, counting: bool, rules: BodyRu
         web_searches=facts.web_searches,
         request=request,
         web_search=codec.offers_web_search(body),
+        session_hint=body_session(body),
     )
 
 

@@ -398,6 +398,7 @@ async def call_upstream(
                 stream=admitted.stream,
                 client_headers=exchange.headers,
                 observer=observer,
+                session=services.router.session_of(admitted),
             )
         )
     except BaseException as exc:

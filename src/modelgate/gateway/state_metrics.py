@@ -1,7 +1,7 @@
 """Metrics read from state the gateway already keeps, when Prometheus scrapes (nothing on the
 request path): limits and queues, the drain, the ledger's pending holds and the sweeper, the rate
-limiter's fallbacks, the key cache's age, the database connection pool, deployment health and
-account balances.
+limiter's fallbacks, the key cache's age, the database connection pool, deployment health,
+session affinity and account balances.
 
 The database readings (pending reservations and the oldest one's age, account balances) are
 database-wide: every instance reports the same values. They are read once per scrape with a
@@ -143,6 +143,7 @@ class StateMetrics:
             services.stored_room.remembered,
         )
         yield from self._deployments()
+        yield from self._affinity()
         yield gauge(
             "modelgate_database_up", "1 when the last scrape could read the database.", int(self._database_up)
         )
@@ -196,6 +197,31 @@ class StateMetrics:
             "Failures of a deployment since its last success.",
             labels,
             ((key, failures) for key, (_, failures) in seen.items()),
+        )
+
+    def _affinity(self) -> Iterable[Metric]:
+        table = self._services.router.affinity
+        if table is None:  # routing.affinity = "off"
+            return
+        counts = table.counts
+        yield labelled_counter(
+            "modelgate_affinity",
+            "Routed requests with a session key: served by their pin (hit), by a new pin (miss), or "
+            "by something else than their pin after a failure (repinned).",
+            ("result",),
+            {("hit",): counts.hit, ("miss",): counts.miss, ("repinned",): counts.repinned},
+        )
+        yield gauge(
+            "modelgate_affinity_sessions",
+            "Session pins held by this instance (at most routing.affinity_max_sessions).",
+            len(table),
+        )
+        yield labelled_counter(
+            "modelgate_affinity_dropped",
+            "Session pins dropped: idle for routing.affinity_ttl_seconds (expired) or the least "
+            "recently used beyond routing.affinity_max_sessions (evicted).",
+            ("reason",),
+            {("expired",): counts.expired, ("evicted",): counts.evicted},
         )
 
 

@@ -93,6 +93,12 @@ class Metrics:
             "modelgate_upstream_errors", "Failed upstream attempts and streams broken mid-way, by class.",
             (*upstream, "class"),
         )  # fmt: skip
+        self.upstream_tokens = made.counter(
+            "modelgate_upstream_tokens",
+            "Prompt tokens by the deployment that answered and kind: input (uncached), cache_read, "
+            "cache_write; cache_read / all three is the deployment's prompt-cache hit ratio.",
+            (*upstream, "kind"),
+        )
         self.upstream_latency = made.histogram(
             "modelgate_upstream_latency_seconds", "Seconds from sending to an upstream to its response head.",
             upstream, DURATION_BUCKETS,
@@ -120,6 +126,8 @@ class Metrics:
             ProcessCollector(registry=self.registry)
             GCCollector(registry=self.registry)
         self._by_request: dict[tuple[Any, ...], _Series] = {}
+        #: (provider, deployment) -> the label tuples of its input, cache_read, cache_write tokens.
+        self._by_deployment: dict[tuple[str, str], tuple[tuple[str, ...], ...]] = {}
 
     # per request ----------------------------------------------------------------------------
 
@@ -162,8 +170,24 @@ class Metrics:
             tokens.inc(series.cache_read, record.cache_read_tokens)
         if record.cache_write_tokens:
             tokens.inc(series.cache_write, record.cache_write_tokens)
+        if record.provider and (record.input_tokens or record.cache_read_tokens or record.cache_write_tokens):
+            self._deployment_tokens(record)
         if record.mid_stream_error is not None and record.provider:
             self.upstream_errors.inc((record.provider, record.deployment, record.mid_stream_error))
+
+    def _deployment_tokens(self, record: RequestRecord) -> None:
+        where = (record.provider, record.deployment)
+        labels = self._by_deployment.get(where)
+        if labels is None:
+            labels = self._by_deployment[where] = tuple(
+                (*where, kind) for kind in ("input", "cache_read", "cache_write")
+            )
+        tokens = self.upstream_tokens
+        for label, count in zip(
+            labels, (record.input_tokens, record.cache_read_tokens, record.cache_write_tokens), strict=True
+        ):
+            if count:
+                tokens.inc(label, count)
 
     def billing_refused(self, reason: str) -> None:
         self.billing_refusals.inc((reason,))

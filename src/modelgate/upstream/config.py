@@ -239,6 +239,15 @@ class RoutingConfig(_Strict):
     retry_budget_ratio: float = Field(default=0.2, ge=0)
     retry_budget_min_per_second: float = Field(default=10.0, ge=0)
     retry_budget_window: float = Field(default=10.0, gt=0)
+    #: Session affinity (``upstream.affinity``): ``session`` keeps a session on the deployment
+    #: and pool credential that served it, so the upstream's prompt cache is read, not rewritten;
+    #: ``off`` routes each request alone (weighted random deployment, round-robin credential).
+    affinity: Literal["session", "off"] = "session"
+    #: Seconds a session's pin is kept after its last request (upstream prompt caches live 5 min
+    #: to 1 h).
+    affinity_ttl_seconds: float = Field(default=600.0, gt=0)
+    #: Pins kept per gateway instance (least recently used dropped first).
+    affinity_max_sessions: int = Field(default=100_000, ge=1)
 
 
 def validate_upstreams(

@@ -173,6 +173,10 @@ class HttpProvider:
     def credential_status(self) -> list[CredentialStatus]:
         return self._pool.status() if self._pool is not None else []
 
+    def credential_count(self) -> int:
+        """Credentials in the pool (session affinity only steers where there is a choice)."""
+        return len(self._pool) if self._pool is not None else 0
+
     def redact(self, text: str) -> str:
         secrets = self._secrets if self._pool is None else (*self._pool.secrets(), *self._secrets)
         for secret in secrets:

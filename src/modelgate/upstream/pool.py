@@ -15,6 +15,10 @@ one attempt, and only while credentials fail.
   ``max_throttle_cooldown``.
 - When every credential is out or resting, the one back first is tried anyway: a request is
   never refused while a credential might work.
+- Session affinity (``upstream.affinity``): an attempt made for a session offers the session's
+  pinned credential first (the others after it), or, with no usable pin, the credentials in the
+  session's rendezvous order (so a new session lands on the same credential on every instance),
+  usable ones only, as above; the credential whose 2xx reply is handed back is noted for the pin.
 
 State is per provider and per gateway instance; the clock is injected so tests drive it.
 """
@@ -28,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from modelgate import errors
+from modelgate.upstream.affinity import STEER, ranked, salt
 from modelgate.upstream.base import BufferedReply, CredentialStatus, UpstreamReply
 from modelgate.upstream.config import CredentialPoolConfig
 from modelgate.upstream.credentials import Credential
@@ -78,6 +83,8 @@ class CredentialPool:
             raise ValueError(f"provider {provider!r}: a credential pool needs at least one credential")
         self._provider = provider
         self._slots = [Slot(c) for c in credentials]
+        #: Rendezvous salts of the credentials' labels (``upstream.affinity.ranked``).
+        self._salts = [salt(c.label) for c in credentials]
         self._config = config
         self._clock = clock
         self._next = 0
@@ -89,12 +96,19 @@ class CredentialPool:
         """The credentials one request may use, in the order to try them."""
         slots = self._slots
         count = len(slots)
-        start = self._next
-        self._next = (start + 1) % count
         now = self._clock()
-        ready = [
-            slots[(start + i) % count] for i in range(count) if slots[(start + i) % count].back_at() <= now
-        ]
+        steer = STEER.get()
+        if steer is not None and count > 1:
+            pinned = [s for s in slots if s.credential.label == steer.preferred and s.back_at() <= now]
+            if pinned:  # the common case: the pin first, the others after it as they come
+                ordered = pinned + [s for s in slots if s is not pinned[0]]
+            else:  # a new session, or its pin is out: the session's own order
+                ordered = [slots[i] for i in ranked(steer.session, self._salts)]
+        else:
+            start = self._next
+            self._next = (start + 1) % count
+            ordered = [slots[(start + i) % count] for i in range(count)]
+        ready = [slot for slot in ordered if slot.back_at() <= now]
         return ready or [min(slots, key=Slot.back_at)]
 
     async def judge(
@@ -111,6 +125,9 @@ class CredentialPool:
         if 200 <= status < 300:
             slot.refused_until = None
             slot.resting_until = 0.0
+            steer = STEER.get()
+            if steer is not None:
+                steer.served = slot.credential.label
             return reply
         if status not in (401, 403, 429):
             return reply

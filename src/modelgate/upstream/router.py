@@ -6,8 +6,10 @@ then on nothing is retried (a failure mid-stream becomes the format's in-band er
 
 Per attempt: weighted random choice among deployments not cooling down (preferring ones not yet
 tried by this request; if every deployment is cooling, the one whose cooldown ends first, so
-nothing is refused while something could work) -> ``build`` the body for that deployment's
-dialect -> send. Connect failures, timeouts before the headers, and 429/500/502/503/504/529 are
+nothing is refused while something could work; a request with a session key, when
+``routing.affinity = "session"``, goes to its session's pin instead while that one is usable, or
+else by weighted rendezvous hashing: ``upstream.affinity``) -> ``build`` the body for that
+deployment's dialect -> send. Connect failures, timeouts before the headers, and 429/500/502/503/504/529 are
 retried (subject to ``max_attempts`` and the retry budget) after a full-jitter backoff, or after
 the upstream's ``retry-after`` when retrying the same deployment and it is within the cap. Other
 4xx are the request's fault: relayed at once, never retried.
@@ -22,9 +24,19 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from modelgate import errors
+from modelgate.upstream.affinity import (
+    STEER,
+    AffinityTable,
+    Pin,
+    Steer,
+    deployment_name,
+    ranked,
+    salt,
+)
+from modelgate.upstream.affinity_key import SessionKey, session_key
 from modelgate.upstream.base import (
     ConnectFailed,
     CredentialStatus,
@@ -77,6 +89,41 @@ class AttemptObserver(Protocol):
         """The attempt's response head came (``status``) or it failed; ``error`` is its class
         (``ERROR_CLASSES``), None for a 2xx."""
         ...
+
+
+class _Identified(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+class _Arrived(Protocol):
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+
+class _Analysed(Protocol):
+    @property
+    def body(self) -> Mapping[str, Any]: ...
+
+    @property
+    def session_hint(self) -> bytes | None: ...
+
+
+class RoutedRequest(Protocol):
+    """What ``Router.session_of`` reads of an admitted request (``gateway.pipeline.Admitted``):
+    its model, its gateway key, its headers and its analysed body."""
+
+    @property
+    def model(self) -> _Identified: ...
+
+    @property
+    def key(self) -> _Identified: ...
+
+    @property
+    def exchange(self) -> _Arrived: ...
+
+    @property
+    def facts(self) -> _Analysed: ...
 
 
 #: Classes of failed attempts (the ``class`` label of ``modelgate_upstream_errors``).
@@ -170,14 +217,42 @@ class Router:
             window=config.retry_budget_window,
             clock=clock,
         )
+        self._affinity = (
+            AffinityTable(config.affinity_ttl_seconds, config.affinity_max_sessions, clock)
+            if config.affinity == "session"
+            else None
+        )
+        #: Rendezvous salts of the deployments (``upstream.affinity.ranked``).
+        self._salts = {d: salt(deployment_name(d)) for deps in self._deployments.values() for d in deps}
+        #: Models with a choice to make (several deployments, or a pool of credentials): only
+        #: their requests get a session key and a pin.
+        self._steered = frozenset(
+            model
+            for model, deps in self._deployments.items()
+            if len(deps) > 1 or any(_credentials(self._providers[d.provider]) > 1 for d in deps)
+        )
 
     @property
     def health(self) -> DeploymentHealth:
         return self._health
 
     @property
+    def affinity(self) -> AffinityTable | None:
+        """The session pins (None with ``routing.affinity = "off"``)."""
+        return self._affinity
+
+    @property
     def budget(self) -> RetryBudget:
         return self._budget
+
+    def session_of(self, request: RoutedRequest) -> SessionKey | None:
+        """A request's session key (``affinity_key.session_key``, scoped by its gateway key's
+        id), or None (nothing hashed) with ``routing.affinity = "off"`` or when its model has a
+        single deployment with a single credential: there is nothing to steer."""
+        if self._affinity is None or request.model.id not in self._steered:
+            return None
+        facts = request.facts
+        return session_key(request.key.id, request.exchange.headers, facts.body, facts.session_hint)
 
     def deployments_for(self, model: str) -> tuple[Deployment, ...]:
         return self._deployments.get(model, ())
@@ -194,15 +269,23 @@ class Router:
         client_headers: Mapping[str, str],
         path_suffix: str = "",
         observer: AttemptObserver | None = None,
+        session: SessionKey | None = None,
     ) -> Attempt:
+        """``session``: the request's session key (``affinity_key.session_key``), or None."""
         candidates = self._deployments.get(model)
         if not candidates:
             raise errors.Unavailable(f"no upstream deployment is configured for model {model}")
         self._budget.deposit()
+        table = self._affinity
+        steer = Steer(session) if session is not None and table is not None else None
+        pin = table.get(model, steer.session) if steer is not None and table is not None else None
         tried: list[Deployment] = []
         last: Failure | None = None
         for attempt in range(1, self._config.max_attempts + 1):
-            deployment = self._choose(candidates, tried)
+            if steer is None:
+                deployment = self._choose(candidates, tried)
+            else:
+                deployment = self._place(candidates, tried, steer, pin)
             if last is not None:
                 same = deployment == tried[-1]
                 if same and last.retry_after is not None and last.retry_after > self._config.retry_after_cap:
@@ -223,12 +306,16 @@ class Router:
                 extra = observer.attempt_started(deployment, provider, attempt, reason)
                 if extra:
                     headers = {**client_headers, **extra}
+            token = STEER.set(steer) if steer is not None else None
             try:
                 outcome = await self._try(deployment, provider, dialect, body, stream, headers, path_suffix)
             except BaseException as exc:
                 if observer is not None:
                     observer.attempt_ended(raised_class(exc), None)
                 raise
+            finally:
+                if token is not None:
+                    STEER.reset(token)
             if observer is not None:
                 if isinstance(outcome, Failure):
                     observer.attempt_ended(failure_class(outcome), outcome.status)
@@ -246,6 +333,8 @@ class Router:
                 )
                 last = outcome
                 continue
+            if steer is not None and table is not None:
+                table.served(model, steer.session, pin, deployment, steer.served)
             return Attempt(
                 deployment,
                 provider,
@@ -347,6 +436,29 @@ class Router:
             return pool[0]
         return self._rng.choices(pool, weights=[d.weight for d in pool])[0]
 
+    def _place(
+        self, candidates: Sequence[Deployment], tried: Sequence[Deployment], steer: Steer, pin: Pin | None
+    ) -> Deployment:
+        """A session's deployment: its pin while usable (not cooling, not yet failed in this
+        request), else its first choice by weighted rendezvous among the usable ones (the same
+        fallbacks as ``_choose`` when none is). Sets the credential the pool should offer first."""
+        health = self._health
+        if pin is not None and pin.deployment not in tried and health.available(pin.deployment):
+            chosen = pin.deployment
+        else:
+            available = [d for d in candidates if health.available(d)]
+            pool = [d for d in available if d not in tried] or available
+            if not pool:
+                chosen = min(candidates, key=health.available_at)
+            elif len(pool) == 1:
+                chosen = pool[0]
+            else:
+                salts = [self._salts[d] for d in pool]
+                chosen = pool[ranked(steer.session, salts, [d.weight for d in pool])[0]]
+        steer.preferred = pin.credential if pin is not None and pin.deployment == chosen else None
+        steer.served = None
+        return chosen
+
     def _delay(self, retry: int, last: Failure, same: bool) -> float:
         if same and last.retry_after is not None:
             return last.retry_after
@@ -380,6 +492,17 @@ class Router:
         """Close every provider (their connection pools)."""
         for provider in self._providers.values():
             await provider.aclose()
+
+
+@runtime_checkable
+class CountsCredentials(Protocol):
+    """A provider with a credential pool (``HttpProvider``)."""
+
+    def credential_count(self) -> int: ...
+
+
+def _credentials(provider: Provider) -> int:
+    return provider.credential_count() if isinstance(provider, CountsCredentials) else 0
 
 
 def _no_verdict() -> None:
