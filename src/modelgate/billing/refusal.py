@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
+from modelgate import errors
 from modelgate.storage.base import Refusal
+from modelgate.telemetry.metrics import Metrics
 
 CODES = {"monthly_cap": "monthly_cap_reached", "balance": "insufficient_balance"}
 
@@ -66,3 +68,10 @@ def refusal_message(refusal: Refusal) -> tuple[str, str]:
         f"affordable when that is enough): send {levers}, {operator}",
         code,
     )
+
+
+def refused(refusal: Refusal, metrics: Metrics) -> errors.BillingRefused:
+    """The 402 answering ``refusal`` (never retried: ``x-should-retry: false``), counted."""
+    message, code = refusal_message(refusal)
+    metrics.billing_refused(code)
+    return errors.BillingRefused(message, code=code, headers={"x-should-retry": "false"})

@@ -27,7 +27,7 @@ from starlette.types import Receive
 
 from modelgate import errors, ir
 from modelgate.billing.ledger import Hold, Purpose, UsageStatus
-from modelgate.billing.refusal import refusal_message
+from modelgate.billing.refusal import refused as billing_refusal
 from modelgate.catalogue import Model
 from modelgate.formats import CODECS, ClientRequest, Codec, ids
 from modelgate.gateway import headers as hdr
@@ -366,9 +366,7 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
         admission = admitted.admission
         await services.rate_limiter.refund(key.id, admission)
         exchange.response_headers.update(replace(admission, remaining=admission.remaining + 1).headers())
-        message, code = refusal_message(outcome)
-        services.telemetry.metrics.billing_refused(code)
-        raise errors.BillingRefused(message, code=code, headers={"x-should-retry": "false"})
+        raise billing_refusal(outcome, services.telemetry.metrics)
     if outcome.max_tokens < max_tokens:
         asked = requested if requested is not None else max_tokens
         exchange.response_headers[hdr.MAX_TOKENS_CLAMPED] = f"{asked}->{outcome.max_tokens}; reason=credits"
