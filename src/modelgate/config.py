@@ -20,7 +20,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from modelgate.billing.input_bound import MediaRules
 from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE
-from modelgate.upstream.config import DeploymentConfig, ProviderConfig, RoutingConfig, SimulatorConfig
+from modelgate.upstream.config import (
+    DeploymentConfig,
+    ProviderSettings,
+    RoutingConfig,
+    SimulatorConfig,
+)
+from modelgate.upstream.kinds import without_kind_tag
+from modelgate.upstream.kinds.simulator import SimulatorProviderConfig
 
 ENV_PREFIX = "MODELGATE_"
 MIB = 1024 * 1024
@@ -246,8 +253,10 @@ class Settings(_Section):
     admin: AdminConfig = AdminConfig()
     responses: ResponsesConfig = ResponsesConfig()
     routing: RoutingConfig = RoutingConfig()
-    providers: list[ProviderConfig] = Field(
-        default_factory=lambda: [ProviderConfig(name="simulator", kind="simulator")]
+    providers: list[ProviderSettings] = Field(
+        default_factory=lambda: list[ProviderSettings](
+            [SimulatorProviderConfig(name="simulator", kind="simulator")]
+        )
     )
     #: Model id -> deployments. Models absent here go to ``default_provider``.
     deployments: dict[str, list[DeploymentConfig]] = Field(default_factory=dict)
@@ -326,7 +335,7 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 def _describe(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        where = ".".join(str(p) for p in without_kind_tag(err["loc"])) or "(top level)"
         lines.append(f"{where}: {err['msg']}")
     return "invalid configuration:\n  " + "\n  ".join(lines)
 

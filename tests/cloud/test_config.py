@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from modelgate.upstream.config import DeploymentConfig, ProviderConfig, validate_upstreams
+from modelgate.upstream.config import DeploymentConfig, parse_provider, validate_upstreams
 
 AWS_ENV = {"A": "AKIAFAKEVALIDATION01", "S": "fake/validation/secret/key"}
 
 
 def _check(provider: dict[str, Any], env: dict[str, str] | None = None) -> None:
-    validate_upstreams([ProviderConfig.model_validate(provider)], {}, AWS_ENV if env is None else env)
+    validate_upstreams([parse_provider(provider)], {}, AWS_ENV if env is None else env)
 
 
 def _bedrock(**extra: Any) -> dict[str, Any]:
@@ -49,8 +49,8 @@ def test_a_valid_bedrock_vertex_and_azure_configuration_passes(tmp_path: Path) -
     account.write_text(json.dumps(_service_account()))
     validate_upstreams(
         [
-            ProviderConfig.model_validate(_bedrock()),
-            ProviderConfig.model_validate(
+            parse_provider(_bedrock()),
+            parse_provider(
                 {
                     "name": "v",
                     "kind": "vertex",
@@ -59,7 +59,7 @@ def test_a_valid_bedrock_vertex_and_azure_configuration_passes(tmp_path: Path) -
                     "credentials_file": str(account),
                 }
             ),
-            ProviderConfig.model_validate(
+            parse_provider(
                 {
                     "name": "z",
                     "kind": "azure-openai",
@@ -71,21 +71,18 @@ def test_a_valid_bedrock_vertex_and_azure_configuration_passes(tmp_path: Path) -
         {"aria-x": [DeploymentConfig(provider="b", upstream_model="anthropic.claude")]},
         AWS_ENV,
     )
-    assert (
-        ProviderConfig.model_validate(_bedrock()).resolved_base_url()
-        == "https://bedrock-runtime.us-east-1.amazonaws.com"
-    )
+    assert parse_provider(_bedrock()).resolved_base_url() == "https://bedrock-runtime.us-east-1.amazonaws.com"
     vertex = {"name": "v", "kind": "vertex", "project": "p"}
     assert (
-        ProviderConfig.model_validate({**vertex, "region": "us-east5"}).resolved_base_url()
+        parse_provider({**vertex, "region": "us-east5"}).resolved_base_url()
         == "https://us-east5-aiplatform.googleapis.com"
     )
     assert (
-        ProviderConfig.model_validate({**vertex, "region": "global"}).resolved_base_url()
+        parse_provider({**vertex, "region": "global"}).resolved_base_url()
         == "https://aiplatform.googleapis.com"
     )
     assert (
-        ProviderConfig.model_validate({**vertex, "region": "eu"}).resolved_base_url()
+        parse_provider({**vertex, "region": "eu"}).resolved_base_url()
         == "https://aiplatform.eu.rep.googleapis.com"
     )
 

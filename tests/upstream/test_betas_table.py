@@ -10,7 +10,8 @@ from pydantic import ValidationError
 
 from modelgate import errors
 from modelgate.upstream.betas import BODY_FIELDS, TABLE, plan_betas, plan_for, strip_fields
-from modelgate.upstream.config import ProviderConfig, validate_upstreams
+from modelgate.upstream.config import parse_provider, validate_upstreams
+from modelgate.upstream.kinds.anthropic import AnthropicConfig
 
 CLAUDE_CODE_BETAS = [
     "claude-code-20250219",
@@ -90,15 +91,13 @@ def test_strip_fields_paths() -> None:
 
 
 def test_the_betas_setting_is_validated() -> None:
-    provider = ProviderConfig.model_validate(
+    provider = AnthropicConfig.model_validate(
         {"name": "a", "kind": "anthropic", "api_key_env": "K", "betas": {"pass": ["x"], "refuse": ["y"]}}
     )
     assert provider.betas.actions() == {"x": "pass", "y": "refuse"}
     for bad in ({"pass": ["x"], "strip": ["x"]}, {"pass": ["a,b"]}, {"refuse": [""]}, {"allow": ["x"]}):
         with pytest.raises(ValidationError):
-            ProviderConfig.model_validate({"name": "a", "kind": "anthropic", "betas": bad})
-    openai = ProviderConfig.model_validate(
-        {"name": "o", "kind": "openai", "api_key_env": "K", "betas": {"strip": ["x"]}}
-    )
+            parse_provider({"name": "a", "kind": "anthropic", "betas": bad})
+    openai = parse_provider({"name": "o", "kind": "openai", "api_key_env": "K", "betas": {"strip": ["x"]}})
     with pytest.raises(ValueError, match=r"\('o'\)\.betas: only for kind\(s\) anthropic, bedrock, vertex"):
         validate_upstreams([openai], {}, {"K": "sk-proj-0123456789abcdefghij"})

@@ -9,7 +9,13 @@ import pytest
 from pydantic import ValidationError
 
 from modelgate.config import ConfigError, load_settings
-from modelgate.upstream.config import DeploymentConfig, ProviderConfig, RoutingConfig, validate_upstreams
+from modelgate.upstream.config import (
+    DeploymentConfig,
+    ProviderConfig,
+    RoutingConfig,
+    parse_provider,
+    validate_upstreams,
+)
 from modelgate.upstream.error_mapping import parse_error_body, retry_after_seconds
 from modelgate.upstream.health import DeploymentHealth, RetryBudget
 
@@ -24,9 +30,9 @@ class Clock:
 
 def providers() -> list[ProviderConfig]:
     return [
-        ProviderConfig(name="anth", kind="anthropic", api_key_env="ANTH_KEY"),
-        ProviderConfig(name="vllm", kind="openai-compatible", base_url="http://10.0.0.5:8000"),
-        ProviderConfig(name="sim", kind="simulator"),
+        parse_provider(dict(name="anth", kind="anthropic", api_key_env="ANTH_KEY")),
+        parse_provider(dict(name="vllm", kind="openai-compatible", base_url="http://10.0.0.5:8000")),
+        parse_provider(dict(name="sim", kind="simulator")),
     ]
 
 
@@ -35,7 +41,8 @@ def test_valid_configuration_passes() -> None:
     validate_upstreams(providers(), deployments, {"ANTH_KEY": "sk-ant-1"})
     assert providers()[0].resolved_base_url() == "https://api.anthropic.com"
     assert (
-        RoutingConfig().max_attempts == 3 and ProviderConfig(name="s", kind="simulator").timeouts.idle == 60
+        RoutingConfig().max_attempts == 3
+        and parse_provider(dict(name="s", kind="simulator")).timeouts.idle == 60
     )
 
 
@@ -50,14 +57,24 @@ def test_valid_configuration_passes() -> None:
         ),
         (None, {}, {}, r"providers\[0\] \('anth'\)\.api_key_env: environment variable 'ANTH_KEY' is not set"),
         (
-            [ProviderConfig(name="oa", kind="openai")],
+            [parse_provider(dict(name="oa", kind="openai"))],
             {},
             {},
             r"providers\[0\] \('oa'\)\.api_key_env: required",
         ),
-        ([ProviderConfig(name="c", kind="openai-compatible")], {}, {}, r"providers\[0\] \('c'\)\.base_url"),
-        ([ProviderConfig(name="c", kind="openai-compatible", base_url="localhost:8000")], {}, {}, "base_url"),
-        ([ProviderConfig(name="s", kind="simulator")] * 2, {}, {}, "duplicate"),
+        (
+            [parse_provider(dict(name="c", kind="openai-compatible"))],
+            {},
+            {},
+            r"providers\[0\] \('c'\)\.base_url",
+        ),
+        (
+            [parse_provider(dict(name="c", kind="openai-compatible", base_url="localhost:8000"))],
+            {},
+            {},
+            "base_url",
+        ),
+        ([parse_provider(dict(name="s", kind="simulator"))] * 2, {}, {}, "duplicate"),
         (None, {"m": []}, {"ANTH_KEY": "k"}, r"deployments\['m'\]"),
     ],
 )
@@ -73,14 +90,12 @@ def test_invalid_configuration_names_the_key(
 
 def test_models_reject_bad_values() -> None:
     with pytest.raises(ValidationError):
-        ProviderConfig.model_validate({"name": "x", "kind": "gemini"})
+        parse_provider({"name": "x", "kind": "gemini"})
     with pytest.raises(ValidationError):
         DeploymentConfig(provider="a", upstream_model="m", weight=0)
     with pytest.raises(ValidationError):
-        ProviderConfig.model_validate({"name": "x", "kind": "openai", "anthropic_beta": "sometimes"})
-    assert ProviderConfig.model_validate(
-        {"name": "x", "kind": "anthropic", "anthropic_beta": ["a"]}
-    ).anthropic_beta == ["a"]
+        parse_provider({"name": "x", "kind": "openai", "anthropic_beta": "sometimes"})
+    assert parse_provider({"name": "x", "kind": "anthropic", "anthropic_beta": ["a"]}).anthropic_beta == ["a"]
 
 
 def test_retry_after_parsing() -> None:
@@ -143,7 +158,9 @@ def test_retry_budget_ratio_reserve_and_expiry() -> None:
 
 
 def test_hosted_tools_policy_per_provider_from_the_file_and_the_environment(tmp_path: Path) -> None:
-    assert ProviderConfig(name="c", kind="openai-compatible", base_url="http://h").hosted_tools == "drop"
+    assert (
+        parse_provider(dict(name="c", kind="openai-compatible", base_url="http://h")).hosted_tools == "drop"
+    )
     config = tmp_path / "modelgate.toml"
     config.write_text(
         'default_provider = ""\n[[providers]]\nname = "c"\nkind = "openai-compatible"\nbase_url = "http://h"\n'

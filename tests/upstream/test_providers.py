@@ -15,7 +15,7 @@ from modelgate.upstream.base import (
     Provider,
     StreamBroken,
 )
-from modelgate.upstream.config import ProviderConfig, TimeoutConfig
+from modelgate.upstream.config import TimeoutConfig, parse_provider
 from modelgate.upstream.openai import OpenAICompatibleProvider, OpenAIProvider
 from modelgate.upstream.providers import build_provider
 from tests.fakes import FakeUpstream, Fault, Reply, refused_base_url
@@ -34,7 +34,7 @@ BODY = b'{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content"
 
 def anthropic(base_url: str, **kw: object) -> AnthropicProvider:
     fields = {"name": "anth", "kind": "anthropic", "base_url": base_url, "api_key_env": "K"}
-    cfg = ProviderConfig.model_validate({**fields, "timeouts": FAST, **kw})
+    cfg = parse_provider({**fields, "timeouts": FAST, **kw})
     return AnthropicProvider(cfg, KEY)
 
 
@@ -85,11 +85,11 @@ async def test_anthropic_beta_policy(policy: object, expected: str | None) -> No
 
 async def test_openai_and_compatible_providers() -> None:
     async with FakeUpstream() as fake:
-        cfg = ProviderConfig(name="oa", kind="openai", base_url=fake.base_url, api_key_env="K")
+        cfg = parse_provider(dict(name="oa", kind="openai", base_url=fake.base_url, api_key_env="K"))
         openai = build_provider(cfg, {"K": "sk-proj-upstreamsecret0123456789"})
         assert isinstance(openai, OpenAIProvider)
         local = build_provider(
-            ProviderConfig(name="vllm", kind="openai-compatible", base_url=fake.base_url), {}
+            parse_provider(dict(name="vllm", kind="openai-compatible", base_url=fake.base_url)), {}
         )
         assert isinstance(local, OpenAICompatibleProvider)
         assert local.dialects == frozenset({"chat"})

@@ -13,7 +13,7 @@ import pytest
 
 from modelgate import errors
 from modelgate.upstream.base import Deployment, Dialect, Provider
-from modelgate.upstream.config import ProviderConfig, RoutingConfig, TimeoutConfig
+from modelgate.upstream.config import RoutingConfig, TimeoutConfig, parse_provider
 from modelgate.upstream.providers import build_provider
 from modelgate.upstream.router import Router
 from tests.fakes import FakeUpstream, Fault, refused_base_url
@@ -24,7 +24,7 @@ QUICK_BACKOFF: dict[str, Any] = {"backoff_base": 0.001, "backoff_max": 0.005}
 
 
 def provider(name: str, base_url: str, kind: str = "anthropic", timeouts: TimeoutConfig = FAST) -> Provider:
-    cfg = ProviderConfig.model_validate(
+    cfg = parse_provider(
         {"name": name, "kind": kind, "base_url": base_url, "api_key_env": "KEY", "timeouts": timeouts}
     )
     return build_provider(cfg, {"KEY": KEY})

@@ -14,6 +14,7 @@ from modelgate.storage.base import Settlement
 from modelgate.telemetry.metrics import Metrics
 from modelgate.telemetry.record import RequestRecord
 from modelgate.upstream.base import Deployment, Provider
+from modelgate.upstream.kinds import genai_provider_name
 from modelgate.upstream.router import AttemptReason
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ class AttemptLog:
         if self._trace is None:
             return None
         self._span, headers = self._trace.attempt(
-            record, provider.name, provider.kind, deployment.upstream_model, number
+            record, provider.name, genai_provider_name(provider.kind), deployment.upstream_model, number
         )
         return headers
 

@@ -22,13 +22,10 @@ from modelgate.errors import WireFormat
 from modelgate.formats import CODECS, ClientRequest
 from modelgate.gateway.body import splice_top_level
 from modelgate.upstream.base import Dialect, Provider
+from modelgate.upstream.kinds import runs_hosted_tools
 
 #: What a provider does with hosted tools its dialect cannot run (``providers[].hosted_tools``).
 HostedToolPolicy = Literal["drop", "refuse"]
-
-#: Provider kinds whose dialect's hosted tools they cannot run: Amazon Bedrock's InvokeModel
-#: runs no Anthropic server tools (a web search offered there is dropped and named).
-_RUNS_NO_HOSTED_TOOLS = frozenset({"bedrock"})
 
 #: Dialects to try, best first, for each client format.
 _PREFERENCE: Mapping[WireFormat, tuple[Dialect, ...]] = {
@@ -88,7 +85,7 @@ def build_body(
         return Built(splice_top_level(raw, fields, parsed=client.body))
     request = client.request()
     target = CODECS[dialect]
-    runs = frozenset() if provider_kind in _RUNS_NO_HOSTED_TOOLS else target.runs_hosted
+    runs = target.runs_hosted if runs_hosted_tools(provider_kind) else frozenset()
     dropped = _hosted_tools_dropped(request, runs, hosted_tools)
     request.max_tokens = max_tokens
     request.stream = stream

@@ -20,15 +20,6 @@ from modelgate.telemetry.record import RequestRecord
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-#: ``gen_ai.provider.name`` of each provider kind (the conventions' well-known values where one
-#: exists; the kind itself otherwise).
-GENAI_PROVIDERS: Mapping[str, str] = {
-    "anthropic": "anthropic",
-    "openai": "openai",
-    "azure-openai": "azure.ai.openai",
-    "bedrock": "aws.bedrock",
-    "vertex": "gcp.vertex_ai",
-}
 #: ``gen_ai.operation.name`` of each endpoint.
 OPERATIONS: Mapping[str, str] = {
     "messages": "chat",
@@ -96,7 +87,7 @@ def _traces_url(endpoint: str) -> str:
 class RequestTrace:
     """The spans of one request; the server span ends with ``end``."""
 
-    __slots__ = ("_context", "_tracing", "server")
+    __slots__ = ("_context", "_genai_provider", "_tracing", "server")
 
     def __init__(
         self, tracing: Tracing, headers: Mapping[str, str], method: str, path: str, record: RequestRecord
@@ -115,6 +106,8 @@ class RequestTrace:
             },
         )
         self._context = tracing.in_context(self.server)
+        #: ``gen_ai.provider.name`` of the latest upstream attempt ("" before the first).
+        self._genai_provider = ""
 
     def child(self, name: str) -> Span:
         return self._tracing.tracer.start_span(name, context=self._context)
@@ -126,9 +119,11 @@ class RequestTrace:
         span.end()
 
     def attempt(
-        self, record: RequestRecord, provider: str, provider_kind: str, deployment: str, number: int
+        self, record: RequestRecord, provider: str, genai_provider: str, deployment: str, number: int
     ) -> tuple[Span, dict[str, str]]:
-        """A client span for one upstream attempt, and the trace headers to send with it."""
+        """A client span for one upstream attempt, and the trace headers to send with it.
+        ``genai_provider`` is the provider kind's ``gen_ai.provider.name``."""
+        self._genai_provider = genai_provider
         tracing = self._tracing
         operation = OPERATIONS.get(record.endpoint, record.endpoint)
         span = tracing.tracer.start_span(
@@ -138,7 +133,7 @@ class RequestTrace:
             attributes={
                 "gen_ai.operation.name": operation,
                 "gen_ai.request.model": deployment,
-                "gen_ai.provider.name": GENAI_PROVIDERS.get(provider_kind, provider_kind),
+                "gen_ai.provider.name": genai_provider,
                 "modelgate.provider": provider,
                 "modelgate.attempt": number,
             },
@@ -170,10 +165,8 @@ class RequestTrace:
             attributes["modelgate.key_id"] = record.key_id
         if record.account_id is not None:
             attributes["modelgate.account_id"] = record.account_id
-        if record.provider_kind:
-            attributes["gen_ai.provider.name"] = GENAI_PROVIDERS.get(
-                record.provider_kind, record.provider_kind
-            )
+        if self._genai_provider:
+            attributes["gen_ai.provider.name"] = self._genai_provider
         if record.attempts:
             attributes["modelgate.upstream_attempts"] = record.attempts
         if record.usage_status is not None:

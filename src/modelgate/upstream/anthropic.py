@@ -13,15 +13,16 @@ from modelgate.upstream.base import Dialect
 from modelgate.upstream.betas import plan_for, split_betas, strip_fields
 from modelgate.upstream.credentials import ApiKey, Credential, Outgoing
 from modelgate.upstream.http_provider import HttpProvider
+from modelgate.upstream.kinds.anthropic import AnthropicConfig
 
 DEFAULT_ANTHROPIC_VERSION = "2023-06-01"
 
 
 class AnthropicProvider(HttpProvider):
-    kind = "anthropic"
     dialects: frozenset[Dialect] = frozenset({"messages"})
     _paths: Mapping[Dialect, str] = {"messages": "/v1/messages"}
     _suffixes: Mapping[Dialect, frozenset[str]] = {"messages": frozenset({"/count_tokens"})}
+    _config: AnthropicConfig  # the kind's model names this class, so it is built with its model
 
     @classmethod
     def api_key_credential(cls, label: str, key: str) -> Credential:

@@ -9,7 +9,8 @@ refresh that has to call AWS runs in a worker thread, never on the event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
@@ -17,7 +18,6 @@ from botocore.credentials import Credentials, ReadOnlyCredentials, RefreshableCr
 from botocore.exceptions import BotoCoreError
 from botocore.session import Session
 
-from modelgate.upstream.config import AwsCredentialConfig, ProviderConfig
 from modelgate.upstream.credentials import CredentialUnavailable, Outgoing, quiet_library_logs
 
 #: The signing name of Bedrock Runtime (its endpoint prefix is ``bedrock-runtime``).
@@ -68,12 +68,24 @@ class AwsCredential:
         return None
 
 
+class AwsIdentity(Protocol):
+    """One configured identity (``upstream.kinds.bedrock.AwsCredentialConfig``)."""
+
+    @property
+    def profile(self) -> str | None: ...
+    @property
+    def access_key_id_env(self) -> str | None: ...
+    @property
+    def secret_access_key_env(self) -> str | None: ...
+    @property
+    def session_token_env(self) -> str | None: ...
+
+
 def resolve_aws_credentials(
-    provider: ProviderConfig, where: str, env: Mapping[str, str]
+    region: str, entries: Sequence[AwsIdentity] | None, where: str, env: Mapping[str, str]
 ) -> list[AwsCredential]:
-    """The provider's identities; raises ``ValueError`` naming the key when one does not resolve."""
-    region = provider.region or ""
-    entries = provider.aws_credentials
+    """The provider's identities (``aws_credentials``; ``None`` = the standard AWS chain); raises
+    ``ValueError`` naming the key when one does not resolve."""
     if entries is None:
         credentials = _from_session(None, f"{where}.aws_credentials")
         if credentials is None:
@@ -90,7 +102,7 @@ def resolve_aws_credentials(
     ]
 
 
-def _entry(entry: AwsCredentialConfig, key: str, env: Mapping[str, str]) -> Credentials:
+def _entry(entry: AwsIdentity, key: str, env: Mapping[str, str]) -> Credentials:
     named = (entry.access_key_id_env, entry.secret_access_key_env, entry.session_token_env)
     if entry.profile is not None:
         if any(named):

@@ -20,10 +20,11 @@ import orjson
 
 from modelgate import errors
 from modelgate.upstream.base import Dialect
-from modelgate.upstream.config import ProviderConfig
 from modelgate.upstream.credentials import ApiKey, Credential, Outgoing
 from modelgate.upstream.error_mapping import UpstreamError
 from modelgate.upstream.http_provider import HttpProvider
+from modelgate.upstream.kind import ProviderConfig
+from modelgate.upstream.kinds.azure import AzureOpenAIConfig
 
 _V1_PATHS: Mapping[Dialect, str] = {
     "chat": "/openai/v1/chat/completions",
@@ -32,13 +33,13 @@ _V1_PATHS: Mapping[Dialect, str] = {
 
 
 class AzureOpenAIProvider(HttpProvider):
-    kind = "azure-openai"
     dialects: frozenset[Dialect] = frozenset({"chat", "responses"})
     _paths: Mapping[Dialect, str] = _V1_PATHS
+    _config: AzureOpenAIConfig
 
     @classmethod
     def from_config(cls, config: ProviderConfig, env: Mapping[str, str]) -> Self:
-        if config.entra_id:
+        if isinstance(config, AzureOpenAIConfig) and config.entra_id:
             from modelgate.upstream.azure_auth import EntraCredential  # azure-identity: only when used
 
             return cls(config, [EntraCredential(config.token_refresh_margin)])

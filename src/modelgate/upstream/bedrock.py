@@ -30,10 +30,11 @@ from modelgate.upstream.aws_auth import resolve_aws_credentials
 from modelgate.upstream.base import BufferedReply, Dialect, UpstreamReply
 from modelgate.upstream.bedrock_stream import BedrockStream, EventStreamDecoder, response_stream_shape
 from modelgate.upstream.cloud_claude import WholeRenamed, cloud_betas, cloud_body
-from modelgate.upstream.config import ProviderConfig
 from modelgate.upstream.credentials import Credential, Outgoing
 from modelgate.upstream.error_mapping import UpstreamError
 from modelgate.upstream.http_provider import HttpProvider
+from modelgate.upstream.kind import ProviderConfig
+from modelgate.upstream.kinds.bedrock import BedrockConfig
 from modelgate.upstream.pool import read_error_body
 from modelgate.upstream.transport import HttpReply
 
@@ -51,14 +52,15 @@ ERROR_STATUS: Mapping[str, int] = {
 
 
 class BedrockProvider(HttpProvider):
-    kind = "bedrock"
     dialects: frozenset[Dialect] = frozenset({"messages"})
     _paths: Mapping[Dialect, str] = {"messages": "/model"}
     _suffixes: Mapping[Dialect, frozenset[str]] = {"messages": frozenset({"/count_tokens"})}
 
+    _config: BedrockConfig
+
     def __init__(
         self,
-        config: ProviderConfig,
+        config: BedrockConfig,
         credentials: str | Sequence[Credential] | None,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -69,8 +71,9 @@ class BedrockProvider(HttpProvider):
 
     @classmethod
     def from_config(cls, config: ProviderConfig, env: Mapping[str, str]) -> Self:
+        assert isinstance(config, BedrockConfig)  # the kind's model names this class
         where = f"provider {config.name!r}"
-        return cls(config, resolve_aws_credentials(config, where, env))
+        return cls(config, resolve_aws_credentials(config.region or "", config.aws_credentials, where, env))
 
     def _prepare(
         self, dialect: Dialect, body: bytes, stream: bool, client_headers: Mapping[str, str], path_suffix: str

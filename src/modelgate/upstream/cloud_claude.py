@@ -23,7 +23,8 @@ import orjson
 from modelgate import errors
 from modelgate.upstream.base import UpstreamReply
 from modelgate.upstream.betas import BetaPlan, body_betas, plan_for, split_betas, strip_fields
-from modelgate.upstream.config import ProviderConfig
+from modelgate.upstream.kinds.bedrock import BedrockConfig
+from modelgate.upstream.kinds.vertex import VertexConfig
 
 _MODEL = re.compile(rb'"model"\s*:\s*"(?:[^"\\]|\\.)*"')
 
@@ -44,7 +45,7 @@ def cloud_body(body: bytes, *, version: str, keep: tuple[str, ...] = ()) -> tupl
 
 def cloud_betas(
     kind: str,
-    config: ProviderConfig,
+    config: BedrockConfig | VertexConfig,
     data: dict[str, Any],
     client_headers: Mapping[str, str],
     *,

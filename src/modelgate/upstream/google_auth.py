@@ -11,6 +11,7 @@ provider scrub the current one from upstream text.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 import google.auth
@@ -21,7 +22,6 @@ from google.auth.transport.requests import Request
 from google.oauth2 import credentials as user_credentials
 from google.oauth2 import service_account
 
-from modelgate.upstream.config import ProviderConfig
 from modelgate.upstream.credentials import (
     CredentialRefused,
     CredentialUnavailable,
@@ -88,12 +88,12 @@ class GoogleCredential:
         self._request.session.close()
 
 
-def load_google_credentials(provider: ProviderConfig, where: str) -> list[GoogleCredential]:
+def load_google_credentials(
+    files: Sequence[str], listed: bool, margin: float, where: str
+) -> list[GoogleCredential]:
     """The provider's credentials; raises ``ValueError`` naming the key when one cannot load.
     Loading reads files (and, for application default credentials, the environment); no token
     is fetched until the first request."""
-    margin = provider.token_refresh_margin
-    files = provider.credentials_files
     if not files:
         try:
             credentials, _ = google.auth.default(scopes=[SCOPE])
@@ -104,9 +104,7 @@ def load_google_credentials(provider: ProviderConfig, where: str) -> list[Google
         return [GoogleCredential("application default credentials", credentials, margin)]
     out: list[GoogleCredential] = []
     for i, path in enumerate(files):
-        label = (
-            f"credentials_file[{i}]" if isinstance(provider.credentials_file, list) else "credentials_file"
-        )
+        label = f"credentials_file[{i}]" if listed else "credentials_file"
         try:
             out.append(GoogleCredential(label, _from_file(path), margin))
         except (OSError, ValueError, GoogleAuthError) as exc:

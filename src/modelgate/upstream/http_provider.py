@@ -17,9 +17,9 @@ import orjson
 import yarl
 
 from modelgate.upstream.base import BufferedReply, CredentialStatus, Dialect, UpstreamReply
-from modelgate.upstream.config import ProviderConfig
 from modelgate.upstream.credentials import CREDENTIAL_HEADERS, ApiKey, Credential, CredentialRefused, Outgoing
 from modelgate.upstream.error_mapping import UpstreamError, credentials_rejected
+from modelgate.upstream.kind import ProviderConfig
 from modelgate.upstream.pool import CredentialPool
 from modelgate.upstream.transport import HttpClient, HttpReply
 
@@ -44,7 +44,8 @@ def trace_context(client_headers: Mapping[str, str]) -> dict[str, str]:
 class HttpProvider:
     """Base of the HTTP provider kinds: URL per dialect, header policy, credentials, redaction.
 
-    Subclasses set ``kind``, ``dialects``, ``_paths`` and ``_suffixes``, add their own headers in
+    ``kind`` is the configuration's (the kind's model names its implementation). Subclasses set
+    ``dialects``, ``_paths`` and ``_suffixes``, add their own headers in
     ``_headers``, and may reshape the request (``_prepare``) and the reply (``_adapt``). Client
     credentials are never forwarded: subclasses copy only the client headers they name, static
     headers cannot carry credentials, and the provider's own credential is added last, by the
@@ -71,6 +72,7 @@ class HttpProvider:
         base = base.rstrip("/")
         self._base_url = base.removesuffix("/v1")
         self.name = config.name
+        self.kind = config.kind
         self._config = config
         self._client = HttpClient(
             label=repr(config.name), timeouts=config.timeouts, max_concurrency=config.max_concurrency

@@ -10,13 +10,11 @@ from modelgate.upstream.http_provider import HttpProvider
 
 
 class OpenAIProvider(HttpProvider):
-    kind = "openai"
     dialects: frozenset[Dialect] = frozenset({"chat", "responses"})
     _paths: Mapping[Dialect, str] = {"chat": "/v1/chat/completions", "responses": "/v1/responses"}
 
 
 class OpenAICompatibleProvider(OpenAIProvider):
-    kind = "openai-compatible"
     dialects: frozenset[Dialect] = frozenset({"chat"})
     legacy_chat_limit = True
     _paths: Mapping[Dialect, str] = {"chat": "/v1/chat/completions"}

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from modelgate import errors
 from modelgate.upstream.affinity import STEER, ranked, salt
 from modelgate.upstream.base import BufferedReply, CredentialStatus, UpstreamReply
-from modelgate.upstream.config import CredentialPoolConfig
 from modelgate.upstream.credentials import Credential
 from modelgate.upstream.error_mapping import UpstreamError, parse_error_body, retry_after_seconds
+from modelgate.upstream.kind import CredentialPoolConfig
 
 log = logging.getLogger("modelgate.upstream")
 

@@ -28,7 +28,7 @@ from modelgate.upstream.base import (
     IdleTimeout,
     StreamBroken,
 )
-from modelgate.upstream.config import TimeoutConfig
+from modelgate.upstream.kind import TimeoutConfig
 
 #: Read errors that mean the connection broke or the transfer was malformed.
 _BROKEN = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError)

@@ -21,11 +21,12 @@ import orjson
 
 from modelgate.upstream.base import Dialect, UpstreamReply
 from modelgate.upstream.cloud_claude import StreamRenamed, WholeRenamed, cloud_betas, cloud_body
-from modelgate.upstream.config import ProviderConfig
 from modelgate.upstream.credentials import Credential, Outgoing
 from modelgate.upstream.error_mapping import UpstreamError
 from modelgate.upstream.google_auth import load_google_credentials
 from modelgate.upstream.http_provider import HttpProvider
+from modelgate.upstream.kind import ProviderConfig
+from modelgate.upstream.kinds.vertex import VertexConfig
 from modelgate.upstream.transport import HttpReply
 
 DEFAULT_VERSION = "vertex-2023-10-16"
@@ -33,14 +34,15 @@ _COUNT = "/count-tokens:rawPredict"
 
 
 class VertexProvider(HttpProvider):
-    kind = "vertex"
     dialects: frozenset[Dialect] = frozenset({"messages"})
     _paths: Mapping[Dialect, str] = {"messages": "/v1/projects"}
     _suffixes: Mapping[Dialect, frozenset[str]] = {"messages": frozenset({"/count_tokens"})}
 
+    _config: VertexConfig
+
     def __init__(
         self,
-        config: ProviderConfig,
+        config: VertexConfig,
         credentials: str | Sequence[Credential] | None,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -54,7 +56,12 @@ class VertexProvider(HttpProvider):
 
     @classmethod
     def from_config(cls, config: ProviderConfig, env: Mapping[str, str]) -> Self:
-        return cls(config, load_google_credentials(config, f"provider {config.name!r}"))
+        assert isinstance(config, VertexConfig)  # the kind's model names this class
+        listed = isinstance(config.credentials_file, list)
+        credentials = load_google_credentials(
+            config.credentials_files, listed, config.token_refresh_margin, f"provider {config.name!r}"
+        )
+        return cls(config, credentials)
 
     def _prepare(
         self, dialect: Dialect, body: bytes, stream: bool, client_headers: Mapping[str, str], path_suffix: str

@@ -39,7 +39,7 @@ from modelgate.services import Services
 from modelgate.storage.base import KeyRecord
 from modelgate.storage.responses import StoredItem
 from modelgate.upstream.base import Dialect, Provider
-from modelgate.upstream.config import RESPONSES_STATE_KINDS
+from modelgate.upstream.kinds import stores_responses
 
 if TYPE_CHECKING:  # the pipeline imports this module
     from modelgate.gateway.pipeline import Admitted
@@ -268,7 +268,7 @@ def for_provider(admitted: Admitted, provider: Provider, dialect: Dialect) -> Ad
         )
     if keeps and state.original_holder == provider.name:
         return replace(admitted, raw=state.original_raw, client=state.original_client)
-    if not keeps and provider.kind in RESPONSES_STATE_KINDS and dialect == admitted.client.codec.name:
+    if not keeps and stores_responses(provider.kind) and dialect == admitted.client.codec.name:
         # An upstream of a stateful kind that must not keep state: the gateway does.
         raw = splice_top_level(admitted.raw, {"store": False}, parsed=admitted.client.body)
         return replace(admitted, raw=raw)
