@@ -15,3 +15,5 @@ echo "== import-linter"
 $BIN/lint-imports --no-cache
 echo "== module size"
 $BIN/python scripts/module_size.py --max 600 src/modelgate
+echo "== format names"
+$BIN/python scripts/format_names.py src/modelgate

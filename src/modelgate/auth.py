@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from modelgate.errors import AuthenticationFailed
+from modelgate.formats.format import Credentials
 from modelgate.keys import KEY_PREFIX, Digester, is_well_formed_key
 from modelgate.periodic import cancel_and_wait
 from modelgate.storage.base import KeyRecord, KeyStore
@@ -26,6 +27,10 @@ _SEND_GATEWAY_KEY = (
     "send your modelgate key (sk-cs4-…) as the x-api-key header (ALPHA_API_KEY / ANTHROPIC_API_KEY) "
     "or as Authorization: Bearer"
 )
+
+
+#: Where every client may send its key: ``x-api-key`` or ``Authorization: Bearer``.
+DEFAULT_CREDENTIALS = Credentials()
 
 
 class KeyView:
@@ -111,10 +116,22 @@ class KeyView:
         await cancel_and_wait(self._task)
         self._task = None
 
-    def authenticate(self, headers: Mapping[str, str], now: float) -> KeyRecord:
-        """The active key presented in ``x-api-key`` (preferred) or ``Authorization: Bearer``."""
-        secret = headers.get("x-api-key")
-        if not secret:
+    def authenticate(
+        self,
+        headers: Mapping[str, str],
+        now: float,
+        credentials: Credentials = DEFAULT_CREDENTIALS,
+        query: Mapping[str, str] | None = None,
+    ) -> KeyRecord:
+        """The active key presented where the format's clients send it (``Format.credentials``):
+        its key headers (``x-api-key``) first, then ``Authorization: Bearer``, then its query
+        parameter."""
+        secret = None
+        for header in credentials.headers:
+            secret = headers.get(header)
+            if secret:
+                break
+        if not secret and credentials.bearer:
             authorization = headers.get("authorization", "")
             scheme, _, value = authorization.partition(" ")
             if scheme.lower() == "bearer" and value.strip():
@@ -124,6 +141,8 @@ class KeyView:
                         "the bearer token is not a modelgate API key (OAuth tokens and ALPHA_AUTH_TOKEN "
                         f"are not accepted); {_SEND_GATEWAY_KEY}"
                     )
+        if not secret and credentials.query is not None and query is not None:
+            secret = query.get(credentials.query)
         if not secret:
             raise AuthenticationFailed(f"missing API key: {_SEND_GATEWAY_KEY}")
         secret = secret.strip()

@@ -1,50 +1,51 @@
-"""One internal error tree, rendered per wire format at the edge.
+"""One internal error tree; each wire format renders it (``formats.registry``).
 
 Every refusal the gateway makes is a ``GatewayError`` subclass carrying a *kind*; the kind fixes
-the HTTP status and the error ``type``/``code`` each wire format uses (reference §1.7, §2.6, §4.8).
-Only the single boundary in the app turns anything else into a 500 ``api_error``.
+the HTTP status and the gateway's error code. How a kind reads in a wire format (Anthropic's
+``error.type``, OpenAI's ``error.type``, Google's ``status``) is that format's vocabulary and lives
+in its package; this module names no format. Only the single boundary in the app turns anything
+else into a 500 ``api_error``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
-
-WireFormat = Literal["messages", "chat", "responses"]
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
 class ErrorKind:
     status: int
-    #: Anthropic ``error.type``.
-    messages_type: str
-    #: OpenAI ``error.type`` and default ``error.code``.
-    openai_type: str
-    openai_code: str | None
-    #: Status on the OpenAI formats when it differs (overload is 529 on Messages, 503 on OpenAI).
-    openai_status: int | None = None
+    #: The kind's default machine code (OpenAI-style ``error.code``; the request log's error code).
+    code: str | None
+    #: The status on formats that use only standard HTTP statuses, where ``status`` is not one
+    #: (overload is 529 on Anthropic's API and 503 elsewhere).
+    portable_status: int | None = None
     #: Whether SDKs should retry (sent as ``x-should-retry`` when it departs from their default).
     retryable: bool | None = None
 
 
 ERROR_KINDS: dict[str, ErrorKind] = {
-    "invalid_request": ErrorKind(400, "invalid_request_error", "invalid_request_error", None),
-    "authentication": ErrorKind(401, "authentication_error", "invalid_request_error", "invalid_api_key"),
-    "billing": ErrorKind(402, "billing_error", "insufficient_quota", "insufficient_quota", retryable=False),
-    "permission": ErrorKind(403, "permission_error", "permission_error", "model_not_allowed"),
-    "not_found": ErrorKind(404, "not_found_error", "invalid_request_error", "model_not_found"),
-    "method_not_allowed": ErrorKind(
-        405, "invalid_request_error", "invalid_request_error", "method_not_allowed"
-    ),
-    "request_timeout": ErrorKind(408, "invalid_request_error", "invalid_request_error", "request_timeout"),
-    "request_too_large": ErrorKind(413, "request_too_large", "invalid_request_error", "request_too_large"),
-    "rate_limit": ErrorKind(429, "rate_limit_error", "rate_limit_error", "rate_limit_exceeded"),
-    "api_error": ErrorKind(500, "api_error", "server_error", None),
-    "upstream_error": ErrorKind(502, "api_error", "server_error", "upstream_error"),
-    "unavailable": ErrorKind(503, "api_error", "server_error", "service_unavailable"),
-    "timeout": ErrorKind(504, "timeout_error", "timeout", "timeout"),
-    "overloaded": ErrorKind(529, "overloaded_error", "server_error", "overloaded", openai_status=503),
+    "invalid_request": ErrorKind(400, None),
+    "authentication": ErrorKind(401, "invalid_api_key"),
+    "billing": ErrorKind(402, "insufficient_quota", retryable=False),
+    "permission": ErrorKind(403, "model_not_allowed"),
+    "not_found": ErrorKind(404, "model_not_found"),
+    "method_not_allowed": ErrorKind(405, "method_not_allowed"),
+    "request_timeout": ErrorKind(408, "request_timeout"),
+    "request_too_large": ErrorKind(413, "request_too_large"),
+    "rate_limit": ErrorKind(429, "rate_limit_exceeded"),
+    "api_error": ErrorKind(500, None),
+    "upstream_error": ErrorKind(502, "upstream_error"),
+    "unavailable": ErrorKind(503, "service_unavailable"),
+    "timeout": ErrorKind(504, "timeout"),
+    "overloaded": ErrorKind(529, "overloaded", portable_status=503),
 }
+
+
+def kind_spec(kind: str) -> ErrorKind:
+    """The kind's row; an unknown kind (an upstream's) reads as ``api_error``."""
+    return ERROR_KINDS.get(kind, ERROR_KINDS["api_error"])
 
 
 class GatewayError(Exception):
@@ -85,12 +86,15 @@ class GatewayError(Exception):
     def spec(self) -> ErrorKind:
         return ERROR_KINDS[self.kind]
 
-    def status_for(self, fmt: WireFormat) -> int:
+    def http_status(self, *, portable: bool = False) -> int:
+        """The status to answer with; ``portable``: on a format that uses only standard HTTP
+        statuses (``ErrorKind.portable_status``). A status of its own (an upstream's 4xx relayed
+        as it came) always wins."""
         if self.status is not None:
             return self.status
         spec = self.spec
-        if fmt != "messages" and spec.openai_status is not None:
-            return spec.openai_status
+        if portable and spec.portable_status is not None:
+            return spec.portable_status
         return spec.status
 
 

@@ -15,7 +15,7 @@ import openai
 import orjson
 import pytest
 
-from modelgate.errors import WireFormat
+from modelgate.formats import FormatName
 from tests.billing.helpers import PATHS, body_for, headers_for, records_of, send, wait_for_record
 from tests.gateway_server import GatewayServer, running_gateway
 
@@ -140,7 +140,7 @@ def test_sdk_streams_closed_early_are_billed_once(gateway: GatewayServer) -> Non
 
 @pytest.mark.parametrize("dialect", ["messages", "chat", "responses"])
 @pytest.mark.parametrize("tools", [False, True])
-def test_tap_estimate_is_exact_for_the_simulator(dialect: WireFormat, tools: bool) -> None:
+def test_tap_estimate_is_exact_for_the_simulator(dialect: FormatName, tools: bool) -> None:
     """Each passthrough tap's per-delta estimate equals the simulator's own count, text and tool
     calls alike, so a cut simulator stream is billed exactly what was relayed."""
     from modelgate.billing.estimate import DELTA_ESTIMATOR

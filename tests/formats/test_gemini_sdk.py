@@ -27,7 +27,7 @@ from modelgate.formats.base import ClientRequest, Codec
 from modelgate.formats.gemini import CODEC, models, paths
 from modelgate.formats.gemini import response as gemini_response
 
-AS_CODEC: Codec = CODEC  # type: ignore[assignment]  # "gemini" is not yet an errors.WireFormat
+AS_CODEC: Codec = CODEC
 KEY = "gk-test-key"
 Answer = ir.Response | list[ir.Event] | errors.GatewayError
 

@@ -22,15 +22,14 @@ import orjson
 import pytest
 
 from modelgate import ir
-from modelgate.errors import WireFormat
-from modelgate.formats import CODECS, ClientRequest
+from modelgate.formats import CODECS, ClientRequest, FormatName
 
 GOLDEN = Path(__file__).parent / "golden" / "messages_chat"
 CLIENT_MODEL = "aria-sonnet-4.6"
 CLIENT_IDS = {"chat": "chatcmpl-GOLDEN0000000000000000000000", "messages": "msg_01GOLDEN000000000000000000"}
 
 # (case, upstream dialect, client format, client asked for usage)
-CASES: list[tuple[str, WireFormat, WireFormat, bool]] = [
+CASES: list[tuple[str, FormatName, FormatName, bool]] = [
     ("msg_text", "messages", "chat", True),
     ("msg_tool", "messages", "chat", False),
     ("msg_error", "messages", "chat", True),
@@ -42,7 +41,7 @@ CASES: list[tuple[str, WireFormat, WireFormat, bool]] = [
 
 
 def translate(
-    upstream: WireFormat, client: WireFormat, include_usage: bool, chunks: list[bytes]
+    upstream: FormatName, client: FormatName, include_usage: bool, chunks: list[bytes]
 ) -> tuple[bytes, list[ir.Event]]:
     decoder = CODECS[upstream].stream_decoder()
     codec = CODECS[client]
@@ -66,7 +65,7 @@ def random_split(data: bytes, rng: random.Random) -> list[bytes]:
 
 
 @pytest.mark.parametrize(("case", "upstream", "client", "include_usage"), CASES)
-def test_golden(case: str, upstream: WireFormat, client: WireFormat, include_usage: bool) -> None:
+def test_golden(case: str, upstream: FormatName, client: FormatName, include_usage: bool) -> None:
     source = (GOLDEN / f"{case}.upstream.sse").read_bytes()
     expected_path = GOLDEN / f"{case}.{client}.sse"
     out, events = translate(upstream, client, include_usage, [source])
@@ -92,7 +91,7 @@ def test_golden(case: str, upstream: WireFormat, client: WireFormat, include_usa
 
 @pytest.mark.parametrize(("case", "upstream", "client", "include_usage"), CASES)
 def test_golden_random_chunk_splits(
-    case: str, upstream: WireFormat, client: WireFormat, include_usage: bool
+    case: str, upstream: FormatName, client: FormatName, include_usage: bool
 ) -> None:
     source = (GOLDEN / f"{case}.upstream.sse").read_bytes()
     expected = (GOLDEN / f"{case}.{client}.sse").read_bytes()

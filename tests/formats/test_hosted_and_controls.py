@@ -165,11 +165,11 @@ def test_web_search_encodes_per_dialect() -> None:
 def _build(
     fmt: str, body: dict[str, Any], dialect: str, policy: str = "drop"
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
-    codec = CODECS[fmt]  # type: ignore[index]
+    codec = CODECS[fmt]
     built = build_body(
         ClientRequest(codec, body, "m"),
         orjson.dumps(body),
-        dialect,  # type: ignore[arg-type]
+        dialect,
         upstream_model="up",
         max_tokens=10,
         stream=False,
@@ -446,7 +446,7 @@ def test_a_translated_web_search_is_limited_to_the_searches_the_hold_covers() ->
 
     def sent(body: dict[str, Any], dialect: str, web_searches: int) -> dict[str, Any]:
         codec = CODECS["responses"] if "input" in body else CODECS["messages"]
-        built = build_body(ClientRequest(codec, body, "m"), b"", dialect, web_searches=web_searches, **common)  # type: ignore[arg-type]
+        built = build_body(ClientRequest(codec, body, "m"), b"", dialect, web_searches=web_searches, **common)
         return dict(orjson.loads(built.body))
 
     codex = responses_body(tools=[{"type": "web_search"}])

@@ -73,7 +73,7 @@ def test_decode_rejects_bad_fields_naming_them(patch: dict[str, Any], param: str
     with pytest.raises(errors.InvalidRequest) as info:
         messages_request.decode_request(data)
     assert info.value.param == param
-    assert info.value.status_for("messages") == 400
+    assert info.value.http_status() == 400
 
 
 def test_count_tokens_bodies_need_no_max_tokens() -> None:

@@ -43,3 +43,32 @@ def test_draining_is_reported_and_new_requests_get_a_503_in_their_format(tmp_pat
         )
         assert chat.status_code == 503 and chat.json()["error"]["code"] == "service_unavailable"
         assert gateway.call(gateway.services.store.pending_reservations()) == 0
+
+
+def test_every_api_route_is_refused_while_draining_in_its_own_format(tmp_path: Path) -> None:
+    """The model list and the stored-state endpoints pass the same admission as the model routes."""
+    with running_gateway(tmp_path / "data") as gateway:
+        account = gateway.account("acme")
+        basic = gateway.key(account, "Basic").secret
+        nova = gateway.key(account, "Nova").secret
+        listed = httpx.get(f"{gateway.base_url}/v1/models", headers={"x-api-key": basic})
+        assert listed.status_code == 200 and listed.json()["data"]
+
+        async def begin() -> None:
+            gateway.services.drain.begin(60)
+
+        gateway.call(begin())
+        anthropic_list = httpx.get(f"{gateway.base_url}/v1/models", headers={"x-api-key": basic})
+        assert anthropic_list.status_code == 503 and anthropic_list.headers["retry-after"] == "1"
+        assert anthropic_list.json()["type"] == "error"
+        assert "shutting down" in anthropic_list.json()["error"]["message"]
+        openai_one = httpx.get(
+            f"{gateway.base_url}/v1/models/nova-5.5", headers={"authorization": f"Bearer {nova}"}
+        )
+        assert openai_one.status_code == 503 and openai_one.json()["error"]["code"] == "service_unavailable"
+        stored = httpx.get(
+            f"{gateway.base_url}/v1/responses/resp_123", headers={"authorization": f"Bearer {nova}"}
+        )
+        assert stored.status_code == 503 and stored.json()["error"]["code"] == "service_unavailable"
+        assert stored.headers["connection"] == "close"
+        assert gateway.services.inflight.in_flight == 0

@@ -55,7 +55,7 @@ def test_stripped_betas_take_their_fields_unless_a_sent_beta_needs_them() -> Non
 def test_a_refused_beta_is_an_invalid_request_naming_it() -> None:
     with pytest.raises(errors.InvalidRequest, match="files-api-2025-04-14") as caught:
         plan_betas("bedrock", ["claude-code-20250219", "files-api-2025-04-14"])
-    assert caught.value.param == "anthropic-beta" and caught.value.status_for("messages") == 400
+    assert caught.value.param == "anthropic-beta" and caught.value.http_status() == 400
     overrides: Any = {"files-api-2025-04-14": "strip", "claude-code-20250219": "refuse"}
     with pytest.raises(errors.InvalidRequest, match="claude-code-20250219"):
         plan_betas("anthropic", ["claude-code-20250219"], overrides)

@@ -100,7 +100,7 @@ async def test_give_up_errors_follow_the_last_failure(
                 await call(router)
         finally:
             await router.aclose()
-    assert info.value.status_for("messages") == status
+    assert info.value.http_status() == status
     assert fake.count == 2
 
 

@@ -1,16 +1,12 @@
-"""Wire formats: one package per format, each exporting one ``CODEC`` (``formats.base.Codec``).
+"""Wire formats: one package per format, each exporting its ``CODEC`` (``formats.base.Codec``)
+and its ``FORMAT`` (``formats.format.Format``), listed in ``formats.registry.FORMATS``.
 
-Formats never import each other; they meet only in ``modelgate.ir``. Callers look a codec up in
-``CODECS`` by the wire format of the endpoint and never branch on the format's name.
+Formats never import each other; they meet only in ``modelgate.ir``. Callers look a format or a
+codec up by name in ``FORMATS``/``CODECS`` and never branch on the format's name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from types import MappingProxyType
-
-from modelgate.errors import WireFormat
-from modelgate.formats import chat, messages, responses
 from modelgate.formats.base import (
     ClientRequest,
     Codec,
@@ -19,17 +15,30 @@ from modelgate.formats.base import (
     StreamTap,
     TokenEstimator,
 )
-
-CODECS: Mapping[WireFormat, Codec] = MappingProxyType(
-    {"messages": messages.CODEC, "chat": chat.CODEC, "responses": responses.CODEC}
+from modelgate.formats.format import Credentials, Format, FormatRoute
+from modelgate.formats.registry import (
+    CODECS,
+    DIALECTS,
+    FORMATS,
+    FormatName,
+    format_for_client,
+    format_for_path,
 )
 
 __all__ = [
     "CODECS",
+    "DIALECTS",
+    "FORMATS",
     "ClientRequest",
     "Codec",
+    "Credentials",
+    "Format",
+    "FormatName",
+    "FormatRoute",
     "StreamDecoder",
     "StreamEncoder",
     "StreamTap",
     "TokenEstimator",
+    "format_for_client",
+    "format_for_path",
 ]

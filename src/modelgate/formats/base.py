@@ -1,4 +1,4 @@
-"""The one interface every wire format implements: ``Codec`` (DESIGN.md §3).
+"""The one interface every wire format implements: ``Codec`` (docs/architecture.md §5).
 
 Callers hold a ``Codec`` and never branch on a format's name. A codec decodes and encodes requests
 and responses through the internal representation (``modelgate.ir``), builds the stream objects
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from modelgate import ir
-from modelgate.errors import GatewayError, InvalidRequest, WireFormat
+from modelgate.errors import GatewayError, InvalidRequest
 from modelgate.formats.jsonutil import Json
 
 #: Removes secrets from upstream text (the provider's key and address, anything key-shaped).
@@ -85,7 +85,8 @@ class StreamTap(Protocol):
 class Codec(Protocol):
     """One wire format. Formats never import each other; they meet only in ``modelgate.ir``."""
 
-    name: WireFormat
+    #: The format's name in ``formats.registry.FORMATS`` (and a provider's dialect names).
+    name: str
     #: Top-level fields the gateway itself reads (authorization, limits, billing, usage options):
     #: each must appear once, and they are all a large offloaded body's caller gets back.
     control_fields: frozenset[str]
@@ -148,6 +149,10 @@ class Codec(Protocol):
         ...
 
     # errors ---------------------------------------------------------------------------------
+    def http_status(self, err: GatewayError) -> int:
+        """The status ``err`` is answered with on this format (``GatewayError.http_status``)."""
+        ...
+
     def render_error(self, err: GatewayError, request_id: str) -> bytes: ...
 
 

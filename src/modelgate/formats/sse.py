@@ -121,10 +121,13 @@ class EventBuffer:
         return rest
 
 
-def model_rewrites(upstream_model: str, client_model: str) -> tuple[tuple[bytes, bytes], ...]:
-    """Byte replacements that show the client's model id where the upstream wrote its own
-    (JSON written compactly or with a space after the colon)."""
+def model_rewrites(
+    upstream_model: str, client_model: str, field: str = "model"
+) -> tuple[tuple[bytes, bytes], ...]:
+    """Byte replacements that show the client's model id where the upstream wrote its own in
+    ``field`` (JSON written compactly or with a space after the colon)."""
     if upstream_model == client_model:
         return ()
     old, new = dumps(upstream_model), dumps(client_model)
-    return ((b'"model":' + old, b'"model":' + new), (b'"model": ' + old, b'"model": ' + new))
+    key = dumps(field) + b":"
+    return ((key + old, key + new), (key + b" " + old, key + b" " + new))

@@ -19,8 +19,7 @@ from modelgate import errors, ir
 from modelgate.billing.estimate import count_tokens, prompt_tokens
 from modelgate.billing.input_bound import MediaRules, input_bound
 from modelgate.billing.server_tools import web_search_bound
-from modelgate.errors import WireFormat
-from modelgate.formats import CODECS, ClientRequest
+from modelgate.formats import CODECS, ClientRequest, FormatName
 from modelgate.formats.base import decode_untrusted
 from modelgate.formats.jsonutil import Json
 from modelgate.gateway.body import duplicate_key, parse_object, splice_top_level, too_deep
@@ -56,7 +55,7 @@ class Facts:
     session_hint: bytes | None = None
 
 
-def analyse(raw: bytes, fmt: WireFormat, counting: bool, rules: BodyRules) -> Facts:
+def analyse(raw: bytes, fmt: FormatName, counting: bool, rules: BodyRules) -> Facts:
     """Parse and check a body; raises ``InvalidRequest`` when it cannot be read at all."""
     codec = CODECS[fmt]
     body = parse_object(raw)
@@ -82,7 +81,7 @@ def analyse(raw: bytes, fmt: WireFormat, counting: bool, rules: BodyRules) -> Fa
     )
 
 
-def analyse_in_worker(raw: bytes, fmt: WireFormat, counting: bool, rules: BodyRules) -> Facts:
+def analyse_in_worker(raw: bytes, fmt: FormatName, counting: bool, rules: BodyRules) -> Facts:
     """``analyse`` for a large body, returning only what is small (runs in a worker process)."""
     facts = analyse(raw, fmt, counting, rules)
     codec = CODECS[fmt]
@@ -110,7 +109,7 @@ def analyse_in_worker(raw: bytes, fmt: WireFormat, counting: bool, rules: BodyRu
 def upstream_body_in_worker(
     raw: bytes,
     control_fields: Json,
-    fmt: WireFormat,
+    fmt: FormatName,
     dialect: Dialect,
     upstream_model: str,
     max_tokens: int,
@@ -144,7 +143,7 @@ def splice_in_worker(raw: bytes, fields: Json) -> bytes:
     return splice_top_level(raw, fields, parsed=orjson.loads(raw))
 
 
-def prompt_tokens_in_worker(raw: bytes, fmt: WireFormat) -> int:
+def prompt_tokens_in_worker(raw: bytes, fmt: FormatName) -> int:
     """The input estimate of a large body (``streams.estimate_input``; runs in a worker)."""
     codec = CODECS[fmt]
     try:

@@ -68,7 +68,7 @@ def refused(record: RequestRecord, error: errors.GatewayError, status: int) -> N
     """The client is answered with ``error``."""
     record.status = status
     record.error_type = error.kind
-    record.error_code = error.code or error.spec.openai_code
+    record.error_code = error.code or error.spec.code
     if record.outcome == "ok":
         record.outcome = outcome_of(error)
 

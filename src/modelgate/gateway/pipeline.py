@@ -1,4 +1,4 @@
-"""The request path, top to bottom (DESIGN.md §3):
+"""The request path, top to bottom (docs/architecture.md §3):
 
 edge → authenticate → authorize (group, model, alias) → limit → reserve → route to a deployment →
 call (passthrough or translate) → stream back → settle.
@@ -17,8 +17,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable, Coroutine, Mapping
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -29,9 +28,9 @@ from modelgate import errors, ir
 from modelgate.billing.ledger import Hold, Purpose, UsageStatus
 from modelgate.billing.refusal import refused as billing_refusal
 from modelgate.catalogue import Model
-from modelgate.formats import CODECS, ClientRequest, Codec, ids
+from modelgate.formats import CODECS, ClientRequest
+from modelgate.gateway import guards, policy
 from modelgate.gateway import headers as hdr
-from modelgate.gateway import policy
 from modelgate.gateway.bodies import (
     BodyRules,
     Facts,
@@ -44,90 +43,29 @@ from modelgate.gateway.bodies import (
 from modelgate.gateway.body import read_limited, splice_top_level
 from modelgate.gateway.counting import upstream_count, upstream_counts
 from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
-from modelgate.gateway.observe import AttemptLog, ShutdownRefusal, refused, settled
+from modelgate.gateway.exchange import UNMETERED, Admitted, Endpoint, Exchange
+from modelgate.gateway.observe import AttemptLog, refused, settled
 from modelgate.gateway.output_tokens import attempt_max_tokens, held_default
 from modelgate.gateway.refusals import record_refusal
-from modelgate.gateway.relay import SHUTTING_DOWN, StreamResponse, relay_whole
+from modelgate.gateway.relay import StreamResponse, relay_whole
 from modelgate.gateway.replies import error_reply, json_reply
-from modelgate.gateway.state import keep as keeping
-from modelgate.gateway.state import prepare as stored_state
-from modelgate.gateway.state.prepare import RequestState
 from modelgate.gateway.streams import estimate_input, open_stream
 from modelgate.gateway.translate import HostedToolPolicy, build_body, choose_dialect
-from modelgate.limits.rpm import Decision
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord, Refusal, Settlement, StorageError
 from modelgate.telemetry.logs import CURRENT_REQUEST
-from modelgate.telemetry.record import RequestRecord
-from modelgate.telemetry.tracing import NO_SPAN, PhaseSpan, RequestTrace
 from modelgate.upstream.base import Deployment, Dialect, Provider, Redacts
 from modelgate.upstream.error_mapping import sanitise
 
 log = logging.getLogger("modelgate.request")
-#: The admission of a request that takes no rate-limit unit (``admit(rate=False)``).
-UNMETERED = Decision(admitted=True, limit=0, remaining=0, reset_after=0.0)
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """A model endpoint: its wire format and the name its usage records carry."""
-
-    codec: Codec
-    name: str
-    #: ``count_tokens``: authorized and rate-limited like the rest, but nothing is held or billed.
-    counting: bool = False
-    #: Requests may refer to stored state and their answers are kept (``gateway.state``).
-    stateful: bool = False
-
-
-@dataclass(slots=True)
-class Exchange:
-    """One request as it arrives: identity, timing, headers, and the response headers so far."""
-
-    endpoint: Endpoint
-    started: float
-    headers: Mapping[str, str]
-    request_id: str = field(default_factory=ids.new_request_id)
-    response_headers: dict[str, str] = field(default_factory=dict)
-    #: The body has been read to its end (a refusal before that closes the connection).
-    body_read: bool = False
-    #: The request holds one of the instance's large-body slots.
-    large_body: bool = False
-    #: What the metrics, the request log and the trace report when the request ends.
-    record: RequestRecord = field(init=False)
-    #: The request's spans, when tracing is on.
-    trace: RequestTrace | None = None
-
-    def __post_init__(self) -> None:
-        self.record = RequestRecord(self.request_id, self.endpoint.name)
-
-    def reply_headers(self) -> dict[str, str]:
-        return {"request-id": self.request_id, "x-request-id": self.request_id, **self.response_headers}
-
-    def span(self, name: str) -> AbstractContextManager[None]:
-        """A child span of the request's trace around a phase (nothing when tracing is off)."""
-        return NO_SPAN if self.trace is None else PhaseSpan(self.trace, name)
-
-
-@dataclass(frozen=True, slots=True)
-class Admitted:
-    """A request that passed authentication, authorization, validation and the rate limit."""
-
-    exchange: Exchange
-    key: KeyRecord
-    model: Model
-    client: ClientRequest
-    raw: bytes
-    facts: Facts
-    stream: bool
-    admission: Decision
-    #: What the request asks of stored state, once resolved (``gateway.state.prepare``).
-    state: RequestState | None = None
 
 
 async def handle(services: Services, endpoint: Endpoint, request: Request) -> Response:
     """Serve one model request; every refusal is rendered in the endpoint's wire format."""
     exchange = open_exchange(services, endpoint, request.headers, "POST", request.scope["path"])
+    params = request.scope.get("path_params")
+    if params:  # a templated route's parameters (``server.app``)
+        exchange.params = params
     return await run(services, exchange, _serve(services, exchange, request))
 
 
@@ -158,7 +96,7 @@ async def run(services: Services, exchange: Exchange, work: Coroutine[Any, Any, 
     """Run ``work`` (the request's steps) as one request: it holds an in-flight slot, and every
     way it ends is an answer in the endpoint's wire format (a stream finishes when it ends). The
     one place the request path turns storage failures into 503s and surprises into 500s."""
-    early = admission_refusal(services)
+    early = guards.admission_refusal(services)
     if early is not None:
         work.close()  # never started
         refusal = render_error(exchange, early)
@@ -190,19 +128,6 @@ async def run(services: Services, exchange: Exchange, work: Coroutine[Any, Any, 
     return response
 
 
-def admission_refusal(services: Services) -> errors.GatewayError | None:
-    """Refused before anything is read (draining, or at the in-flight limit); otherwise the
-    request now holds an in-flight slot."""
-    if services.drain.active:
-        return shutting_down()
-    if not services.inflight.try_acquire():
-        return errors.RateLimited(
-            "the gateway is at its limit of requests in flight; retry shortly",
-            headers={"retry-after": str(services.settings.server.overload_retry_after)},
-        )
-    return None
-
-
 def finish_exchange(
     services: Services, exchange: Exchange, response: Response | None, *, slot: bool = True
 ) -> None:
@@ -225,7 +150,8 @@ def finish_exchange(
 
 async def _serve(services: Services, exchange: Exchange, request: Request) -> Response:
     with exchange.span("authenticate"):
-        key = authenticate(services, exchange)
+        query = request.query_params if exchange.endpoint.format.credentials.query else None
+        key = authenticate(services, exchange, query)
         raw = await read_body(services, exchange, request)
         admitted = await admit_request(services, exchange, key, raw)
     return await serve_admitted(services, admitted, request.receive)
@@ -236,8 +162,9 @@ async def admit_request(
 ) -> Admitted:
     """``admit``, then (stateful endpoints) the stored state the request refers to resolved."""
     admitted = await admit(services, exchange, key, raw, rate=rate)
-    if exchange.endpoint.stateful:  # [responses state] stored history resolved and expanded
-        admitted = await stored_state.admit(services, admitted)
+    state = exchange.endpoint.state
+    if state is not None:  # e.g. stored Responses history resolved and expanded
+        admitted = await state.admit(services, admitted)
     return admitted
 
 
@@ -256,15 +183,16 @@ async def serve_admitted(services: Services, admitted: Admitted, receive: Receiv
         watch.close()
 
 
-def authenticate(services: Services, exchange: Exchange) -> KeyRecord:
+def authenticate(services: Services, exchange: Exchange, query: Mapping[str, str] | None = None) -> KeyRecord:
     """Everything decided from the headers alone, before a byte of the body is read: the key,
     the format's required headers, and whether the key's group may use this format."""
-    key = services.keys.authenticate(exchange.headers, exchange.started)
+    endpoint = exchange.endpoint
+    fmt = endpoint.format
+    key = guards.authenticate(services, fmt, exchange.headers, exchange.started, guards.KEY_ONLY, query)
     record = exchange.record
     record.key_id, record.account_id, record.group = key.id, key.account_id, key.group
-    codec = exchange.endpoint.codec
-    codec.check_headers(exchange.headers, services.settings.api_versions)
-    policy.check_format(codec.name, key)
+    endpoint.codec.check_headers(exchange.headers, services.settings.api_versions)
+    policy.check_format(fmt.name, key)  # after the headers: a malformed request is a 400 first
     return key
 
 
@@ -300,12 +228,13 @@ async def admit(
     rate-limit unit (unless ``rate`` is false: a WebSocket pre-warm, which calls no upstream)."""
     facts = await analyse_body(services, exchange, raw)
     codec = exchange.endpoint.codec
-    model = policy.model_for(services.catalogue, key, facts.body)
-    stream = facts.body.get("stream") is True
+    fmt = exchange.endpoint.format
+    model = policy.model_for(services.catalogue, key, fmt.model_name(facts.body, exchange.params))
+    stream = fmt.wants_stream(facts.body, exchange.endpoint.route)
     exchange.record.model, exchange.record.stream = model.id, stream
     if facts.invalid is not None:
         raise facts.invalid
-    admission = await admit_rate(services, exchange, key) if rate else UNMETERED
+    admission = await guards.admit_rate(services, key, exchange.response_headers) if rate else UNMETERED
     client = ClientRequest(codec, facts.body, model.id, facts.request)
     return Admitted(exchange, key, model, client, raw, facts, stream, admission)
 
@@ -320,19 +249,6 @@ async def analyse_body(services: Services, exchange: Exchange, raw: bytes) -> Fa
             analyse_in_worker, raw, endpoint.codec.name, endpoint.counting, rules
         )
     return analyse(raw, endpoint.codec.name, endpoint.counting, rules)
-
-
-async def admit_rate(services: Services, exchange: Exchange, key: KeyRecord) -> Decision:
-    # Rate windows run on the steady clock: a wall-clock step must not lock a key.
-    decision = await services.rate_limiter.admit(key.id, key.rpm, services.clock.steady())
-    exchange.response_headers.update(decision.headers())
-    if not decision.admitted:
-        raise errors.RateLimited(
-            f"rate limit of {key.rpm} requests per minute exceeded for this key; retry after "
-            f"{decision.retry_after} s",
-            headers={"retry-after": str(decision.retry_after)},
-        )
-    return decision
 
 
 def clamp_max_tokens(services: Services, exchange: Exchange, model: Model, requested: int | None) -> int:
@@ -382,6 +298,7 @@ async def call_upstream(
 ) -> Response:
     """Route, call and relay; the hold is settled or released on every way out."""
     exchange, client = admitted.exchange, admitted.client
+    state = exchange.endpoint.state
 
     async def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
         max_tokens = attempt_max_tokens(admitted.model, deployment, hold.max_tokens, client)
@@ -404,7 +321,7 @@ async def call_upstream(
         if isinstance(exc, ClientGone):
             return client_gone(exchange)
         if isinstance(exc, ShuttingDown):
-            raise shutting_down() from None
+            raise guards.shutting_down() from None
         raise
     if admitted.stream:
         provider = attempt.provider
@@ -424,7 +341,7 @@ async def call_upstream(
             drain=services.drain,
             record=exchange.record,
             telemetry=services.telemetry,
-            keep=keeping.stream_keeper(services, admitted, provider),  # [responses state]
+            keep=None if state is None else state.stream_keeper(services, admitted, provider),
         )
         return response
     try:
@@ -438,13 +355,13 @@ async def call_upstream(
     except BaseException as exc:
         await release_on_failure(exchange, hold, exc)
         if isinstance(exc, ShuttingDown):
-            raise shutting_down() from None
+            raise guards.shutting_down() from None
         raise
     with exchange.span("settle"):
         settlement = await hold.settle(usage, UsageStatus.OK)
     settled(exchange.record, usage, UsageStatus.OK, settlement)
-    # [responses state] a completed answer is kept before it is returned
-    body = await keeping.keep_whole(services, admitted, attempt.provider, body, exchange.response_headers)
+    if state is not None:  # a completed answer is kept before it is returned
+        body = await state.keep_whole(services, admitted, attempt.provider, body, exchange.response_headers)
     exchange.response_headers.update(
         hdr.money_headers(settlement.charged_uc, settlement.cap_remaining_uc, settlement.balance_uc)
     )
@@ -463,7 +380,9 @@ async def upstream_body(
         facts.web_search if facts.offloaded else codec.offers_web_search(facts.body)
     )
     dialect = choose_dialect(codec.name, provider, web_search=searching)
-    admitted = stored_state.for_provider(admitted, provider, dialect)  # [responses state]
+    state = admitted.exchange.endpoint.state
+    if state is not None:
+        admitted = state.for_provider(admitted, provider, dialect)
     client = admitted.client
     facts = admitted.facts
     policy = hosted_tool_policy(services, provider)
@@ -526,11 +445,6 @@ def redactor(provider: Provider) -> Callable[[str], str]:
     return functools.partial(sanitise, redact=own) if own is not None else sanitise
 
 
-def shutting_down() -> errors.Unavailable:
-    """The answer of a request cut by the end of the shutdown grace, or refused while draining."""
-    return ShutdownRefusal(SHUTTING_DOWN.message, headers={"retry-after": "1"})
-
-
 def client_gone(exchange: Exchange) -> Response:
     """The answer nobody reads: the client disconnected (499, as nginx logs it)."""
     exchange.record.outcome = "client_gone"
@@ -573,15 +487,18 @@ async def count_tokens(services: Services, admitted: Admitted) -> Response:
     exchange = admitted.exchange
     router = services.router
     model_id = admitted.model.id
-    if not upstream_counts(router, model_id):
+    fmt = exchange.endpoint.format
+    # The count goes, as the client sent it, to an upstream of the route's own format.
+    dialect = fmt.name
+    if not upstream_counts(router, model_id, dialect):
         count = await input_estimate(services, admitted)
     else:
 
         async def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
-            fields = {"model": deployment.upstream_model}
+            fields = {fmt.model_field or "model": deployment.upstream_model}
             if admitted.facts.offloaded:
-                return "messages", await services.offload.run(splice_in_worker, admitted.raw, fields)
-            return "messages", splice_top_level(admitted.raw, fields, parsed=admitted.client.body)
+                return dialect, await services.offload.run(splice_in_worker, admitted.raw, fields)
+            return dialect, splice_top_level(admitted.raw, fields, parsed=admitted.client.body)
 
         observer = AttemptLog(services.telemetry.metrics, exchange.record, exchange.trace)
         count = await upstream_count(router, model_id, build, exchange.headers, observer)

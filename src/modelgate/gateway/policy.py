@@ -1,4 +1,4 @@
-"""Key-group policy (DESIGN.md §2): which wire formats and which models a key's group may use.
+"""Key-group policy (docs/architecture.md §2): which wire formats and which models a key's group may use.
 
 - ``Basic`` and ``Pro`` keys serve ``aria-*`` models, ``Nova`` keys ``nova-*`` models.
 - A ``Nova`` key on the Messages format, or a ``Basic``/``Pro`` key on the Responses format, is a
@@ -11,33 +11,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from modelgate import errors
 from modelgate.catalogue import Catalogue, Family, Model
-from modelgate.errors import WireFormat
+from modelgate.formats import FORMATS, FormatName
 from modelgate.storage.base import Group, KeyRecord
 
 FAMILY_OF_GROUP: Mapping[Group, Family] = {"Basic": "aria", "Pro": "aria", "Nova": "nova"}
 #: Longer model names are no catalogue id or alias; error messages quote only this much.
 MAX_MODEL_NAME = 256
 
-#: Formats a group may not use, with the hint its refusal gives.
-_REFUSED: Mapping[tuple[WireFormat, Group], str] = {
-    ("messages", "Nova"): (
-        "Nova keys are not served on /v1/messages; use /v1/chat/completions or /v1/responses"
-    ),
-    ("responses", "Basic"): (
-        "Basic and Pro keys are not served on /v1/responses; use /v1/messages or /v1/chat/completions"
-    ),
-    ("responses", "Pro"): (
-        "Basic and Pro keys are not served on /v1/responses; use /v1/messages or /v1/chat/completions"
-    ),
-}
 
-
-def check_format(fmt: WireFormat, key: KeyRecord) -> None:
-    hint = _REFUSED.get((fmt, key.group))
+def check_format(fmt: FormatName, key: KeyRecord) -> None:
+    """A key group the format does not serve is a 403 with the format's hint (``Format.refused_groups``)."""
+    hint = FORMATS[fmt].refused_groups.get(key.group)
     if hint is not None:
         raise errors.PermissionDenied(hint, code="wrong_endpoint_for_key_group")
 
@@ -47,9 +34,8 @@ def visible(model: Model, key: KeyRecord) -> bool:
     return model.family == FAMILY_OF_GROUP[key.group] and (allowed is None or model.id in allowed)
 
 
-def model_for(catalogue: Catalogue, key: KeyRecord, body: Mapping[str, Any]) -> Model:
-    """The canonical model a request names, if this key may use it."""
-    name = body.get("model")
+def model_for(catalogue: Catalogue, key: KeyRecord, name: object) -> Model:
+    """The canonical model a request names (``Format.model_name``), if this key may use it."""
     if not isinstance(name, str) or not name:
         raise errors.InvalidRequest("model: a model id is required", param="model")
     if len(name) > MAX_MODEL_NAME:

@@ -26,9 +26,8 @@ from starlette.types import Message, Receive, Scope, Send
 
 from modelgate import errors, ir
 from modelgate.billing.ledger import UsageStatus
-from modelgate.formats import CODECS, ClientRequest
+from modelgate.formats import CODECS, FORMATS, ClientRequest, Format
 from modelgate.formats.jsonutil import Json
-from modelgate.formats.sse import model_rewrites
 from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
 from modelgate.gateway.observe import stream_ended
 from modelgate.gateway.streams import CutStream, RelayStream
@@ -37,9 +36,9 @@ from modelgate.telemetry import RequestRecord, Telemetry
 from modelgate.upstream.router import Attempt
 
 
-def _rewrite_model(data: bytes, upstream: str, client: str) -> bytes:
+def _rewrite_model(data: bytes, fmt: Format, upstream: str, client: str) -> bytes:
     """The top-level model of a whole response (it precedes the content in every dialect)."""
-    for old, new in model_rewrites(upstream, client):
+    for old, new in fmt.model_rewrites(upstream, client):
         if old in data:
             return data.replace(old, new, 1)
     return data
@@ -65,7 +64,7 @@ async def relay_whole(
     codec = client.codec
     if attempt.dialect == codec.name:
         # Relayed as is: only the usage is read (the client's SDK judges the rest).
-        body = _rewrite_model(data, attempt.deployment.upstream_model, client.model)
+        body = _rewrite_model(data, FORMATS[attempt.dialect], attempt.deployment.upstream_model, client.model)
         return body, codec.usage_of(parsed)
     upstream = CODECS[attempt.dialect].decode_response(parsed)
     upstream.id = codec.new_response_id()

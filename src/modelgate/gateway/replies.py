@@ -9,7 +9,7 @@ import orjson
 from starlette.responses import Response
 
 from modelgate import errors
-from modelgate.formats import CODECS, Codec, ids
+from modelgate.formats import Codec, format_for_client, format_for_path, ids
 
 JSON = "application/json"
 
@@ -26,23 +26,17 @@ def error_reply(codec: Codec, error: errors.GatewayError, headers: Mapping[str, 
         out.setdefault("x-should-retry", "false")
     return Response(
         codec.render_error(error, request_id),
-        status_code=error.status_for(codec.name),
+        status_code=codec.http_status(error),
         media_type=JSON,
         headers=out,
     )
 
 
 def codec_for_path(path: str, headers: Mapping[str, str]) -> Codec:
-    """The wire format of a refusal on ``path`` that no endpoint rendered (unknown paths, wrong
-    methods, the HTTP layer's own refusals): Messages under ``/v1/messages``, else by client."""
-    if path == "/v1/messages" or path.startswith("/v1/messages/"):
-        return CODECS["messages"]
-    return codec_for_client(headers)
+    """The wire format of a refusal on ``path`` that no endpoint rendered (``formats.format_for_path``)."""
+    return format_for_path(path, headers).codec
 
 
 def codec_for_client(headers: Mapping[str, str]) -> Codec:
-    """For endpoints both SDK families call (``/v1/models``, unknown ``/v1`` paths): Anthropic
-    clients send a version header or ``x-api-key``."""
-    if "anthropic-version" in headers or "alpha-version" in headers or "x-api-key" in headers:
-        return CODECS["messages"]
-    return CODECS["chat"]
+    """For endpoints several formats' clients call (``formats.format_for_client``)."""
+    return format_for_client(headers).codec

@@ -11,28 +11,19 @@ the provider's ``hosted_tools`` is ``refuse``; a ``tool_choice`` forcing one is 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
 import orjson
 
 from modelgate import errors, ir
-from modelgate.errors import WireFormat
-from modelgate.formats import CODECS, ClientRequest
+from modelgate.formats import CODECS, FORMATS, ClientRequest, FormatName
 from modelgate.gateway.body import splice_top_level
 from modelgate.upstream.base import Dialect, Provider
 from modelgate.upstream.kinds import runs_hosted_tools
 
 #: What a provider does with hosted tools its dialect cannot run (``providers[].hosted_tools``).
 HostedToolPolicy = Literal["drop", "refuse"]
-
-#: Dialects to try, best first, for each client format.
-_PREFERENCE: Mapping[WireFormat, tuple[Dialect, ...]] = {
-    "messages": ("messages", "chat", "responses"),
-    "chat": ("chat", "messages", "responses"),
-    "responses": ("responses", "chat", "messages"),
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,11 +34,11 @@ class Built:
     dropped: tuple[str, ...] = ()
 
 
-def choose_dialect(fmt: WireFormat, provider: Provider, *, web_search: bool = False) -> Dialect:
+def choose_dialect(fmt: FormatName, provider: Provider, *, web_search: bool = False) -> Dialect:
     """The provider's best dialect for the client's format. A request offering a web search
     prefers, among the dialects the provider speaks, one that can run it (a Messages client on
     an OpenAI upstream then goes to Responses rather than Chat)."""
-    order = _PREFERENCE[fmt]
+    order = FORMATS[fmt].preferred_dialects  # best first
     if web_search:
         order = tuple(sorted(order, key=lambda d: ir.WEB_SEARCH_NAME not in CODECS[d].runs_hosted))
     for dialect in order:

@@ -1,9 +1,13 @@
 """The ASGI application: one route table for every path, the lifespan, and the app factory.
 
-``EdgeApp`` finds a route by exact path (a dict lookup: the model endpoints carry nearly all
-traffic and every streamed chunk, so no regex walk and no middleware ``send`` wrappers sit on their
-way), then by prefix (``/v1/models/{id}``, the admin API and the dashboard, which route below their
-prefix themselves). Whatever should apply to every request belongs in ``EdgeApp.__call__``, the one
+The model routes are generated from the format registry (``formats.FORMATS``: each format's
+routes, each served by ``pipeline.handle`` with its format's guards); the other API routes go
+through the same guards (``gateway.guards``). ``EdgeApp`` finds a route by exact path (a dict
+lookup: the model endpoints carry nearly all traffic and every streamed chunk, so no regex walk
+and no middleware ``send`` wrappers sit on their way), then by template (a format's routes with
+path parameters, ``/{version}/models/{model}:generateContent``: their parameters reach the
+handler as ``path_params``), then by prefix (``/v1/models/{id}``, the admin API and the
+dashboard, which route below their prefix themselves). Whatever should apply to every request belongs in ``EdgeApp.__call__``, the one
 place every request passes. A path that matches nothing is a JSON 404, a known path with another
 method a JSON 405 with ``allow``, both in the path's wire format.
 """
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -26,14 +31,17 @@ from modelgate import errors
 from modelgate.admin import admin_routes
 from modelgate.clock import Clock
 from modelgate.config import Settings
-from modelgate.formats import CODECS, Codec
+from modelgate.formats import Codec, Format, FormatRoute
+from modelgate.formats.registry import ROUTES as MODEL_ROUTES
 from modelgate.gateway import health, metrics_endpoint, models, pipeline, state_metrics
-from modelgate.gateway.pipeline import Endpoint
+from modelgate.gateway.exchange import Endpoint
 from modelgate.gateway.replies import codec_for_path, error_reply
 from modelgate.gateway.state import conversations_api, responses_api
+from modelgate.gateway.state.step import RESPONSES_STATE
 from modelgate.gateway.websocket import PATH as WEBSOCKET_PATH
 from modelgate.gateway.websocket import ResponsesSocket
 from modelgate.gateway.websocket.endpoint import upgrade_required
+from modelgate.gateway.websocket.session import ENDPOINT
 from modelgate.server import health_access
 from modelgate.server.metrics_port import MetricsPort
 from modelgate.server.unknown_path import unknown_path_message
@@ -46,12 +54,24 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 @dataclass(frozen=True, slots=True)
 class Route:
-    """``path`` exactly, or every path under it with ``prefix``; ``app`` serves the matched request."""
+    """``path`` exactly, or every path under it with ``prefix``, or a template with ``{name}``
+    parts (each one path segment, ended by ``/`` or ``:``); ``app`` serves the matched request."""
 
     path: str
     methods: frozenset[str]
     app: ASGIApp
     prefix: bool = False
+
+    @property
+    def is_template(self) -> bool:
+        return "{" in self.path
+
+    def pattern(self) -> re.Pattern[str]:
+        """The template as a regular expression with one named group per parameter."""
+        parts = re.split(r"\{(\w+)\}", self.path)
+        literal = [re.escape(p) for p in parts[0::2]]
+        names = [f"(?P<{name}>[^/:]+)" for name in parts[1::2]]
+        return re.compile("".join(a + b for a, b in zip(literal, [*names, ""], strict=True)))
 
 
 def _serving(handler: Handler) -> ASGIApp:
@@ -61,6 +81,13 @@ def _serving(handler: Handler) -> ASGIApp:
             await response(scope, receive, send)
 
     return app
+
+
+def _model_route(services: Services, fmt: Format, route: FormatRoute) -> Route:
+    """A format's route: served by the pipeline, with what the route fixes."""
+    state = RESPONSES_STATE if route.stateful else None
+    endpoint = Endpoint(fmt.codec, route.endpoint, counting=route.counting, state=state, route=route)
+    return Route(route.path, frozenset({route.method}), _model_endpoint(services, endpoint))
 
 
 def _model_endpoint(services: Services, endpoint: Endpoint) -> ASGIApp:
@@ -89,7 +116,6 @@ def _one_model(services: Services) -> ASGIApp:
 
 def routes(services: Services) -> list[Route]:
     """Every path the gateway serves."""
-    post = frozenset({"POST"})
     read = frozenset({"GET", "HEAD"})
     admin = Router(routes=admin_routes(services))
     admin_methods = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"})
@@ -99,21 +125,10 @@ def routes(services: Services) -> list[Route]:
         Route("/healthz", read, _with_services(services, health.healthz)),
         Route("/health", read, _with_services(services, health_access.health)),
         Route("/readyz", read, _with_services(services, health.readyz)),
-        Route("/v1/messages", post, _model_endpoint(services, Endpoint(CODECS["messages"], "messages"))),
-        Route(
-            "/v1/messages/count_tokens",
-            post,
-            _model_endpoint(services, Endpoint(CODECS["messages"], "count_tokens", counting=True)),
-        ),
-        Route("/v1/chat/completions", post, _model_endpoint(services, Endpoint(CODECS["chat"], "chat"))),
-        Route(
-            "/v1/responses",
-            post,
-            _model_endpoint(services, Endpoint(CODECS["responses"], "responses", stateful=True)),
-        ),
+        *(_model_route(services, fmt, route) for fmt, route in MODEL_ROUTES),
         # Stored responses and conversations (gateway.state); the handlers route below the prefix.
         Route("/v1/responses/", state_methods, _with_services(services, responses_api.handle), prefix=True),
-        Route("/v1/conversations", post, _with_services(services, conversations_api.handle)),
+        Route("/v1/conversations", frozenset({"POST"}), _with_services(services, conversations_api.handle)),
         Route(
             "/v1/conversations/",
             state_methods,
@@ -154,7 +169,8 @@ class EdgeApp:
         self.services = services
         #: ``GET /v1/responses`` upgraded (``gateway.websocket``).
         self.sockets = ResponsesSocket(services)
-        self._exact = {r.path: r for r in table if not r.prefix}
+        self._exact = {r.path: r for r in table if not r.prefix and not r.is_template}
+        self._templates = [(r.pattern(), r) for r in table if r.is_template]
         self._prefixed = sorted((r for r in table if r.prefix), key=lambda r: -len(r.path))
         #: The serving loop, once started (signal handlers hand work to it).
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -164,9 +180,21 @@ class EdgeApp:
         )
 
     def route_for(self, path: str) -> Route | None:
+        route, _ = self.match(path)
+        return route
+
+    def match(self, path: str) -> tuple[Route | None, dict[str, str] | None]:
+        """The route serving ``path`` and, for a template, its path parameters."""
         route = self._exact.get(path)
         if route is not None:
-            return route
+            return route, None
+        for pattern, candidate in self._templates:
+            found = pattern.fullmatch(path)
+            if found is not None:
+                return candidate, found.groupdict()
+        return self._by_prefix(path), None
+
+    def _by_prefix(self, path: str) -> Route | None:
         for candidate in self._prefixed:
             # A prefix ends at a path segment: /admin/api matches /admin/api/keys, not /admin/apix.
             prefix = candidate.path
@@ -186,7 +214,7 @@ class EdgeApp:
                 await self.sockets(scope, receive, send)
             return
         path = scope["path"]
-        route = self.route_for(path)
+        route, params = self.match(path)
         if route is None:
             message = unknown_path_message(scope["method"], path, Headers(scope=scope), scope["scheme"])
             await self._refuse(scope, receive, send, errors.NotFound(message))
@@ -196,8 +224,8 @@ class EdgeApp:
             refusal = _upgrade_refusal(self.services, path)
             codec = None
             if path == WEBSOCKET_PATH:
-                codec = CODECS["responses"]
-                self.sockets.stats.refused[str(refusal.status_for("responses"))] += 1
+                codec = ENDPOINT.codec
+                self.sockets.stats.refused[str(codec.http_status(refusal))] += 1
             await self._refuse(scope, receive, send, refusal, codec)
             return
         if scope["method"] not in route.methods:
@@ -207,6 +235,8 @@ class EdgeApp:
             )
             await self._refuse(scope, receive, send, error)
             return
+        if params is not None:
+            scope["path_params"] = params
         try:
             await route.app(scope, receive, send)
         except Exception:  # a route's own boundary let a surprise through: still answer in JSON

@@ -47,7 +47,7 @@ def error_bytes(
     codec = codec_for_path(path, headers or {})
     request_id = ids.new_request_id()
     body = codec.render_error(status_error, request_id)
-    status = status_error.status_for(codec.name)
+    status = codec.http_status(status_error)
     lines = [
         f"HTTP/1.1 {status} {_reason(status)}",
         "content-type: application/json",

@@ -20,13 +20,8 @@ from modelgate.telemetry.record import RequestRecord
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-#: ``gen_ai.operation.name`` of each endpoint.
-OPERATIONS: Mapping[str, str] = {
-    "messages": "chat",
-    "chat": "chat",
-    "responses": "chat",
-    "count_tokens": "count_tokens",
-}
+#: ``gen_ai.operation.name`` of the endpoints that are no model call; every other is ``chat``.
+OPERATIONS: Mapping[str, str] = {"count_tokens": "count_tokens"}
 
 
 class TracingUnavailable(RuntimeError):
@@ -101,7 +96,7 @@ class RequestTrace:
             attributes={
                 "http.request.method": method,
                 "url.path": path,
-                "gen_ai.operation.name": OPERATIONS.get(record.endpoint, record.endpoint),
+                "gen_ai.operation.name": OPERATIONS.get(record.endpoint, "chat"),
                 "modelgate.request_id": record.request_id,
             },
         )
@@ -125,7 +120,7 @@ class RequestTrace:
         ``genai_provider`` is the provider kind's ``gen_ai.provider.name``."""
         self._genai_provider = genai_provider
         tracing = self._tracing
-        operation = OPERATIONS.get(record.endpoint, record.endpoint)
+        operation = OPERATIONS.get(record.endpoint, "chat")
         span = tracing.tracer.start_span(
             f"{operation} {deployment}",
             context=self._context,

@@ -12,10 +12,12 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from modelgate import errors
+from modelgate.formats import FormatName
 from modelgate.upstream.config import DeploymentConfig
 from modelgate.upstream.error_mapping import UpstreamError
 
-Dialect = Literal["messages", "chat", "responses"]
+#: An upstream's wire format: one of ``formats.FORMATS``.
+Dialect = FormatName
 
 
 class UpstreamReply(Protocol):

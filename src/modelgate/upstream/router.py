@@ -154,7 +154,7 @@ def raised_class(exc: BaseException) -> str:
     """The class of an attempt that ended by raising: an upstream refusal of the request (4xx),
     an unusable status, or abandoned (the request was cancelled while waiting)."""
     if isinstance(exc, errors.GatewayError):
-        status = exc.status_for("messages")
+        status = exc.http_status()
         return "request_rejected" if exc.from_upstream and 400 <= status < 500 else "bad_status"
     return "abandoned"
 

@@ -35,7 +35,7 @@ import orjson
 
 from modelgate import errors, ir
 from modelgate.billing.estimate import count_tokens, part_text, prompt_text
-from modelgate.formats import CODECS, ClientRequest, ids
+from modelgate.formats import CODECS, DIALECTS, ClientRequest, ids
 from modelgate.formats.base import decode_untrusted
 from modelgate.offload import Offload
 from modelgate.upstream.base import Dialect, UpstreamReply
@@ -234,7 +234,7 @@ def simulate_exchange(
     except (errors.GatewayError, orjson.JSONDecodeError) as exc:
         error = exc if isinstance(exc, errors.GatewayError) else errors.InvalidRequest("malformed JSON")
         payload = codec.render_error(error, ids.new_request_id())
-        return Simulated(error.status_for(dialect), payload, None, "application/json")
+        return Simulated(CODECS[dialect].http_status(error), payload, None, "application/json")
     if counting:
         payload = orjson.dumps({"input_tokens": count_tokens(prompt_text(req))})
         return Simulated(200, payload, None, "application/json")
@@ -250,7 +250,7 @@ def simulate_exchange(
 
 class SimulatorProvider:
     kind = "simulator"
-    dialects: frozenset[Dialect] = frozenset({"messages", "chat", "responses"})
+    dialects: frozenset[Dialect] = frozenset(DIALECTS)  # every format an upstream may speak
     legacy_chat_limit = False
 
     def __init__(self, name: str, config: SimulatorConfig, offload: Offload | None = None) -> None:

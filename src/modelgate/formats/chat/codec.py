@@ -6,8 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from modelgate import errors, ir
-from modelgate.errors import WireFormat
-from modelgate.formats import ids
+from modelgate.formats import ids, openai_errors
 from modelgate.formats.base import ClientRequest, Redact, TokenEstimator
 from modelgate.formats.chat import request, response
 from modelgate.formats.chat.stream import StreamDecoder, StreamEncoder
@@ -27,7 +26,7 @@ def _limit_field(body: Json, legacy_limit: bool) -> str:
 
 
 class ChatCodec:
-    name: WireFormat = "chat"
+    name = "chat"
     control_fields = frozenset(
         {"model", "stream", "max_tokens", "max_completion_tokens", "stream_options", "n"}
     )
@@ -107,6 +106,9 @@ class ChatCodec:
     ) -> StreamTap:
         strip = not self.wants_stream_usage(client.body)
         return StreamTap(upstream_model, client.model, estimate, redact, strip_usage=strip)
+
+    def http_status(self, err: errors.GatewayError) -> int:
+        return openai_errors.http_status(err)
 
     def render_error(self, err: errors.GatewayError, request_id: str) -> bytes:
         return response.render_error(err, request_id)

@@ -1,5 +1,5 @@
 """Chat Completions wire helpers shared by the request, response, stream and tap modules: usage
-objects, finish reasons and error objects (reference §2.4-§2.6)."""
+objects, finish reasons and error objects (docs/reference/wire-formats.md §2.4-§2.6)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from typing import Any
 
 import orjson
 
-from modelgate import errors, ir
+from modelgate import ir
+from modelgate.formats import openai_errors
 from modelgate.formats.jsonutil import count_of
 
 FINISH_REASONS: dict[ir.StopReason, str] = {
@@ -83,8 +84,12 @@ def usage_json(usage: ir.Usage) -> dict[str, Any]:
 def error_object(
     kind: str, message: str, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
-    spec = errors.ERROR_KINDS.get(kind, errors.ERROR_KINDS["api_error"])
-    return {"message": message, "type": spec.openai_type, "param": param, "code": code or spec.openai_code}
+    return {
+        "message": message,
+        "type": openai_errors.error_type(kind),
+        "param": param,
+        "code": code or openai_errors.error_code(kind),
+    }
 
 
 def stream_error_from(error: Any) -> ir.StreamError:

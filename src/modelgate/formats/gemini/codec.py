@@ -14,7 +14,7 @@ arguments, and ``ClientRequest`` sets the model the client is shown.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, NoReturn
+from typing import Any, NoReturn
 
 import orjson
 
@@ -39,8 +39,7 @@ def _check_contents(body: Json) -> None:
 
 
 class GeminiCodec:
-    #: Not yet one of ``errors.WireFormat``: the format registry names the formats.
-    name: Literal["gemini"] = "gemini"
+    name = "gemini"
     #: The output limit lives in ``generationConfig``; a hosted web search in ``tools``.
     control_fields = frozenset({"generationConfig", "generation_config", "tools"})
     echoes_request = False

@@ -204,12 +204,9 @@ STATUS_NAMES: dict[int, str] = {
 
 
 def http_status(err: errors.GatewayError) -> int:
-    """The HTTP status of ``err`` on this format: Google has no 529, overload is 503 there (the
-    OpenAI-format status, which ``GatewayError.status_for`` gives every format but Messages)."""
-    if err.status is not None:
-        return err.status
-    spec = err.spec
-    return spec.openai_status if spec.openai_status is not None else spec.status
+    """The HTTP status of ``err`` on this format: Google has no 529, overload is 503 there
+    (``ErrorKind.portable_status``)."""
+    return err.http_status(portable=True)
 
 
 def status_name(code: int) -> str:
@@ -228,6 +225,6 @@ def error_object(code: int, message: str) -> Json:
 
 def kind_error_object(kind: str, message: str) -> Json:
     """An error of a gateway error kind (``errors.ERROR_KINDS``) in Google's shape."""
-    spec = errors.ERROR_KINDS.get(kind, errors.ERROR_KINDS["api_error"])
-    code = spec.openai_status if spec.openai_status is not None else spec.status
+    spec = errors.kind_spec(kind)
+    code = spec.portable_status if spec.portable_status is not None else spec.status
     return error_object(code, message)

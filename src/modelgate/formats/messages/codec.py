@@ -6,7 +6,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from modelgate import errors, ir
-from modelgate.errors import WireFormat
 from modelgate.formats import ids
 from modelgate.formats.base import ClientRequest, Redact, TokenEstimator
 from modelgate.formats.jsonutil import Json, check_messages, check_stream_flag, int_field
@@ -20,7 +19,7 @@ VERSION_HEADERS = ("anthropic-version", "alpha-version")
 
 
 class MessagesCodec:
-    name: WireFormat = "messages"
+    name = "messages"
     control_fields = frozenset({"model", "stream", "max_tokens"})
     echoes_request = False
     runs_hosted: frozenset[str] = frozenset({ir.WEB_SEARCH_NAME})
@@ -100,6 +99,9 @@ class MessagesCodec:
         self, upstream_model: str, client: ClientRequest, estimate: TokenEstimator, redact: Redact | None
     ) -> StreamTap:
         return StreamTap(upstream_model, client.model, estimate, redact)
+
+    def http_status(self, err: errors.GatewayError) -> int:
+        return err.http_status()  # Anthropic's API answers an overload with 529
 
     def render_error(self, err: errors.GatewayError, request_id: str) -> bytes:
         return response.render_error(err, request_id)

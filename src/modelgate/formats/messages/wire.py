@@ -1,12 +1,14 @@
 """Messages wire helpers shared by the request, response, stream and tap modules: usage objects,
-stop reasons and error objects (reference §1.4, §1.6, §1.7)."""
+stop reasons and error objects (docs/reference/wire-formats.md §1.4, §1.6, §1.7)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
-from modelgate import errors, ir
+from modelgate import ir
 from modelgate.formats.jsonutil import count_of
 
 _STOP_REASONS = {r.value: r for r in ir.StopReason}
@@ -100,9 +102,29 @@ def stop_reason_of(value: Any) -> ir.StopReason:
     )
 
 
+#: Anthropic's ``error.type`` per gateway error kind (``errors.ERROR_KINDS``).
+ERROR_TYPES: Mapping[str, str] = MappingProxyType(
+    {
+        "invalid_request": "invalid_request_error",
+        "authentication": "authentication_error",
+        "billing": "billing_error",
+        "permission": "permission_error",
+        "not_found": "not_found_error",
+        "method_not_allowed": "invalid_request_error",
+        "request_timeout": "invalid_request_error",
+        "request_too_large": "request_too_large",
+        "rate_limit": "rate_limit_error",
+        "api_error": "api_error",
+        "upstream_error": "api_error",
+        "unavailable": "api_error",
+        "timeout": "timeout_error",
+        "overloaded": "overloaded_error",
+    }
+)
+
+
 def error_object(kind: str, message: str, code: str | None = None) -> dict[str, Any]:
-    spec = errors.ERROR_KINDS.get(kind, errors.ERROR_KINDS["api_error"])
-    obj: dict[str, Any] = {"type": spec.messages_type, "message": message}
+    obj: dict[str, Any] = {"type": ERROR_TYPES.get(kind) or ERROR_TYPES["api_error"], "message": message}
     if code:
         obj["details"] = {"error_code": code}
     return obj

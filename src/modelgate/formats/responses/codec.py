@@ -6,8 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from modelgate import errors, ir
-from modelgate.errors import WireFormat
-from modelgate.formats import ids
+from modelgate.formats import ids, openai_errors
 from modelgate.formats.base import ClientRequest, Redact, TokenEstimator
 from modelgate.formats.jsonutil import Json, check_stream_flag, int_field
 from modelgate.formats.responses import hosted, request, response
@@ -19,7 +18,7 @@ from modelgate.formats.responses.wire import response_usage
 
 
 class ResponsesCodec:
-    name: WireFormat = "responses"
+    name = "responses"
     #: The stateful fields too: the gateway reads them before anything else (``gateway.state``),
     #: so a duplicate could be read two ways.
     control_fields = frozenset({"model", "stream", "max_output_tokens", *STATE_FIELDS})
@@ -87,6 +86,9 @@ class ResponsesCodec:
         self, upstream_model: str, client: ClientRequest, estimate: TokenEstimator, redact: Redact | None
     ) -> StreamTap:
         return StreamTap(upstream_model, client.model, estimate, redact)
+
+    def http_status(self, err: errors.GatewayError) -> int:
+        return openai_errors.http_status(err)
 
     def render_error(self, err: errors.GatewayError, request_id: str) -> bytes:
         return response.render_error(err, request_id)

@@ -1,4 +1,4 @@
-"""Whole Responses objects and error bodies (reference §3.5, §3.7)."""
+"""Whole Responses objects and error bodies (docs/reference/wire-formats.md §3.5, §3.7)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from modelgate import errors, ir
-from modelgate.formats import ids
+from modelgate.formats import ids, openai_errors
 from modelgate.formats.jsonutil import Json
 from modelgate.formats.responses import hosted
 from modelgate.formats.responses.request import NAMESPACE_SEPARATOR
@@ -127,12 +127,11 @@ def decode_response(body: dict[str, Any]) -> ir.Response:
 
 def render_error(err: errors.GatewayError, request_id: str) -> bytes:
     """The OpenAI error body. ``request_id`` travels in the ``x-request-id`` header, not here."""
-    spec = err.spec
     error = {
         "message": err.message,
-        "type": spec.openai_type,
+        "type": openai_errors.error_type(err.kind),
         "param": err.param,
-        "code": err.code or spec.openai_code,
+        "code": err.code or err.spec.code,
     }
     return orjson.dumps({"error": error})
 

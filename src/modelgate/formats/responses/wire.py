@@ -1,5 +1,5 @@
 """Responses wire objects shared by the whole-response codec, the stream encoder, the stream
-decoder and the tap (reference §3.5, §3.6, §4.6), so a streamed ``response.completed`` and a
+decoder and the tap (docs/reference/wire-formats.md §3.5, §3.6, §4.6), so a streamed ``response.completed`` and a
 non-streaming body cannot drift apart."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from typing import Any
 import orjson
 
 from modelgate import ir
-from modelgate.errors import ERROR_KINDS
-from modelgate.formats import sse
+from modelgate.formats import openai_errors, sse
 from modelgate.formats.jsonutil import Json, count_of
 from modelgate.formats.responses.hosted import WEB_SEARCH_TYPES, web_search_tool
 
@@ -243,9 +242,9 @@ def failed_error(kind: str, message: str, code: str | None = None) -> Json:
     The SDK types ``ResponseError.code`` as a closed enum, so only ``rate_limit_exceeded`` and
     ``server_error`` are used; the gateway's own error type goes in the optional ``type``.
     """
-    spec = ERROR_KINDS.get(kind, ERROR_KINDS["api_error"])
     wire_code = "rate_limit_exceeded" if kind == "rate_limit" else "server_error"
-    return {"code": wire_code, "message": message, "type": code or spec.openai_code or spec.openai_type}
+    own = code or openai_errors.error_code(kind) or openai_errors.error_type(kind)
+    return {"code": wire_code, "message": message, "type": own}
 
 
 def failure_events(seq: int, kind: str, message: str, response: Json, code: str | None = None) -> bytes:
@@ -254,11 +253,10 @@ def failure_events(seq: int, kind: str, message: str, response: Json, code: str 
     The ``error`` event carries the SDK's flat fields *and* a nested ``error`` object: the openai
     SDK raises ``APIError(message)`` on any event whose data has a truthy ``error`` key, so
     ``responses.stream()`` users get a clear exception. Codex ignores ``error`` events and
-    surfaces the ``response.failed`` message, which follows (reference §3.6).
+    surfaces the ``response.failed`` message, which follows (docs/reference/wire-formats.md §3.6).
     """
-    spec = ERROR_KINDS.get(kind, ERROR_KINDS["api_error"])
-    wire_code = code or spec.openai_code or spec.openai_type
-    error = {"type": spec.openai_type, "code": wire_code, "message": message, "param": None}
+    wire_code = code or openai_errors.error_code(kind) or openai_errors.error_type(kind)
+    error = {"type": openai_errors.error_type(kind), "code": wire_code, "message": message, "param": None}
     head = {"type": "error", "sequence_number": seq, "code": wire_code, "message": message, "param": None}
     head["error"] = error
     failed = {"type": "response.failed", "sequence_number": seq + 1, "response": response}

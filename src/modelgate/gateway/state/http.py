@@ -18,13 +18,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from modelgate import errors
-from modelgate.formats import CODECS, ids
+from modelgate.formats import CODECS, FORMATS
 from modelgate.formats.jsonutil import Json
-from modelgate.gateway import policy
 from modelgate.gateway.body import parse_object, read_limited, too_deep
-from modelgate.gateway.replies import error_reply, json_reply
+from modelgate.gateway.guards import guarded
+from modelgate.gateway.replies import json_reply
 from modelgate.services import Services
-from modelgate.storage.base import KeyRecord, StorageError
+from modelgate.storage.base import KeyRecord
 from modelgate.storage.responses import ItemPage, PageRequest
 
 log = logging.getLogger("modelgate.state")
@@ -47,34 +47,16 @@ def turned_off() -> errors.NotFound:
 
 
 async def serve(services: Services, request: Request, segments: Sequence[str], handler: Handler) -> Response:
-    """Authenticate, check the group, take a rate-limit unit, run ``handler``; every refusal in
-    the Responses error shape."""
-    request_id = ids.new_request_id()
-    headers = {"request-id": request_id, "x-request-id": request_id}
-    try:
-        now = services.clock.time()
-        key = services.keys.authenticate(request.headers, now)
-        policy.check_format(CODEC.name, key)
-        decision = await services.rate_limiter.admit(key.id, key.rpm, services.clock.steady())
-        headers.update(decision.headers())
-        if not decision.admitted:
-            raise errors.RateLimited(
-                f"rate limit of {key.rpm} requests per minute exceeded for this key; retry after "
-                f"{decision.retry_after} s",
-                headers={"retry-after": str(decision.retry_after)},
-            )
+    """``handler`` behind the guards of every API route (``gateway.guards``: admission,
+    authenticate, the Responses format's key groups, a rate-limit unit); every refusal in the
+    Responses error shape."""
+
+    async def run(key: KeyRecord) -> Response:
         if services.settings.responses.store == "off":
             raise turned_off()
-        response = await handler(services, key, request, segments)
-    except errors.GatewayError as error:
-        return error_reply(CODEC, error, headers)
-    except StorageError as exc:
-        log.warning("request %s: storage unavailable: %s", request_id, exc)
-        return error_reply(
-            CODEC, errors.Unavailable("the gateway's database is unavailable; retry shortly"), headers
-        )
-    response.headers.update(headers)
-    return response
+        return await handler(services, key, request, segments)
+
+    return await guarded(services, FORMATS[CODEC.name], request, run)
 
 
 def method_not_allowed(request: Request, allowed: Sequence[str]) -> errors.MethodNotAllowed:

@@ -12,20 +12,17 @@ answer is delivered unkept (a whole answer says so in ``x-modelgate-stored: fals
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 import orjson
 
 from modelgate.formats.jsonutil import Json
 from modelgate.formats.responses import state as wire
+from modelgate.gateway.exchange import Admitted, KeepHook
+from modelgate.gateway.state.request_state import state_of
 from modelgate.services import Services
 from modelgate.storage.base import StorageError
 from modelgate.storage.responses import NewResponse, StoredItem, appended_bytes, object_bytes
 from modelgate.upstream.base import Provider
-
-if TYPE_CHECKING:
-    from modelgate.gateway.pipeline import Admitted
 
 log = logging.getLogger("modelgate.state")
 DAY = 86_400.0
@@ -47,7 +44,7 @@ def _echo(state_fields: wire.StateFields, response: Json, client_model: str) -> 
 
 async def keep(services: Services, admitted: Admitted, provider: Provider, response: Json) -> bool:
     """Store one completed response; True when it was stored."""
-    state = admitted.state
+    state = state_of(admitted)
     if state is None or not state.keep:
         return False
     response_id = response.get("id")
@@ -97,7 +94,7 @@ async def keep_whole(
 ) -> bytes:
     """Keep a whole answer; the body to return (the gateway's own answers gain the stored echo:
     ``store``, ``previous_response_id``, ``conversation``; an upstream's stay byte for byte)."""
-    state = admitted.state
+    state = state_of(admitted)
     if state is None or not state.keep:
         return body
     response = orjson.loads(body)
@@ -111,12 +108,10 @@ async def keep_whole(
     return orjson.dumps(_echo(state.fields, response, admitted.model.id))
 
 
-def stream_keeper(
-    services: Services, admitted: Admitted, provider: Provider
-) -> Callable[[Json], Awaitable[object]] | None:
+def stream_keeper(services: Services, admitted: Admitted, provider: Provider) -> KeepHook | None:
     """The ``keep`` hook of a stream, or None when nothing is to be kept (the relay then does
     no work for it at all)."""
-    state = admitted.state
+    state = state_of(admitted)
     if state is None or not state.keep:
         return None
 

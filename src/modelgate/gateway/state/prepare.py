@@ -24,41 +24,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import orjson
 
 from modelgate import errors
-from modelgate.errors import WireFormat
-from modelgate.formats import ClientRequest
+from modelgate.formats import ClientRequest, FormatName
 from modelgate.formats.jsonutil import Json
 from modelgate.formats.responses import state as wire
 from modelgate.gateway.bodies import BodyRules, Facts, analyse, analyse_in_worker
 from modelgate.gateway.body import splice_top_level
+from modelgate.gateway.exchange import Admitted
+from modelgate.gateway.state.request_state import RequestState, state_of
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord
 from modelgate.storage.responses import StoredItem
 from modelgate.upstream.base import Dialect, Provider
 from modelgate.upstream.kinds import stores_responses
-
-if TYPE_CHECKING:  # the pipeline imports this module
-    from modelgate.gateway.pipeline import Admitted
-
-
-@dataclass(frozen=True, slots=True)
-class RequestState:
-    fields: wire.StateFields
-    #: Keep the answer once it completes (``store`` asked, stored responses on).
-    keep: bool
-    #: The request's own input items as they are stored (references resolved to copies).
-    own_items: tuple[StoredItem, ...]
-    #: The client's body as sent, for an upstream that holds everything it refers to.
-    original_raw: bytes
-    original_client: ClientRequest
-    #: The provider holding all of the state the request refers to ("" when none or several).
-    original_holder: str
-    #: Providers whose upstream keeps Responses state.
-    keepers: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +226,7 @@ def expand_in_worker(
     history: list[bytes],
     plan: wire.InputPlan,
     references: dict[str, bytes],
-    fmt: WireFormat,
+    fmt: FormatName,
     rules: BodyRules,
 ) -> tuple[bytes, Facts]:
     """The expanded body and its analysis, for a large one (runs in a worker process)."""
@@ -256,7 +237,7 @@ def expand_in_worker(
 
 def for_provider(admitted: Admitted, provider: Provider, dialect: Dialect) -> Admitted:
     """The request as one attempt on ``provider`` sends it (see the module docstring)."""
-    state = admitted.state
+    state = state_of(admitted)
     if state is None:
         return admitted
     keeps = provider.name in state.keepers

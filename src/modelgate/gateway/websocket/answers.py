@@ -21,7 +21,7 @@ from modelgate.formats import ids
 from modelgate.formats.jsonutil import Json
 from modelgate.formats.responses.wire import request_echo, response_object
 from modelgate.formats.sse import SSEParser
-from modelgate.gateway.pipeline import Admitted
+from modelgate.gateway.exchange import Admitted
 from modelgate.gateway.replies import json_reply
 from modelgate.gateway.websocket.frames import error_message, event_message
 

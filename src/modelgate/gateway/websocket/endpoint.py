@@ -3,7 +3,7 @@
 
 The upgrade is authenticated from its headers before it is accepted (``x-api-key`` or
 ``Authorization: Bearer``, as on HTTP): no key or a bad one is a 401, a key whose group may not use
-Responses (Basic/Pro, DESIGN.md §2) a 426 saying why, so clients fall back to HTTP (where they get
+Responses (Basic/Pro, docs/architecture.md §2) a 426 saying why, so clients fall back to HTTP (where they get
 the 403 that names the endpoints they may use), and a draining gateway a 503. Every refusal is an
 HTTP answer with a JSON body in the OpenAI error shape, logged and counted as a request.
 """
@@ -17,8 +17,8 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from modelgate import errors
-from modelgate.gateway import pipeline
-from modelgate.gateway.pipeline import Exchange
+from modelgate.gateway import guards, pipeline
+from modelgate.gateway.exchange import Exchange
 from modelgate.gateway.websocket.session import ENDPOINT, Session
 from modelgate.gateway.websocket.stats import WebSocketStats
 from modelgate.services import Services
@@ -85,7 +85,7 @@ class ResponsesSocket:
                     f"{denied.message} (WebSocket mode serves /v1/responses only)"
                 ) from None
             if services.drain.active:
-                raise pipeline.shutting_down()
+                raise guards.shutting_down()
         except errors.GatewayError as error:
             response = pipeline.render_error(exchange, error)
             pipeline.finish_exchange(services, exchange, response, slot=False)

@@ -28,8 +28,9 @@ from starlette.types import Message, Receive, Scope, Send
 from modelgate import errors
 from modelgate.formats import CODECS
 from modelgate.gateway import pipeline
-from modelgate.gateway.pipeline import Endpoint, Exchange
+from modelgate.gateway.exchange import Endpoint, Exchange
 from modelgate.gateway.relay import StreamResponse
+from modelgate.gateway.state.step import RESPONSES_STATE
 from modelgate.gateway.websocket.answers import (
     FrameSink,
     prewarm_messages,
@@ -41,7 +42,7 @@ from modelgate.gateway.websocket.frames import PROCESSED, Link, Prepared, next_l
 from modelgate.gateway.websocket.stats import WebSocketStats
 from modelgate.services import Services
 
-ENDPOINT = Endpoint(CODECS["responses"], "responses", stateful=True)
+ENDPOINT = Endpoint(CODECS["responses"], "responses", state=RESPONSES_STATE)
 DISCONNECT: Message = {"type": "http.disconnect"}
 #: Close codes (RFC 6455 §7.4.1) and the reasons sent with them.
 NORMAL, GOING_AWAY, UNSUPPORTED_DATA, POLICY, INTERNAL = 1000, 1001, 1003, 1008, 1011

@@ -1,0 +1,126 @@
+"""The guards of every API route, in their one order: admission (draining, the in-flight cap)
+→ authenticate (where the route's format takes keys from: ``Format.credentials``) → policy (the
+key groups the format does not serve: ``Format.refused_groups``) → limits (one rate-limit unit
+of the key) → the handler. One implementation of each, used by the model pipeline
+(``gateway.pipeline``), the stored-state endpoints (``gateway.state.http``) and the model list
+(``gateway.models``); a refusal is a ``GatewayError`` that the route's one boundary renders in
+the route's wire format (``guarded`` here, ``pipeline.run`` for the model routes).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from modelgate import errors
+from modelgate.formats import Format, ids
+from modelgate.gateway import policy
+from modelgate.gateway.observe import ShutdownRefusal
+from modelgate.gateway.relay import SHUTTING_DOWN
+from modelgate.gateway.replies import error_reply
+from modelgate.limits.rpm import Decision
+from modelgate.services import Services
+from modelgate.storage.base import KeyRecord, StorageError
+
+log = logging.getLogger("modelgate.request")
+
+
+@dataclass(frozen=True, slots=True)
+class Guards:
+    """Which guards a route runs after admission (always first)."""
+
+    #: The key's group must be one the format serves (``Format.refused_groups``).
+    policy: bool = True
+    #: The request takes one rate-limit unit of the key.
+    limits: bool = True
+
+
+#: The model routes and the stored-state endpoints.
+ALL = Guards()
+#: Reads that cost nothing and serve every group (``GET /v1/models``).
+KEY_ONLY = Guards(policy=False, limits=False)
+
+
+def shutting_down() -> errors.Unavailable:
+    """The answer of a request cut by the end of the shutdown grace, or refused while draining."""
+    return ShutdownRefusal(SHUTTING_DOWN.message, headers={"retry-after": "1"})
+
+
+def admission_refusal(services: Services) -> errors.GatewayError | None:
+    """Refused before anything is read (draining, or at the in-flight limit); otherwise the
+    request now holds an in-flight slot, which its route gives back when it ends."""
+    if services.drain.active:
+        return shutting_down()
+    if not services.inflight.try_acquire():
+        return errors.RateLimited(
+            "the gateway is at its limit of requests in flight; retry shortly",
+            headers={"retry-after": str(services.settings.server.overload_retry_after)},
+        )
+    return None
+
+
+def authenticate(
+    services: Services,
+    fmt: Format,
+    headers: Mapping[str, str],
+    now: float,
+    guards: Guards = ALL,
+    query: Mapping[str, str] | None = None,
+) -> KeyRecord:
+    """The active key, taken where ``fmt``'s clients send it; then (``guards.policy``) the
+    format's refusal of the key's group."""
+    key = services.keys.authenticate(headers, now, fmt.credentials, query)
+    if guards.policy:
+        policy.check_format(fmt.name, key)
+    return key
+
+
+async def admit_rate(services: Services, key: KeyRecord, response_headers: dict[str, str]) -> Decision:
+    """One rate-limit unit of the key, or a 429; its figures go into ``response_headers``."""
+    # Rate windows run on the steady clock: a wall-clock step must not lock a key.
+    decision = await services.rate_limiter.admit(key.id, key.rpm, services.clock.steady())
+    response_headers.update(decision.headers())
+    if not decision.admitted:
+        raise errors.RateLimited(
+            f"rate limit of {key.rpm} requests per minute exceeded for this key; retry after "
+            f"{decision.retry_after} s",
+            headers={"retry-after": str(decision.retry_after)},
+        )
+    return decision
+
+
+async def guarded(
+    services: Services,
+    fmt: Format,
+    request: Request,
+    handler: Callable[[KeyRecord], Awaitable[Response]],
+    guards: Guards = ALL,
+) -> Response:
+    """A route that is not a model call, behind the same guards: every refusal, a storage
+    failure (503) and a surprise (500) rendered in ``fmt``, with the request id headers."""
+    request_id = ids.new_request_id()
+    headers = {"request-id": request_id, "x-request-id": request_id}
+    early = admission_refusal(services)
+    if early is not None:
+        return error_reply(fmt.codec, early, {**headers, "connection": "close"})
+    try:
+        key = authenticate(
+            services, fmt, request.headers, services.clock.time(), guards, request.query_params
+        )
+        if guards.limits:
+            await admit_rate(services, key, headers)
+        response = await handler(key)
+    except errors.GatewayError as error:
+        return error_reply(fmt.codec, error, headers)
+    except StorageError as exc:
+        log.warning("request %s: storage unavailable: %s", request_id, exc)
+        unavailable = errors.Unavailable("the gateway's database is unavailable; retry shortly")
+        return error_reply(fmt.codec, unavailable, headers)
+    finally:
+        services.inflight.release()
+    response.headers.update(headers)
+    return response
