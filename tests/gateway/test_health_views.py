@@ -172,9 +172,9 @@ def test_the_database_down_is_down_with_503(tmp_path: Path) -> None:
         headers = operator(gateway)
         store = gateway.services.store
         assert isinstance(store, SqliteStore)
+        store.database.path = Path("/proc/no-such-dir/db.sqlite")
         gateway.call(store.close())
-        store._executor = ThreadPoolExecutor(1)
-        store.path = Path("/proc/no-such-dir/db.sqlite")
+        store.database._executor = ThreadPoolExecutor(1)
         public = httpx.get(f"{gateway.base_url}/health")
         assert public.status_code == 503
         assert public.json() == {

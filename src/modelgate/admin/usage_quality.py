@@ -76,7 +76,7 @@ class QualityEndpoints:
 
     async def daily(self, request: Request, principal: Principal) -> Response:
         where = await self.usage.filter_of(request, principal)
-        store = self.context.store
+        store = self.context.reports
         limit = self.context.settings.admin.csv_max_rows
         total = await store.usage_count(where)
         if total > limit:

@@ -75,7 +75,7 @@ async def components(services: Services) -> Components:
     limiter = services.rate_limiter
     redis = limiter if isinstance(limiter, RedisRateLimiter) else None
     database_failure, redis_failure = await asyncio.gather(
-        _ping(services.store.ping()), _ping(redis.ping()) if redis is not None else asyncio.sleep(0)
+        _ping(services.database.ping()), _ping(redis.ping()) if redis is not None else asyncio.sleep(0)
     )
     levels: dict[str, Level] = {"database": "down" if database_failure is not None else "ok"}
     if redis is not None:
