@@ -127,6 +127,9 @@ class BillingConfig(_Section):
     #: Where settles the database could not take wait, fsynced, until they land (a file per
     #: process; replayed at start). Default: ``<data_dir>/settle-journal``.
     settle_journal_dir: Path | None = None
+    #: Seconds a settle's first attempt at the database gets; a database that has not answered by
+    #: then has the settle journaled and retried in the background (the answer is not held up).
+    settle_timeout_seconds: float = Field(2.0, gt=0, le=60)
 
     def media_rules(self) -> MediaRules:
         return MediaRules(

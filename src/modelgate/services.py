@@ -171,6 +171,7 @@ class Services:
                 SettleJournal(
                     store, settings.billing.settle_journal_dir or settings.data_dir / "settle-journal"
                 ),
+                settle_timeout=settings.billing.settle_timeout_seconds,
             ),
             settlements=settlements,
             offload=offload,

@@ -31,6 +31,7 @@ import dataclasses
 import fcntl
 import logging
 import os
+import threading
 import typing
 from pathlib import Path
 from typing import Any
@@ -63,11 +64,15 @@ class SettleJournal:
         #: Whether the file has lines (it is emptied once nothing waits).
         self._written = False
         self._file_lock = asyncio.Lock()
+        #: Serialises the file's writes between the writer thread and ``keep_now`` (on the loop).
+        self._io_lock = threading.Lock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         #: Operations kept since start, and those of them that landed since (metrics).
         self.kept_total = 0
         self.landed_total = 0
+        #: Settles kept because the database gave no answer within ``billing.settle_timeout_seconds``.
+        self.timed_out_total = 0
 
     def __contains__(self, request_id: str) -> bool:
         return request_id in self._kept
@@ -82,9 +87,21 @@ class SettleJournal:
         a directory is configured) and due to be retried."""
         self._kept[record.request_id] = _Kept(record, charge)
         self.kept_total += 1
-        line = orjson.dumps({"charge": charge, "record": dataclasses.asdict(record)}) + b"\n"
-        await self._append(line)
+        await self._append(_kept_line(record, charge))
         self._ensure_retrying()
+        self._wake.set()
+
+    def keep_now(self, record: UsageRecord, *, charge: bool) -> None:
+        """``keep``, synchronously (for a settle being cancelled, which may not await): journaled
+        and fsynced on the calling thread before it returns. Retried by the running retry task if
+        any, else at ``aclose`` or by the next process to start (``replay``)."""
+        self._kept[record.request_id] = _Kept(record, charge)
+        self.kept_total += 1
+        if self._directory is not None:
+            try:
+                self._write(_kept_line(record, charge))
+            except OSError as exc:
+                log.error("settle journal: cannot write (%s); %s kept in memory only", exc, record.request_id)
         self._wake.set()
 
     async def replay(self) -> int:
@@ -169,22 +186,24 @@ class SettleJournal:
             return
         async with self._file_lock:
             try:
-                await asyncio.to_thread(self._write, data, not self._kept)
+                await asyncio.to_thread(self._write, data)
             except OSError as exc:
                 log.error(
                     "settle journal: cannot write (%s); %d settle(s) kept in memory only", exc, self.waiting
                 )
 
-    def _write(self, data: bytes, empty_after: bool) -> None:
-        """Append ``data`` and fsync; or, when nothing waits any more, empty the file instead."""
-        fd = self._open()
-        if empty_after and self._written:
-            os.ftruncate(fd, 0)
-            self._written = False
-        else:
-            os.write(fd, data)
-            self._written = True
-        os.fsync(fd)
+    def _write(self, data: bytes) -> None:
+        """Append ``data`` and fsync; or, when nothing waits any more, empty the file instead
+        (decided under the lock: a line ``keep_now`` wrote meanwhile is never emptied away)."""
+        with self._io_lock:
+            fd = self._open()
+            if not self._kept and self._written:
+                os.ftruncate(fd, 0)
+                self._written = False
+            else:
+                os.write(fd, data)
+                self._written = True
+            os.fsync(fd)
 
     def _open(self) -> int:
         if self._fd is None:
@@ -223,6 +242,10 @@ class SettleJournal:
                 adopted.update(_waiting_in(file.read(), path))
                 path.unlink()
         return list(adopted.values())
+
+
+def _kept_line(record: UsageRecord, charge: bool) -> bytes:
+    return orjson.dumps({"charge": charge, "record": dataclasses.asdict(record)}) + b"\n"
 
 
 def _waiting_in(data: bytes, path: Path) -> dict[str, _Kept]:
