@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 
+from modelgate.billing.settle_journal import SettleJournal
 from modelgate.clock import month_of
 from modelgate.storage.base import NewKey, Reservation, ReserveRequest, UsageRecord
 from modelgate.storage.sqlite import SqliteStore
@@ -104,3 +105,34 @@ def test_a_settle_kept_by_a_process_that_died_is_written_at_the_next_start(tmp_p
         assert gateway.services.ledger.journal.waiting == 0
         records = gateway.call(gateway.services.store.usage_records(MONTH))
         assert [r.request_id for r in records] == ["req_kept"]
+
+
+def test_processes_sharing_a_journal_directory_and_a_pid_keep_their_own_files(tmp_path: Path) -> None:
+    """Containers on one data volume often have the same pid: each keeps its own journal file,
+    none waits on another's lock or empties another's lines, and a start adopts only the files of
+    processes that stopped."""
+    directory = tmp_path / "settle-journal"
+
+    def record(request_id: str) -> UsageRecord:
+        return UsageRecord(request_id, "key_a", 1, "messages", "aria-haiku-4.5", MONTH, "ok", NOW, NOW + 1)
+
+    async def run() -> tuple[int, int, set[bytes]]:
+        unreachable = SqliteStore(Path("/proc/no-such-place/modelgate.db"))
+        first, second = SettleJournal(unreachable, directory), SettleJournal(unreachable, directory)
+        await asyncio.wait_for(first.keep(record("req_first"), charge=True), 5)
+        await asyncio.wait_for(second.keep(record("req_second"), charge=True), 5)
+        files = {path.read_bytes() for path in directory.glob("settles-*.jsonl")}
+        # Both running: a third process starting adopts nothing.
+        assert await SettleJournal(unreachable, directory).replay() == 0
+        await first.aclose()  # the first process stops with its settle still waiting
+        later = SettleJournal(unreachable, directory)
+        adopted = await later.replay()
+        assert "req_first" in later and "req_second" not in later
+        waiting = second.waiting
+        for journal in (second, later):
+            await journal.aclose()
+        return adopted, waiting, files
+
+    adopted, waiting, files = asyncio.run(run())
+    assert adopted == 1 and waiting == 1
+    assert len(files) == 2 and all(len(lines.splitlines()) == 1 for lines in files)

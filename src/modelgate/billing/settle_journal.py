@@ -15,8 +15,10 @@ turns a delivered answer into an ``abandoned`` one. A hold whose wait outlasts
 ``billing.reservation_ttl_seconds`` may be released by another instance's sweeper; the late
 settle then changes nothing (that answer goes unbilled, and the log says so).
 
-The journal file (``settles-<pid>.jsonl`` in the directory) holds one JSON line per kept operation
-and one per landed one. The process holds an exclusive ``flock`` on its own file. At start,
+The journal file (``settles-<host>-<pid>-<random>.jsonl`` in the directory: containers sharing a
+volume often share pids, so the name is never reused, and it is created with ``O_EXCL`` under a
+temporary name, locked, then renamed into place) holds one JSON line per kept operation and one
+per landed one. The process holds an exclusive ``flock`` on its own file. At start,
 ``replay`` adopts every file no live process holds (a process that died with settles waiting):
 its operations not marked landed are kept again here and the file is removed. The file is emptied
 whenever nothing waits. A journal line that cannot be written (a full disk) is logged, and the
@@ -31,6 +33,8 @@ import dataclasses
 import fcntl
 import logging
 import os
+import secrets
+import socket
 import threading
 import typing
 from pathlib import Path
@@ -61,6 +65,8 @@ class SettleJournal:
         self._directory = directory
         self._kept: dict[str, _Kept] = {}
         self._fd: int | None = None
+        #: The name of this process's own journal file, once opened.
+        self._name: str | None = None
         #: Whether the file has lines (it is emptied once nothing waits).
         self._written = False
         self._file_lock = asyncio.Lock()
@@ -132,6 +138,10 @@ class SettleJournal:
                 "%d settle(s) still wait for the database at shutdown; kept for the next start", self.waiting
             )
         if self._fd is not None:
+            if not self._kept and self._name is not None and self._directory is not None:
+                # Nothing waits: the file goes (names are never reused, so none would pile up).
+                with contextlib.suppress(OSError):
+                    (self._directory / self._name).unlink()
             os.close(self._fd)
             self._fd = None
 
@@ -206,24 +216,33 @@ class SettleJournal:
             os.fsync(fd)
 
     def _open(self) -> int:
+        """This process's own journal file, created on first use: a name no other process has or
+        had (host, pid and random part), created exclusively and locked under a temporary name
+        that ``replay`` does not look at, then renamed into place, so no other process can ever
+        adopt it while it is being opened, and nothing is truncated."""
         if self._fd is None:
-            assert self._directory is not None
-            self._directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(
-                self._directory / f"{_PREFIX}{os.getpid()}{_SUFFIX}",
-                os.O_RDWR | os.O_CREAT | os.O_APPEND,
-                0o600,
-            )
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.ftruncate(fd, 0)  # a file of an earlier process with this pid was adopted or is empty
-            self._fd = fd
+            directory = self._directory
+            assert directory is not None
+            directory.mkdir(parents=True, exist_ok=True)
+            host = "".join(c if c.isalnum() or c in "-." else "_" for c in socket.gethostname())
+            name = f"{_PREFIX}{host}-{os.getpid()}-{secrets.token_hex(6)}{_SUFFIX}"
+            opening = directory / f".{name}.new"
+            fd = os.open(opening, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else holds it
+                os.rename(opening, directory / name)
+            except OSError:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    opening.unlink()
+                raise
+            self._fd, self._name = fd, name
         return self._fd
 
     def _adopt_orphans(self, directory: Path) -> list[_Kept]:
         if not directory.is_dir():
             return []
-        # This process's own file counts too until it is opened (a dead process had this pid).
-        own = f"{_PREFIX}{os.getpid()}{_SUFFIX}" if self._fd is not None else None
+        own = self._name
         adopted: dict[str, _Kept] = {}
         for path in sorted(directory.glob(f"{_PREFIX}*{_SUFFIX}")):
             if path.name == own:
