@@ -112,17 +112,34 @@ class SettleJournal:
 
     async def replay(self) -> int:
         """Adopt the journal files of processes that died with operations waiting (at start); the
-        number adopted. They are retried like the ones this process keeps."""
+        number adopted. They are retried like the ones this process keeps. An orphan file is
+        removed only once its operations are fsynced in this process's own file (a crash between
+        leaves them in one file or the other); a file that cannot be read or removed is logged
+        and left, never stopping the start."""
         directory = self._directory
         if directory is None:
             return 0
-        adopted = await asyncio.to_thread(self._adopt_orphans, directory)
-        for kept in adopted:
-            await self.keep(kept.record, charge=kept.charge)
-            self.kept_total -= 1  # counted once, by the process that kept it
+        adopted = 0
+        for path, file, waiting in await asyncio.to_thread(self._claim_orphans, directory):
+            with file:  # holds the orphan's lock until it is removed or left
+                fresh = {rid: kept for rid, kept in waiting.items() if rid not in self._kept}
+                self._kept.update(fresh)
+                lines = b"".join(_kept_line(k.record, k.charge) for k in fresh.values())
+                try:
+                    if lines:
+                        async with self._file_lock:
+                            await asyncio.to_thread(self._write, lines)
+                    await asyncio.to_thread(path.unlink)
+                except OSError as exc:
+                    log.error(
+                        "settle journal: %s left in place (%s); it is retried from memory", path.name, exc
+                    )
+                adopted += len(fresh)
         if adopted:
-            log.warning("replaying %d settle(s) kept by a process that stopped", len(adopted))
-        return len(adopted)
+            log.warning("replaying %d settle(s) kept by a process that stopped", adopted)
+            self._ensure_retrying()
+            self._wake.set()
+        return adopted
 
     async def aclose(self) -> None:
         """Stop retrying, try what waits once more (what still waits stays journaled)."""
@@ -239,28 +256,37 @@ class SettleJournal:
             self._fd, self._name = fd, name
         return self._fd
 
-    def _adopt_orphans(self, directory: Path) -> list[_Kept]:
-        if not directory.is_dir():
+    def _claim_orphans(self, directory: Path) -> list[tuple[Path, typing.BinaryIO, dict[str, _Kept]]]:
+        """The journal files no live process holds, each open and locked by this process, with
+        the operations in it not marked landed. Files in use, gone or unreadable are skipped."""
+        try:
+            paths = sorted(directory.glob(f"{_PREFIX}*{_SUFFIX}")) if directory.is_dir() else []
+        except OSError as exc:
+            log.error("settle journal: cannot list %s (%s); nothing replayed", directory, exc)
             return []
-        own = self._name
-        adopted: dict[str, _Kept] = {}
-        for path in sorted(directory.glob(f"{_PREFIX}*{_SUFFIX}")):
-            if path.name == own:
+        claimed: list[tuple[Path, typing.BinaryIO, dict[str, _Kept]]] = []
+        for path in paths:
+            if path.name == self._name:
                 continue
             try:
-                file = open(path, "rb")  # noqa: SIM115 - closed below, after the unlink
+                file = open(path, "rb")  # noqa: SIM115 - closed by replay, after the unlink
             except FileNotFoundError:
                 continue  # adopted by another process starting now
-            with file:
-                try:
-                    fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    if os.stat(path).st_ino != os.fstat(file.fileno()).st_ino:
-                        continue
-                except (BlockingIOError, FileNotFoundError):
-                    continue  # a live process's journal, or adopted by another process just now
-                adopted.update(_waiting_in(file.read(), path))
-                path.unlink()
-        return list(adopted.values())
+            except OSError as exc:
+                log.error("settle journal: cannot open %s (%s); skipped", path.name, exc)
+                continue
+            try:
+                fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if os.stat(path).st_ino != os.fstat(file.fileno()).st_ino:
+                    file.close()
+                    continue
+                claimed.append((path, file, _waiting_in(file.read(), path)))
+            except (BlockingIOError, FileNotFoundError):
+                file.close()  # a live process's journal, or adopted by another process just now
+            except OSError as exc:
+                file.close()
+                log.error("settle journal: cannot read %s (%s); skipped", path.name, exc)
+        return claimed
 
 
 def _kept_line(record: UsageRecord, charge: bool) -> bytes:
