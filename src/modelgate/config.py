@@ -204,8 +204,9 @@ class ResponsesConfig(_Section):
     #: How old (seconds) an account's stored byte count may be when a request asking to be stored
     #: is let through; a refusal always reads it again (``limits.stored_room``). 0: read every time.
     room_check_max_age_seconds: float = Field(1.0, ge=0, le=60)
-    #: Most responses a ``previous_response_id`` chain is followed back through.
-    max_chain_depth: int = Field(1000, ge=1, le=100_000)
+    #: Most responses a ``previous_response_id`` chain is followed back through (at most 10,000:
+    #: each one is a parameter of the query that pages the chain's items).
+    max_chain_depth: int = Field(1000, ge=1, le=10_000)
     #: How often expired objects are deleted (seconds).
     sweep_interval_seconds: float = Field(600.0, gt=0)
     #: Serve ``GET /v1/responses`` upgraded to a WebSocket (Responses WebSocket mode, as Codex

@@ -5,6 +5,10 @@ owner's items in ``position`` order; the last owner of a chain contributes its `
 only. Items are numbered by ``(segment, position)``, where ``segment`` is the owner's place in the
 list, so a cursor is that pair and a page is ``LIMIT limit + 1`` rows past it: the database reads
 a page, never the whole list. Only the placeholder syntax differs between engines (``mark``).
+
+Each owner is bound once (numbered placeholders, reused), so a chain of ``n`` responses takes
+``n + 4`` parameters at most: ``responses.max_chain_depth`` (at most 10,000) stays
+well under the engines' limits (SQLite 32,766 variables, PostgreSQL's protocol 32,767 arguments).
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: The placeholder of the n-th parameter (1-based): ``?`` on SQLite, ``$n`` on PostgreSQL.
+#: The placeholder of the n-th parameter (1-based): ``?n`` on SQLite, ``$n`` on PostgreSQL; a
+#: placeholder may appear several times.
 Mark = Callable[[int], str]
 
 
-def sqlite_mark(_: int) -> str:
-    return "?"
+def sqlite_mark(n: int) -> str:
+    return f"?{n}"
 
 
 def postgres_mark(n: int) -> str:
@@ -45,11 +50,12 @@ class _Params:
 
 def _numbered(items: ItemList, params: _Params) -> str:
     """Items of the list with their ``seg`` (owner's place) and ``position``."""
-    cases = " ".join(f"WHEN {params.add(owner)} THEN {i}" for i, owner in enumerate(items.owners))
-    owners = ", ".join(params.add(owner) for owner in items.owners)
+    marks = [params.add(owner) for owner in items.owners]
+    cases = " ".join(f"WHEN {mark} THEN {i}" for i, mark in enumerate(marks))
+    owners = ", ".join(marks)
     only_input = ""
     if items.last_input_only:
-        only_input = f" AND (owner_id <> {params.add(items.owners[-1])} OR section = 'input')"
+        only_input = f" AND (owner_id <> {marks[-1]} OR section = 'input')"
     return (
         f"SELECT item_id, body, section, position, CASE owner_id {cases} END AS seg "
         f"FROM stored_items WHERE owner_id IN ({owners}){only_input}"
