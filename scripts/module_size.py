@@ -1,4 +1,4 @@
-"""Fail when a Python module passes the size cap (DESIGN.md §4: aim under 400 lines; 600 is the cap).
+"""Fail when a Python module passes the size cap (CONTRIBUTING.md: aim under 400 lines; 600 is the cap).
 
 Usage: python scripts/module_size.py [--max N] [PATH ...]   (default: src/modelgate, N = 600)
 """

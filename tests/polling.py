@@ -2,7 +2,7 @@
 
 ``wait_until`` polls a condition until it holds. Its timeout only bounds a hang, and it is
 generous on purpose: a slow or busy machine must never fail a test. Tests assert what happened
-and in which order, never how fast (DESIGN.md §5: speed is measured in ``make bench``).
+and in which order, never how fast (CONTRIBUTING.md: speed is measured in ``make bench``).
 """
 
 from __future__ import annotations

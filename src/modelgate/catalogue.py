@@ -63,7 +63,7 @@ class Model:
     output_limit: int
 
     def listing(self) -> dict[str, Any]:
-        """The union item shape that satisfies both SDKs (DESIGN.md §2, reference §1.9)."""
+        """The union item shape that satisfies both SDKs (docs/architecture.md §2, docs/reference/wire-formats.md §1.9)."""
         item: dict[str, Any] = {
             "id": self.id,
             "object": "model",

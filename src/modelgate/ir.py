@@ -25,7 +25,7 @@ import orjson
 
 
 class StopReason(StrEnum):
-    """Why generation ended; the Messages vocabulary, mapped per format (reference §4.7)."""
+    """Why generation ended; the Messages vocabulary, mapped per format (docs/reference/wire-formats.md §4.7)."""
 
     END_TURN = "end_turn"
     MAX_TOKENS = "max_tokens"

@@ -28,7 +28,7 @@ import secrets
 from pathlib import Path
 
 from modelgate.config import ConfigError, Settings
-from modelgate.storage.base import Store
+from modelgate.storage.base import AdminTokenStore
 
 log = logging.getLogger("modelgate")
 
@@ -107,7 +107,9 @@ def _what_to_do(settings: Settings) -> str:
     )
 
 
-async def checked_secret(store: Store, settings: Settings, now: float, *, rotate: bool = False) -> bytes:
+async def checked_secret(
+    store: AdminTokenStore, settings: Settings, now: float, *, rotate: bool = False
+) -> bytes:
     """The secret, after checking it belongs to ``store`` (the module docstring); SecretMismatch
     or ConfigError with an operator's message otherwise. Generates the file only when allowed."""
     value = read_secret(settings)

@@ -29,7 +29,11 @@ from modelgate.limits.stored_room import StoredRoom
 from modelgate.offload import Offload
 from modelgate.retention import StateSweeper
 from modelgate.secret_file import load_secret
-from modelgate.storage import Store, open_store
+from modelgate.storage import open_store
+from modelgate.storage.base import AccountStore, AdminTokenStore, KeyStore, LedgerStore, Store, UsageStore
+from modelgate.storage.composed import Database
+from modelgate.storage.reports import UsageReports
+from modelgate.storage.responses import ResponseStore
 from modelgate.telemetry import Telemetry
 from modelgate.telemetry.metrics import Metrics
 from modelgate.telemetry.tracing import Tracing, TracingUnavailable
@@ -94,7 +98,20 @@ class Services:
     settings: Settings
     clock: Clock
     catalogue: Catalogue
+    #: Every repository in one object, for the tools that use them all (the CLI, tests); each
+    #: consumer on the request path takes only the narrow repository below that it uses.
     store: Store
+    #: The database itself: migrations, health, the connection pool.
+    database: Database
+    accounts: AccountStore
+    #: API key records (``keys`` is the authentication view built on them).
+    key_records: KeyStore
+    tokens: AdminTokenStore
+    #: Holds, settlements and their figures (``ledger`` is the billing logic built on them).
+    ledger_store: LedgerStore
+    usage: UsageStore
+    reports: UsageReports
+    responses: ResponseStore
     keys: KeyView
     digester: Digester
     router: Router
@@ -154,28 +171,37 @@ class Services:
         clock = clock or SystemClock()
         settlements = Settlements()
         telemetry = build_telemetry(settings)
-        store.observe_ledger(telemetry.metrics)
+        store.ledger.observe_ledger(telemetry.metrics)
         return cls(
             settings=settings,
             clock=clock,
             catalogue=catalogue,
             store=store,
-            keys=KeyView(store, digester),
+            database=store.database,
+            accounts=store.accounts,
+            key_records=store.keys,
+            tokens=store.tokens,
+            ledger_store=store.ledger,
+            usage=store.usage,
+            reports=store.reports,
+            responses=store.responses,
+            keys=KeyView(store.keys, digester),
             digester=digester,
             router=router,
             ledger=Ledger(
-                store,
+                store.ledger,
                 settlements,
                 clock,
                 settings.billing.reservation_ttl_seconds,
                 SettleJournal(
-                    store, settings.billing.settle_journal_dir or settings.data_dir / "settle-journal"
+                    store.ledger,
+                    settings.billing.settle_journal_dir or settings.data_dir / "settle-journal",
                 ),
                 settle_timeout=settings.billing.settle_timeout_seconds,
             ),
             settlements=settlements,
             offload=offload,
-            stored_room=StoredRoom(store, settings.responses.room_check_max_age_seconds),
+            stored_room=StoredRoom(store.responses, settings.responses.room_check_max_age_seconds),
             inflight=InFlightLimiter(settings.server.max_in_flight),
             large_bodies=InFlightLimiter(settings.server.max_large_bodies),
             # Redis (several instances): shared rate-limit windows, falling back to the
@@ -188,7 +214,7 @@ class Services:
         )
 
     async def start(self) -> None:
-        await self.store.migrate()
+        await self.database.migrate()
         await self.keys.start(self.settings.keys.refresh_interval)
         if isinstance(self.rate_limiter, RedisRateLimiter):
             await self.rate_limiter.start()
@@ -198,7 +224,7 @@ class Services:
         await self.ledger.journal.replay()
         billing = self.settings.billing
         self.sweeper = Sweeper(
-            self.store,
+            self.ledger_store,
             self.clock,
             billing.sweep_interval_seconds,
             billing.reservation_ttl_seconds,
@@ -207,7 +233,7 @@ class Services:
         self.sweeper.start()
         responses = self.settings.responses
         if responses.store == "on":
-            self.state_sweeper = StateSweeper(self.store, self.clock, responses.sweep_interval_seconds)
+            self.state_sweeper = StateSweeper(self.responses, self.clock, responses.sweep_interval_seconds)
             self.state_sweeper.start()
 
     async def stop(self) -> None:
@@ -225,5 +251,5 @@ class Services:
         if isinstance(self.rate_limiter, RedisRateLimiter):
             await self.rate_limiter.aclose()
         await self.offload.stop()
-        await self.store.close()
+        await self.database.close()
         self.telemetry.shutdown()

@@ -61,7 +61,7 @@ COMPACTING_NOVA_UC = -(
     -(3120 * 1_250_000 + 409 * 10_000_000 + 400 * 1_250_000 + 600 * 2_500_000 + 500 * 125_000 + 2 * 10**10)
     // 10**6
 )
-#: Which model a client format reaches the Messages upstream with (key groups, DESIGN.md §2).
+#: Which model a client format reaches the Messages upstream with (key groups, docs/architecture.md §2).
 MODEL_OF = {"messages": "aria-sonnet-4.6", "chat": "aria-sonnet-4.6", "responses": "nova-5.5"}
 #: An OpenAI Responses answer that ran three web_search_call items; nova-6-sol prices (2 / 16).
 SEARCHING = Reply(text="Searched the web.", input_tokens=50, output_tokens=5, web_search_requests=3)

@@ -124,7 +124,7 @@ def test_answers_delivered_while_sqlite_is_full_are_charged_once(tmp_path: Path)
         def set_room(pages: int | None) -> None:
             # The serving loop's connection is the one the ledger writes on.
             async def on_loop() -> None:
-                db: sqlite3.Connection = store._db()
+                db: sqlite3.Connection = store.database.db()
                 count = db.execute("PRAGMA page_count").fetchone()[0]
                 db.execute(f"PRAGMA max_page_count = {count if pages is None else pages}")
 

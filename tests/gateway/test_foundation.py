@@ -263,8 +263,8 @@ def test_health_endpoints(gateway: GatewayServer, sdk: SdkClients) -> None:
     store = gateway.services.store
     assert isinstance(store, SqliteStore)
     gateway.call(store.close())
-    store._executor = ThreadPoolExecutor(1)
-    store.path = Path("/proc/no-such-dir/db.sqlite")
+    store.database._executor = ThreadPoolExecutor(1)
+    store.database.path = Path("/proc/no-such-dir/db.sqlite")
     down = httpx.get(f"{gateway.base_url}/health")
     assert down.status_code == 503 and down.json()["checks"]["database"]["status"] == "unreachable"
     assert httpx.get(f"{gateway.base_url}/healthz").status_code == 200

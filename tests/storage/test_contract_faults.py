@@ -239,7 +239,7 @@ class _FailAtStep:
 
 async def _with_failure_at(store: SqliteStore, step: int, operation: Awaitable[T]) -> tuple[T | None, bool]:
     """``operation``'s outcome (None when it failed) and whether the failure fired."""
-    connection: sqlite3.Connection = store._db()  # the loop thread's: the ledger writes on it
+    connection: sqlite3.Connection = store.database.db()  # the loop thread's: the ledger writes on it
     fault = _FailAtStep(step)
     connection.set_progress_handler(fault, _FailAtStep.EVERY)
     try:

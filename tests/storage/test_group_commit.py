@@ -45,14 +45,14 @@ async def test_concurrent_writes_commit_once_and_a_failing_one_fails_alone(tmp_p
     store, account_id = await _store(tmp_path)
     await store.reserve(_hold(account_id, "req_first"))
     statements: list[str] = []
-    store._db().set_trace_callback(statements.append)
+    store.database.db().set_trace_callback(statements.append)
     outcomes = await asyncio.gather(
         *(store.reserve(_hold(account_id, f"req_{i}")) for i in range(20)),
         store.reserve(_hold(account_id, "req_first")),  # a duplicate request id
         store.settle(_usage(account_id, "req_first", 300)),
         return_exceptions=True,
     )
-    store._db().set_trace_callback(None)
+    store.database.db().set_trace_callback(None)
     assert [s for s in statements if s in ("BEGIN IMMEDIATE", "COMMIT")] == ["BEGIN IMMEDIATE", "COMMIT"]
     assert all(isinstance(o, Reservation) and o.granted_uc == 1_000 for o in outcomes[:20])
     assert isinstance(outcomes[20], Conflict)
@@ -146,7 +146,7 @@ async def test_a_batch_meeting_a_short_lock_retries_on_the_loop_and_gathers_what
     # One transaction: the waiting batch and the five that came meanwhile (the attempts refused the
     # lock are no transactions and are not counted in the ledger metrics).
     assert batches.sizes == [6]
-    assert store._worker_ident is None  # the worker thread never ran a write
+    assert store.database.worker_ident is None  # the worker thread never ran a write
     assert await store.pending_reservations() == 6
     other.close()
     await store.close()

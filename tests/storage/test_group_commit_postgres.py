@@ -413,7 +413,7 @@ def test_database_batch_wait_setting_reaches_the_store() -> None:
     settings = load_settings(None, environ=environ, database_url="postgresql://db.invalid/modelgate")
     store = open_store(settings.resolved_database_url, batch_wait=settings.database_batch_wait_seconds)
     assert isinstance(store, PostgresStore)
-    assert store._ledger._wait == store._saves._wait == 0.004
+    assert store.database.ledger_batches._wait == store.database.saves._wait == 0.004
     assert load_settings(None, environ={}).database_batch_wait_seconds == 0.001
     assert (
         load_settings(

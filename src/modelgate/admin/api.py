@@ -59,7 +59,8 @@ class AdminAPI:
     def __init__(self, services: Services) -> None:
         self.services = services
         self.context = AdminContext(services)
-        self.store = services.store
+        self.accounts = services.accounts
+        self.key_records = services.key_records
         self.usage = UsageEndpoints(self.context)
         self.tokens = TokenEndpoints(self.context)
 
@@ -74,7 +75,7 @@ class AdminAPI:
 
         async def run(request: Request) -> Response:
             principal = await authenticate(
-                request, self.store, self.services.digester, self.services.clock, resolution
+                request, self.services.tokens, self.services.digester, self.services.clock, resolution
             )
             try:
                 return await handler(request, principal)
@@ -114,7 +115,7 @@ class AdminAPI:
         """Accounts by id; ``q`` keeps those whose name contains it (any case) or whose id it is."""
         principal.require_operator()
         search = query.text(request, "q")
-        accounts = await self.store.list_accounts()
+        accounts = await self.accounts.list_accounts()
         if search is not None:
             needle = search.strip().casefold()
             accounts = [a for a in accounts if needle in a.name.casefold() or needle == str(a.id)]
@@ -151,7 +152,7 @@ class AdminAPI:
         if account_id is not None:
             account_id = (await self.context.account(principal, account_id)).id
         month = self.context.month(request)
-        records = await self.store.list_keys(account_id)
+        records = await self.key_records.list_keys(account_id)
         return json_response(
             {"month": month, "data": await self.context.key_views(records, month, account_id)}
         )

@@ -25,7 +25,8 @@ _IDLE = KeyActivity(0, 0, None)
 class AdminContext:
     def __init__(self, services: Services) -> None:
         self.services = services
-        self.store = services.store
+        self.accounts = services.accounts
+        self.reports = services.reports
         self.clock = services.clock
         self.settings = services.settings
 
@@ -50,7 +51,7 @@ class AdminContext:
 
     async def account(self, principal: Principal, account_id: int) -> Account:
         principal.check_account(account_id)
-        account = await self.store.get_account(account_id)
+        account = await self.accounts.get_account(account_id)
         if account is None:
             raise not_found("account", account_id)
         return account
@@ -87,7 +88,7 @@ class AdminContext:
     async def key_views(
         self, records: list[KeyRecord], month: str, account_id: int | None
     ) -> list[dict[str, Any]]:
-        activity = await self.store.key_activity(month, account_id)
+        activity = await self.reports.key_activity(month, account_id)
         now = self.now()
         return [schemas.key_view(k, month, activity.get(k.id, _IDLE), now) for k in records]
 

@@ -33,7 +33,7 @@ class TokenEndpoints:
             account_id = principal.account_id
         if account_id is not None:
             account_id = (await self.context.account(principal, account_id)).id
-        tokens = await self.context.store.list_admin_tokens(account_id)
+        tokens = await self.context.services.tokens.list_admin_tokens(account_id)
         now = self.context.now()
         return json_response({"data": [schemas.token_view(t, now, principal.token_id) for t in tokens]})
 

@@ -82,7 +82,8 @@ def _csv_row(record: UsageRecord) -> list[Any]:
 class UsageEndpoints:
     def __init__(self, context: AdminContext) -> None:
         self.context = context
-        self.store = context.store
+        self.usage = context.services.usage
+        self.reports = context.services.reports
 
     async def summary(self, request: Request, principal: Principal) -> Response:
         """``GET /usage``: the month's totals and the latest records of a key, an account or all."""
@@ -104,8 +105,8 @@ class UsageEndpoints:
             scope = {"type": "account", "id": account_id}
         else:
             scope = {"type": "all", "id": None}
-        summary = await self.store.usage_summary(month, account_id=account_id, key_id=key_id)
-        records = await self.store.usage_records(month, account_id=account_id, key_id=key_id, limit=limit)
+        summary = await self.usage.usage_summary(month, account_id=account_id, key_id=key_id)
+        records = await self.usage.usage_records(month, account_id=account_id, key_id=key_id, limit=limit)
         return json_response(
             {
                 "month": month,
@@ -134,14 +135,14 @@ class UsageEndpoints:
         where = await self._filter(request, principal)
         limit = query.bounded_int(request, "limit", DEFAULT_RECORDS, 1, MAX_RECORDS)
         after = query.cursor(request)
-        page = await self.store.usage_page(where, limit=limit, after=after)
+        page = await self.reports.usage_page(where, limit=limit, after=after)
         body: dict[str, Any] = {
             "data": [schemas.usage_record_view(r) for r in page.records],
             "next_cursor": query.cursor_text(page.next),
         }
         if after is None:
-            facets = await self.store.usage_facets(where)
-            body["total"] = await self.store.usage_count(where)
+            facets = await self.reports.usage_facets(where)
+            body["total"] = await self.reports.usage_count(where)
             body["facets"] = {
                 "models": list(facets.models),
                 "endpoints": list(facets.endpoints),
@@ -154,7 +155,7 @@ class UsageEndpoints:
         memory); more than ``admin.csv_max_rows`` is refused before anything is sent."""
         where = await self._filter(request, principal)
         limit = self.context.settings.admin.csv_max_rows
-        total = await self.store.usage_count(where)
+        total = await self.reports.usage_count(where)
         if total > limit:
             raise bad_request(
                 f"{total} records match; a CSV export holds at most {limit} (admin.csv_max_rows): narrow the filter"
@@ -171,7 +172,7 @@ class UsageEndpoints:
         writer.writerow(CSV_COLUMNS)
         after: UsageCursor | None = None
         while True:
-            page = await self.store.usage_page(where, limit=CSV_BATCH, after=after)
+            page = await self.reports.usage_page(where, limit=CSV_BATCH, after=after)
             writer.writerows(_csv_row(r) for r in page.records)
             yield buffer.getvalue()
             buffer.seek(0)
@@ -184,7 +185,7 @@ class UsageEndpoints:
         """``GET /usage/daily``: per UTC day and model in a month, for the overview's charts."""
         month = self.context.month(request)
         account_id, key_id = await self.context.scope(principal, request)
-        days = await self.store.usage_daily(month, account_id=account_id, key_id=key_id)
+        days = await self.reports.usage_daily(month, account_id=account_id, key_id=key_id)
         return json_response({"month": month, "data": [schemas.daily_view(d) for d in days]})
 
     async def top_keys(self, request: Request, principal: Principal) -> Response:
@@ -192,7 +193,7 @@ class UsageEndpoints:
         month = self.context.month(request)
         account_id, _ = await self.context.scope(principal, request)
         limit = query.bounded_int(request, "limit", 5, 1, 50)
-        spenders = await self.store.top_keys(month, account_id=account_id, limit=limit)
+        spenders = await self.reports.top_keys(month, account_id=account_id, limit=limit)
         return json_response({"month": month, "data": [schemas.top_key_view(s) for s in spenders]})
 
 

@@ -1,4 +1,4 @@
-"""The one interface every wire format implements: ``Codec`` (DESIGN.md §3).
+"""The one interface every wire format implements: ``Codec`` (docs/architecture.md §5).
 
 Callers hold a ``Codec`` and never branch on a format's name. A codec decodes and encodes requests
 and responses through the internal representation (``modelgate.ir``), builds the stream objects

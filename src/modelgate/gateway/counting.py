@@ -12,13 +12,15 @@ from collections.abc import Mapping
 import orjson
 
 from modelgate.errors import UpstreamFailed
+from modelgate.upstream.base import Dialect
 from modelgate.upstream.router import AttemptObserver, BuildRequest, Router
 
 
-def upstream_counts(router: Router, model_id: str) -> bool:
-    """Whether every deployment of the model can count tokens itself (Messages dialect)."""
+def upstream_counts(router: Router, model_id: str, dialect: Dialect) -> bool:
+    """Whether every deployment of the model can count tokens itself: it speaks ``dialect``, the
+    counting route's own format (Messages)."""
     deployments = router.deployments_for(model_id)
-    return bool(deployments) and all("messages" in router.provider_of(d).dialects for d in deployments)
+    return bool(deployments) and all(dialect in router.provider_of(d).dialects for d in deployments)
 
 
 async def upstream_count(

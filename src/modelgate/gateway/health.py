@@ -22,7 +22,7 @@ async def health(services: Services, request: Request) -> Response:
     settings = services.settings
     database: dict[str, Any] = {"status": "ok", "engine": settings.resolved_database_url.split(":", 1)[0]}
     try:
-        await asyncio.wait_for(services.store.ping(), timeout=2.0)
+        await asyncio.wait_for(services.database.ping(), timeout=2.0)
     except Exception as exc:  # any failure to answer means unhealthy, whatever the driver raised
         database = {**database, "status": "unreachable", "error": type(exc).__name__}
         reason = getattr(exc, "reason", None)  # storage.file_probe: the file is gone or the disk full

@@ -1,4 +1,4 @@
-"""``GET /v1/models`` and ``GET /v1/models/{id}``: the key's models, never aliases (DESIGN.md §2).
+"""``GET /v1/models`` and ``GET /v1/models/{id}``: the key's models, never aliases (docs/architecture.md §2).
 
 The item shape is the union both SDKs accept; the list carries ``has_more: false`` (Anthropic
 pagination) and ``first_id``/``last_id``. Behind the guards of every API route (``gateway.guards``),

@@ -1,4 +1,4 @@
-"""The request path, top to bottom (DESIGN.md §3):
+"""The request path, top to bottom (docs/architecture.md §3):
 
 edge → authenticate → authorize (group, model, alias) → limit → reserve → route to a deployment →
 call (passthrough or translate) → stream back → settle.
@@ -487,15 +487,18 @@ async def count_tokens(services: Services, admitted: Admitted) -> Response:
     exchange = admitted.exchange
     router = services.router
     model_id = admitted.model.id
-    if not upstream_counts(router, model_id):
+    fmt = exchange.endpoint.format
+    # The count goes, as the client sent it, to an upstream of the route's own format.
+    dialect = fmt.name
+    if not upstream_counts(router, model_id, dialect):
         count = await input_estimate(services, admitted)
     else:
 
         async def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
-            fields = {"model": deployment.upstream_model}
+            fields = {fmt.model_field or "model": deployment.upstream_model}
             if admitted.facts.offloaded:
-                return "messages", await services.offload.run(splice_in_worker, admitted.raw, fields)
-            return "messages", splice_top_level(admitted.raw, fields, parsed=admitted.client.body)
+                return dialect, await services.offload.run(splice_in_worker, admitted.raw, fields)
+            return dialect, splice_top_level(admitted.raw, fields, parsed=admitted.client.body)
 
         observer = AttemptLog(services.telemetry.metrics, exchange.record, exchange.trace)
         count = await upstream_count(router, model_id, build, exchange.headers, observer)

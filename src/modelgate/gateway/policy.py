@@ -1,4 +1,4 @@
-"""Key-group policy (DESIGN.md §2): which wire formats and which models a key's group may use.
+"""Key-group policy (docs/architecture.md §2): which wire formats and which models a key's group may use.
 
 - ``Basic`` and ``Pro`` keys serve ``aria-*`` models, ``Nova`` keys ``nova-*`` models.
 - A ``Nova`` key on the Messages format, or a ``Basic``/``Pro`` key on the Responses format, is a

@@ -39,9 +39,9 @@ class StateMetrics:
         services = self._services
         try:
             async with asyncio.timeout(DATABASE_TIMEOUT):
-                self._reservations = await services.store.reservation_stats()
+                self._reservations = await services.ledger_store.reservation_stats()
                 if services.settings.metrics.account_balances:
-                    accounts = await services.store.list_accounts()
+                    accounts = await services.accounts.list_accounts()
                     self._balances = [(a.id, a.available_uc) for a in accounts]
             self._database_up = True
         except (StorageError, TimeoutError):
@@ -157,7 +157,7 @@ class StateMetrics:
         yield gauge(
             "modelgate_database_up", "1 when the last scrape could read the database.", int(self._database_up)
         )
-        pool = services.store.connections()
+        pool = services.database.connections()
         if pool is not None:
             yield labelled_gauge(
                 "modelgate_database_connections",

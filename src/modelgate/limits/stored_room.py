@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from modelgate.storage.base import Store
+from modelgate.storage.responses import ResponseStore
 
 #: Accounts remembered at most; past it, the expired counts are dropped (all, if none has expired).
 MAX_ACCOUNTS = 10_000
@@ -31,7 +31,7 @@ MAX_ACCOUNTS = 10_000
 class StoredRoom:
     def __init__(
         self,
-        store: Store,
+        store: ResponseStore,
         max_age: float,
         now: Callable[[], float] = time.monotonic,
         max_accounts: int = MAX_ACCOUNTS,

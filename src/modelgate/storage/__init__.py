@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE, StorageError, Store
+from modelgate.storage.composed import ComposedStore
 
 
 def open_store(
     url: str, *, pool_size: int = DEFAULT_POOL_SIZE, batch_wait: float = DEFAULT_BATCH_WAIT_SECONDS
-) -> Store:
+) -> ComposedStore:
     """``sqlite:///path/to/file.db`` (relative paths allowed) or ``postgresql://…``, with at most
     ``pool_size`` connections open and batches of writes waiting up to ``batch_wait`` seconds for
     company under load (PostgreSQL; ``database_pool_size``, ``database_batch_wait_seconds``)."""

@@ -1,8 +1,11 @@
-"""Storage records and the interfaces every engine implements (SQLite and PostgreSQL).
+"""The interfaces every engine implements (SQLite and PostgreSQL); the records they speak in are
+in ``storage.records`` (re-exported here).
 
-Consumers depend on the narrow protocols (``AccountStore``, ``KeyStore``, ``AdminTokenStore``,
-``LedgerStore``, ``UsageStore``, ``UsageReports`` in ``storage.reports`` and ``ResponseStore`` in
-``storage.responses``); ``Store`` is all of them as one engine implements it, picked from
+Each narrow protocol (``AccountStore``, ``KeyStore``, ``AdminTokenStore``, ``LedgerStore``,
+``UsageStore``, ``UsageReports`` in ``storage.reports`` and ``ResponseStore`` in
+``storage.responses``) is one repository per engine, composed over that engine's database object
+(``storage.sqlite_database``, ``storage.postgres_database``). Consumers take the repository they
+use from ``Services``; ``Store`` is all of them in one object (``storage.composed``), picked from
 the database URL by ``storage.open_store``. Money is integer micro-credits (µc) everywhere.
 
 Ledger invariants (checked by the contract and property tests):
@@ -47,240 +50,66 @@ money lives in Redis or in process memory, so N gateway instances sharing one da
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
+from modelgate.storage.records import (
+    GROUPS,
+    MAX_UC,
+    Account,
+    AdminToken,
+    AmountTooLarge,
+    Conflict,
+    Group,
+    KeyControls,
+    KeyRecord,
+    KeyState,
+    NewKey,
+    Refusal,
+    Reservation,
+    ReserveRequest,
+    Settlement,
+    StorageError,
+    UsageRecord,
+    UsageSummary,
+    decide_charge,
+    decide_hold,
+)
 from modelgate.storage.reports import UsageReports
 from modelgate.storage.responses import ResponseStore
 
-Group = Literal["Basic", "Pro", "Nova"]
-GROUPS: tuple[Group, ...] = ("Basic", "Pro", "Nova")
-KeyState = Literal["active", "disabled"]
-
-
-class StorageError(Exception):
-    """The database could not do what was asked (unreachable, constraint broken)."""
-
-
-class Conflict(StorageError):
-    """A unique name or id already exists."""
-
-
-class AmountTooLarge(StorageError):
-    """The change would take a balance past ``MAX_UC``."""
-
-
-#: The largest amount of micro-credits anything holds (2^53 - 1, exact in every JSON parser): a
-#: balance, a cap, a top-up. Admin inputs above it are refused; the databases refuse it too.
-MAX_UC = 2**53 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class Account:
-    id: int
-    name: str
-    balance_uc: int
-    reserved_uc: int
-    created_at: float
-
-    @property
-    def available_uc(self) -> int:
-        return self.balance_uc - self.reserved_uc
-
-
-@dataclass(frozen=True, slots=True)
-class KeyRecord:
-    id: str
-    account_id: int
-    name: str
-    group: Group
-    rpm: int
-    #: None: every model of the group's family.
-    allowed_models: tuple[str, ...] | None
-    #: None: no monthly cap.
-    monthly_cap_uc: int | None
-    state: KeyState
-    digest: bytes
-    prefix: str
-    last4: str
-    created_at: float
-    #: The secret replaced by the last rotation stays valid until ``previous_expires_at``.
-    previous_digest: bytes | None = None
-    previous_expires_at: float | None = None
-    rotated_at: float | None = None
-    revoked_at: float | None = None
-    #: Increases on every change; the auth view polls for versions above what it has.
-    version: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class NewKey:
-    id: str
-    account_id: int
-    name: str
-    group: Group
-    rpm: int
-    allowed_models: tuple[str, ...] | None
-    monthly_cap_uc: int | None
-    digest: bytes
-    prefix: str
-    last4: str
-
-
-@dataclass(frozen=True, slots=True)
-class KeyControls:
-    """A partial update of a key's controls; ``None`` fields are left as they are.
-
-    ``allowed_models=()`` means "no restriction" and ``monthly_cap_uc=-1`` means "no cap", so that
-    clearing is expressible.
-    """
-
-    name: str | None = None
-    rpm: int | None = None
-    allowed_models: tuple[str, ...] | None = None
-    monthly_cap_uc: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class AdminToken:
-    id: str
-    #: None for an operator token; otherwise the only account the token may see.
-    account_id: int | None
-    created_at: float
-    #: The stored HMAC digest, for the caller's constant-time comparison.
-    digest: bytes = b""
-    name: str = ""
-    #: What may be shown of the token: its first characters and its last four ("" for tokens
-    #: issued before migration 0003, which did not keep them).
-    prefix: str = ""
-    last4: str = ""
-    #: The admin token that issued this one (None: the CLI or the first-start bootstrap).
-    created_by: str | None = None
-    #: Refused from this instant on (None: never expires).
-    expires_at: float | None = None
-    revoked_at: float | None = None
-    #: Coarse: written at most once per ``touch_admin_token`` interval.
-    last_used_at: float | None = None
-
-    def usable_at(self, now: float) -> bool:
-        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
-
-
-@dataclass(frozen=True, slots=True)
-class ReserveRequest:
-    request_id: str
-    key_id: str
-    account_id: int
-    month: str
-    #: Worst-case cost of the request as asked.
-    amount_uc: int
-    #: The least that still lets it run (input plus one output token); below it: refuse.
-    minimum_uc: int
-    now: float
-    expires_at: float
-    #: Recorded with the hold, so that a hold released by the sweeper still says what it was for.
-    endpoint: str = "unknown"
-    model: str = "unknown"
-
-
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    request_id: str
-    granted_uc: int
-    #: What remains after this hold, for response headers.
-    balance_after_uc: int
-    cap_remaining_after_uc: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    reason: Literal["balance", "monthly_cap"]
-    available_uc: int
-
-
-def decide_charge(cost: int, held: int, balance_free: int, cap_free: int | None) -> tuple[int, int]:
-    """(charged, shortfall) of a settlement: the real cost; beyond the hold only what the account
-    has free (``balance - reserved``) and the key's cap has free in the hold's month, so neither
-    is ever overshot; what is left is the shortfall, recorded for the operator."""
-    cost = max(cost, 0)
-    if cost <= held:
-        return cost, 0
-    room = max(0, balance_free) if cap_free is None else max(0, min(balance_free, cap_free))
-    charged = held + min(cost - held, room)
-    return charged, cost - charged
-
-
-def decide_hold(r: ReserveRequest, balance_free: int, cap: int | None, used: int) -> Reservation | Refusal:
-    """The reservation rule, applied by every engine to figures read under its lock: grant
-    ``min(amount, free balance, free cap)`` when that is at least ``minimum``; otherwise refuse,
-    naming the cap when it is the binding constraint. ``used`` is the key's spent + held this month."""
-    cap_free = None if cap is None else max(0, cap - used)
-    affordable = balance_free if cap_free is None else min(balance_free, cap_free)
-    if affordable < r.minimum_uc:
-        if cap_free is not None and cap_free <= balance_free:
-            return Refusal("monthly_cap", max(0, affordable))
-        return Refusal("balance", max(0, affordable))
-    granted = min(r.amount_uc, affordable)
-    return Reservation(
-        request_id=r.request_id,
-        granted_uc=granted,
-        balance_after_uc=balance_free - granted,
-        cap_remaining_after_uc=None if cap_free is None else cap_free - granted,
-    )
-
-
-@dataclass(slots=True)
-class UsageRecord:
-    request_id: str
-    key_id: str
-    account_id: int
-    endpoint: str
-    model: str
-    month: str
-    status: str
-    created_at: float
-    finished_at: float
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_creation_tokens: int = 0
-    cache_read_tokens: int = 0
-    charged_uc: int = 0
-    #: What the upstream's usage cost beyond the hold and could not be charged (the account's
-    #: free balance or the key's free cap ran out); 0 when the input bound held, as it should.
-    shortfall_uc: int = 0
-    #: The part of ``cache_creation_tokens`` written to the 1-hour cache (its own price), so the
-    #: record alone recomputes ``charged_uc``.
-    cache_write_1h_tokens: int = 0
-    #: Server-side web searches the provider ran and charges per request.
-    web_search_requests: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Settlement:
-    """Outcome of settle/release: ``applied`` is False when it had already happened.
-
-    ``balance_uc`` is the available balance (not held by requests in flight) and
-    ``cap_remaining_uc`` the key's free cap in the reservation's month, both after the step.
-    """
-
-    applied: bool
-    charged_uc: int
-    balance_uc: int
-    cap_remaining_uc: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class UsageSummary:
-    month: str
-    requests: int
-    input_tokens: int
-    output_tokens: int
-    cache_creation_tokens: int
-    cache_read_tokens: int
-    charged_uc: int
-    by_model: dict[str, int] = field(default_factory=dict)
-    #: Server web searches the provider ran (billed per request).
-    web_search_requests: int = 0
+__all__ = [
+    "DEFAULT_BATCH_WAIT_SECONDS",
+    "DEFAULT_POOL_SIZE",
+    "GROUPS",
+    "MAX_UC",
+    "Account",
+    "AccountStore",
+    "AdminToken",
+    "AdminTokenStore",
+    "AmountTooLarge",
+    "Conflict",
+    "ConnectionUse",
+    "Group",
+    "KeyControls",
+    "KeyRecord",
+    "KeyState",
+    "KeyStore",
+    "LedgerObserver",
+    "LedgerStore",
+    "NewKey",
+    "Refusal",
+    "Reservation",
+    "ReserveRequest",
+    "Settlement",
+    "StorageError",
+    "Store",
+    "UsageRecord",
+    "UsageStore",
+    "UsageSummary",
+    "decide_charge",
+    "decide_hold",
+]
 
 
 class AccountStore(Protocol):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -63,7 +64,7 @@ DATABASE_ERRORS = (
 )
 
 
-class Batches(Generic[P]):
+class Batches(ABC, Generic[P]):
     #: Items in one batch at most (a larger queue leaves in several).
     max_batch = 256
 
@@ -232,10 +233,10 @@ class Batches(Generic[P]):
                 break
         await self._give_back()
 
+    @abstractmethod
     async def _run(self, batch: list[P]) -> None:
         """Send ``batch`` and resolve every item's ``done``; an error it raises is given to every
         item not resolved yet (a database or connection error as ``StorageError``)."""
-        raise NotImplementedError
 
 
 def connection_lost(exc: BaseException) -> bool:

@@ -1,12 +1,12 @@
-"""``UsageReports`` on PostgreSQL (mixed into ``PostgresStore``), with the SQL shared with SQLite."""
+"""``UsageReports`` on PostgreSQL (a repository over ``PostgresDatabase``), with the SQL shared with SQLite."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from modelgate.storage import reports, rows
+from modelgate.storage.postgres_database import PostgresRepository
 from modelgate.storage.reports import (
     DailyUsage,
     KeyActivity,
@@ -21,11 +21,7 @@ from modelgate.storage.reports import (
 _DAY = "to_char(to_timestamp(created_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
 
 
-class PostgresReports:
-    # Provided by PostgresStore.
-    def _conn(self) -> AbstractAsyncContextManager[Any]:
-        raise NotImplementedError
-
+class PostgresReports(PostgresRepository):
     async def _fetch(self, sql: Callable[[Params], str]) -> list[Any]:
         p = Params(reports.dollar)
         text = sql(p)

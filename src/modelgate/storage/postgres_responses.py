@@ -1,4 +1,4 @@
-"""``ResponseStore`` on PostgreSQL (mixed into ``PostgresStore``).
+"""``ResponseStore`` on PostgreSQL (a repository over ``PostgresDatabase``).
 
 Writes that change an account's stored bytes run in one transaction and update its
 ``state_usage`` row with a conditional ``UPDATE … WHERE bytes + $n <= $limit``: the row lock
@@ -8,10 +8,10 @@ serialises concurrent writers of one account, so the limit is never overshot acr
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
 from typing import Any, Literal
 
 from modelgate.storage.item_pages import ItemList, cursor_query, page_query, postgres_mark
+from modelgate.storage.postgres_database import PostgresDatabase, PostgresRepository
 from modelgate.storage.postgres_saves import ResponseSaves
 from modelgate.storage.responses import (
     OBJECT_COLUMNS,
@@ -29,16 +29,11 @@ from modelgate.storage.responses import (
 )
 
 
-class PostgresResponses:
-    #: Stored answers, group-committed (made by PostgresStore).
-    _saves: ResponseSaves
-
-    # Provided by PostgresStore.
-    def _conn(self) -> AbstractAsyncContextManager[Any]:
-        raise NotImplementedError
-
-    def _tx(self) -> AbstractAsyncContextManager[Any]:
-        raise NotImplementedError
+class PostgresResponses(PostgresRepository):
+    def __init__(self, database: PostgresDatabase) -> None:
+        super().__init__(database)
+        #: Stored answers, group-committed (owned by the database, which closes them before the pool).
+        self._saves: ResponseSaves = database.saves
 
     # helpers (inside a transaction) -------------------------------------------------------
 

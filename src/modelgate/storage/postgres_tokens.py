@@ -1,4 +1,4 @@
-"""Admin tokens on PostgreSQL (mixed into ``PostgresStore``, which provides the connections).
+"""Admin tokens on PostgreSQL (a repository over ``PostgresDatabase``, which provides the connections).
 
 Every instance reads the token row on every admin request, so a revocation is refused by all
 instances from the moment it commits.
@@ -6,20 +6,16 @@ instances from the moment it commits.
 
 from __future__ import annotations
 
-from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from modelgate.storage import rows
 from modelgate.storage.base import AdminToken
+from modelgate.storage.postgres_database import PostgresRepository
 
 _COLUMNS = rows.ADMIN_TOKEN_COLUMNS
 
 
-class PostgresAdminTokens:
-    # Provided by PostgresStore.
-    def _conn(self) -> AbstractAsyncContextManager[Any]:
-        raise NotImplementedError
-
+class PostgresAdminTokens(PostgresRepository):
     async def create_admin_token(
         self,
         token_id: str,

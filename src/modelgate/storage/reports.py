@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from modelgate.clock import month_of
-
-if TYPE_CHECKING:  # storage.base builds Store on UsageReports, so no import of it at run time
-    from modelgate.storage.base import UsageRecord
+from modelgate.storage.records import UsageRecord
 
 
 @dataclass(frozen=True, slots=True)

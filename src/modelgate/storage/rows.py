@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from modelgate.storage.base import Account, AdminToken, KeyRecord, UsageRecord
+from modelgate.storage.records import Account, AdminToken, KeyRecord, UsageRecord
 
 KEY_COLUMNS = (
     "id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, state, digest, prefix, last4, "

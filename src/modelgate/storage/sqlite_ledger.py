@@ -1,4 +1,5 @@
-"""The SQLite ledger's transactions (the semantics are in ``storage.base``).
+"""The SQLite ledger: its transactions (the semantics are in ``storage.base``) and
+``SqliteLedger``, the repository that runs them.
 
 Each function runs inside a write transaction the caller opened with ``BEGIN IMMEDIATE`` (group
 commit, ``storage.group_commit``), so its reads and updates are serialised against every other
@@ -11,6 +12,7 @@ import sqlite3
 
 from modelgate.storage import rows
 from modelgate.storage.base import (
+    LedgerObserver,
     Refusal,
     Reservation,
     ReserveRequest,
@@ -19,6 +21,7 @@ from modelgate.storage.base import (
     decide_charge,
     decide_hold,
 )
+from modelgate.storage.sqlite_database import SqliteRepository
 
 
 def reserve(db: sqlite3.Connection, r: ReserveRequest) -> Reservation | Refusal:
@@ -139,3 +142,71 @@ def remaining(db: sqlite3.Connection, account_id: int, key_id: str, month: str) 
     if cap is not None and cap[0] is not None:
         cap_left = max(0, cap[0] - (spend[0] if spend else 0))
     return (balance[0] if balance else 0), cap_left
+
+
+class SqliteLedger(SqliteRepository):
+    """``LedgerStore`` on SQLite: each step one of the functions above, in the loop turn's shared
+    transaction (``storage.group_commit``)."""
+
+    async def reserve(self, request: ReserveRequest) -> Reservation | Refusal:
+        self.database.file_probe.check_room()
+        return await self.database.group_commit.run(lambda db: reserve(db, request))
+
+    async def settle(self, usage: UsageRecord) -> Settlement:
+        return await self.database.group_commit.run(lambda db: finish(db, usage, charge=True))
+
+    async def release(self, usage: UsageRecord) -> Settlement:
+        return await self.database.group_commit.run(lambda db: finish(db, usage, charge=False))
+
+    async def expired_reservations(self, now: float, limit: int = 100) -> list[tuple[str, str, int, str]]:
+        found = await self._run(
+            lambda: (
+                self._db()
+                .execute(
+                    "SELECT request_id, key_id, account_id, month FROM reservations "
+                    "WHERE expires_at < ? ORDER BY expires_at LIMIT ?",
+                    (now, limit),
+                )
+                .fetchall()
+            )
+        )
+        return [(r[0], r[1], r[2], r[3]) for r in found]
+
+    async def pending_reservation_page(self, after: str, limit: int) -> list[tuple[str, str, int, str]]:
+        found = await self._run(
+            lambda: (
+                self._db()
+                .execute(
+                    "SELECT request_id, key_id, account_id, month FROM reservations "
+                    "WHERE request_id > ? ORDER BY request_id LIMIT ?",
+                    (after, limit),
+                )
+                .fetchall()
+            )
+        )
+        return [(r[0], r[1], r[2], r[3]) for r in found]
+
+    async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
+        row = await self._run(
+            lambda: (
+                self._db()
+                .execute(
+                    "SELECT spent_uc, reserved_uc FROM key_month_spend WHERE key_id = ? AND month = ?",
+                    (key_id, month),
+                )
+                .fetchone()
+            )
+        )
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    async def pending_reservations(self) -> int:
+        row = await self._run(lambda: self._db().execute("SELECT COUNT(*) FROM reservations").fetchone())
+        return int(row[0])
+
+    async def reservation_stats(self) -> tuple[int, float | None]:
+        sql = "SELECT COUNT(*), MIN(created_at) FROM reservations"
+        row = await self._run(lambda: self._db().execute(sql).fetchone())
+        return int(row[0]), None if row[1] is None else float(row[1])
+
+    def observe_ledger(self, observer: LedgerObserver | None) -> None:
+        self.database.group_commit.observer = observer

@@ -1,4 +1,4 @@
-"""``UsageReports`` on SQLite (mixed into ``SqliteStore``).
+"""``UsageReports`` on SQLite (a repository over ``SqliteDatabase``).
 
 Report queries can scan a month of records, so they never run on the event loop: they run on a
 reader thread of their own, with its own connection (WAL lets it read while the loop writes), and
@@ -8,14 +8,11 @@ the writes that need it.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from modelgate.storage import reports, rows
-from modelgate.storage.base import StorageError
 from modelgate.storage.reports import (
     DailyUsage,
     KeyActivity,
@@ -26,31 +23,13 @@ from modelgate.storage.reports import (
     UsageFilter,
     UsagePage,
 )
+from modelgate.storage.sqlite_database import SqliteRepository
 
 T = TypeVar("T")
 _DAY = "strftime('%Y-%m-%d', created_at, 'unixepoch')"
 
 
-class SqliteReports:
-    _reader: ThreadPoolExecutor | None = None
-
-    # Provided by SqliteStore.
-    def _db(self) -> sqlite3.Connection:
-        raise NotImplementedError
-
-    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        if self._reader is None:
-            self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="modelgate-sqlite-reports")
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._reader, lambda: fn(self._db()))
-        except (sqlite3.Error, OSError) as exc:
-            raise StorageError(f"sqlite: {exc}") from exc
-
-    def _close_reader(self) -> None:
-        if self._reader is not None:
-            self._reader.shutdown(wait=True)
-            self._reader = None
-
+class SqliteReports(SqliteRepository):
     @staticmethod
     def _fetch(sql: Callable[[Params], str]) -> Callable[[sqlite3.Connection], list[Any]]:
         def query(db: sqlite3.Connection) -> list[Any]:

@@ -1,7 +1,7 @@
-"""``ResponseStore`` on SQLite (mixed into ``SqliteStore``).
+"""``ResponseStore`` on SQLite (a repository over ``SqliteDatabase``).
 
 Stored objects can be megabytes, so almost none of this runs on the event loop: reads run on the
-reader thread (``SqliteReports._read``; only the account's byte count, one number, is read on the
+reader thread (``SqliteDatabase.read``; only the account's byte count, one number, is read on the
 loop), writes on the store's worker thread, whose connection waits for SQLite's write lock instead
 of failing. Each write is one ``BEGIN IMMEDIATE`` transaction, so the per-account byte check and
 the write it guards cannot interleave with another writer. The exception: a response of at most
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from typing import Any, Literal, TypeVar
 
 from modelgate.storage.base import StorageError
@@ -34,32 +33,14 @@ from modelgate.storage.responses import (
     page_of,
     stored_response,
 )
+from modelgate.storage.sqlite_database import SqliteRepository
 
 T = TypeVar("T")
 #: A response (body and items) this small is kept with the ledger's group commit, on the loop.
 INLINE_SAVE_BYTES = 64 * 1024
 
 
-class SqliteResponses:
-    # Provided by SqliteStore / SqliteReports.
-    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        raise NotImplementedError
-
-    async def _run_on_worker(self, fn: Callable[[], T]) -> T:
-        raise NotImplementedError
-
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        raise NotImplementedError
-
-    def _db(self) -> sqlite3.Connection:
-        raise NotImplementedError
-
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError
-
-    async def _group_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        raise NotImplementedError
-
+class SqliteResponses(SqliteRepository):
     async def _state_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def op() -> T:
             with self._write() as db:

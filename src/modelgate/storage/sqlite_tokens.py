@@ -1,4 +1,4 @@
-"""Admin tokens on SQLite (mixed into ``SqliteStore``, which provides the connection plumbing).
+"""Admin tokens on SQLite (a repository over ``SqliteDatabase``).
 
 Authentication reads one row by digest per admin request, so a revocation written by any process
 (the CLI, another instance sharing the file) is refused by the very next request.
@@ -6,29 +6,17 @@ Authentication reads one row by digest per admin request, so a revocation writte
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
 from modelgate.storage import rows
-from modelgate.storage.base import AdminToken
+from modelgate.storage.records import AdminToken
+from modelgate.storage.sqlite_database import SqliteRepository
 
 T = TypeVar("T")
 _COLUMNS = rows.ADMIN_TOKEN_COLUMNS
 
 
-class SqliteAdminTokens:
-    # Provided by SqliteStore.
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        raise NotImplementedError
-
-    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError
-
-    def _db(self) -> sqlite3.Connection:
-        raise NotImplementedError
-
+class SqliteAdminTokens(SqliteRepository):
     def _token_where(self, condition: str, *args: Any) -> list[AdminToken]:
         found = self._db().execute(f"SELECT {_COLUMNS} FROM admin_tokens WHERE {condition}", args)
         return [rows.admin_token_record(r) for r in found.fetchall()]

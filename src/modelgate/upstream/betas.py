@@ -29,7 +29,7 @@ go in the body as ``anthropic_beta``; the tool search tool is gated by
 header), Claude Code's own per-provider beta sets (``constants/betas.ts``: the betas it sends
 Bedrock in the body, the Vertex count-tokens allowlist, the third-party tool search name) and
 LiteLLM's maintained per-provider table (``anthropic_beta_headers_config.json``). Betas Claude
-Code 2.1.332 sends (reference wire-formats.md §7) are all listed.
+Code 2.1.332 sends (docs/reference/wire-formats.md §7) are all listed.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Turn upstream failures into gateway errors (reference §4.8), with secrets scrubbed.
+"""Turn upstream failures into gateway errors (docs/reference/wire-formats.md §4.8), with secrets scrubbed.
 
 Upstream text is untrusted and may quote our credentials (an OpenAI 401 says "Incorrect API key
 provided: sk-...") or our upstream's address; everything that leaves this module went through

@@ -1,4 +1,4 @@
-"""The OpenAI Chat Completions wire format (reference §2): ``CODEC`` is its ``formats.base.Codec``,
+"""The OpenAI Chat Completions wire format (docs/reference/wire-formats.md §2): ``CODEC`` is its ``formats.base.Codec``,
 ``FORMAT`` everything else the gateway knows about it (``formats.format.Format``)."""
 
 from modelgate.formats.chat.codec import CODEC

@@ -1,6 +1,6 @@
 """Chat Completions requests: decoding into the IR and encoding for a Chat-dialect upstream.
 
-Wire shapes follow reference §2; cross-format mapping rules follow §4. Fields with no IR
+Wire shapes follow docs/reference/wire-formats.md §2; cross-format mapping rules follow §4. Fields with no IR
 equivalent (``logit_bias``, ``seed``, ``presence_penalty``, …) are ignored, never refused.
 """
 

@@ -1,6 +1,6 @@
 """Chat Completions streams: IR events -> chunks for the client, upstream chunks -> IR events.
 
-Chat SSE is data-only: ``data: <chunk>`` events ending with ``data: [DONE]`` (reference §2.5);
+Chat SSE is data-only: ``data: <chunk>`` events ending with ``data: [DONE]`` (docs/reference/wire-formats.md §2.5);
 the translation state machine follows §4.3.
 """
 
@@ -110,7 +110,7 @@ class StreamEncoder:
 
 
 # ---------------------------------------------------------------------------------------------
-# Upstream Chat chunks -> IR events (translation path, reference §4.3)
+# Upstream Chat chunks -> IR events (translation path, docs/reference/wire-formats.md §4.3)
 # ---------------------------------------------------------------------------------------------
 
 

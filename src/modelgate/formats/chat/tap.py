@@ -2,7 +2,7 @@
 the model id rewritten, and what billing needs is read on the way: the finish reason, usage,
 ``[DONE]``, in-band errors and an output-token estimate per delta.
 
-The gateway always asks a Chat upstream for the usage chunk (reference §2.5): when the client did
+The gateway always asks a Chat upstream for the usage chunk (docs/reference/wire-formats.md §2.5): when the client did
 not, ``strip_usage`` drops that ``choices: []`` chunk and the ``"usage": null`` fields that come with
 it, however the upstream spaced its JSON.
 """

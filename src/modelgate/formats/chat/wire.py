@@ -1,5 +1,5 @@
 """Chat Completions wire helpers shared by the request, response, stream and tap modules: usage
-objects, finish reasons and error objects (reference §2.4-§2.6)."""
+objects, finish reasons and error objects (docs/reference/wire-formats.md §2.4-§2.6)."""
 
 from __future__ import annotations
 

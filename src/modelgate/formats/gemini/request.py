@@ -125,7 +125,7 @@ def _tool_choice(config: Json, req: ir.Request) -> ir.ToolChoice | None:
 def _effort(config: Json, param: str) -> str | None:
     """``thinkingConfig`` -> IR reasoning effort (``includeThoughts`` only shapes the answer: see
     ``shows_thoughts``). A budget buckets
-    like the Messages one (reference §4.1); 0 turns thinking off (the least effort every dialect
+    like the Messages one (docs/reference/wire-formats.md §4.1); 0 turns thinking off (the least effort every dialect
     knows); -1 (dynamic) and no budget leave the upstream's default."""
     thinking = obj_field(config, "thinkingConfig", f"{param}.thinkingConfig")
     if thinking is None:

@@ -1,4 +1,4 @@
-"""The Anthropic Messages wire format (reference §1): ``CODEC`` is its ``formats.base.Codec``,
+"""The Anthropic Messages wire format (docs/reference/wire-formats.md §1): ``CODEC`` is its ``formats.base.Codec``,
 ``FORMAT`` everything else the gateway knows about it (``formats.format.Format``)."""
 
 from modelgate.formats.format import Credentials, Format, FormatRoute

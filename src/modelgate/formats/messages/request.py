@@ -1,6 +1,6 @@
 """Messages requests: decoding into the IR and encoding for an Anthropic-dialect upstream.
 
-Wire shapes follow reference §1; cross-format mapping rules follow §4. Requests are decoded
+Wire shapes follow docs/reference/wire-formats.md §1; cross-format mapping rules follow §4. Requests are decoded
 leniently: unknown and beta fields (``thinking``, ``context_management``, ``cache_control``, …) are
 ignored rather than refused, because real clients send them and the real API accepts them.
 """
@@ -232,7 +232,7 @@ def _decode_tool_choice(value: Any, server: dict[str, str]) -> ir.ToolChoice | N
 
 
 def _effort_from_thinking(thinking: Any) -> str | None:
-    """Budget ↔ effort bucket (reference §4.1) for upstreams that take ``reasoning_effort``."""
+    """Budget ↔ effort bucket (docs/reference/wire-formats.md §4.1) for upstreams that take ``reasoning_effort``."""
     if not isinstance(thinking, dict) or thinking.get("type") != "enabled":
         return None
     budget = thinking.get("budget_tokens")

@@ -1,6 +1,6 @@
 """Messages streams: IR events -> SSE for the client, upstream SSE -> IR events (translation).
 
-Grammar (reference §1.6): ``message_start``, then per block ``content_block_start``/``_delta*``/
+Grammar (docs/reference/wire-formats.md §1.6): ``message_start``, then per block ``content_block_start``/``_delta*``/
 ``_stop``, ``message_delta``, ``message_stop``; ``ping`` and ``error`` may appear anywhere and every
 event carries an ``event:`` line (clients need it).
 """

@@ -1,5 +1,5 @@
 """Messages wire helpers shared by the request, response, stream and tap modules: usage objects,
-stop reasons and error objects (reference §1.4, §1.6, §1.7)."""
+stop reasons and error objects (docs/reference/wire-formats.md §1.4, §1.6, §1.7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The OpenAI Responses wire format (reference §3): ``CODEC`` is its ``formats.base.Codec``,
+"""The OpenAI Responses wire format (docs/reference/wire-formats.md §3): ``CODEC`` is its ``formats.base.Codec``,
 ``FORMAT`` everything else the gateway knows about it (``formats.format.Format``)."""
 
 from modelgate.formats.format import Format, FormatRoute

@@ -1,4 +1,4 @@
-"""Upstream Responses SSE -> IR events (translation path, reference §4.6)."""
+"""Upstream Responses SSE -> IR events (translation path, docs/reference/wire-formats.md §4.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""IR events -> Responses SSE for the client (reference §3.6, §4.6).
+"""IR events -> Responses SSE for the client (docs/reference/wire-formats.md §3.6, §4.6).
 
 Invariants of every stream written here:
 - each event has an ``event:`` line and a JSON ``type`` equal to it, plus a ``sequence_number``

@@ -1,4 +1,4 @@
-"""Whole Responses objects and error bodies (reference §3.5, §3.7)."""
+"""Whole Responses objects and error bodies (docs/reference/wire-formats.md §3.5, §3.7)."""
 
 from __future__ import annotations
 

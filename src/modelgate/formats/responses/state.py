@@ -1,5 +1,5 @@
-"""What a Responses request asks of stored state, and the pure steps that serve it (reference
-§3.2, §3.3, §3.7): reading the stateful fields, turning input into stored items, and expanding a
+"""What a Responses request asks of stored state, and the pure steps that serve it
+(docs/reference/wire-formats.md §3.2, §3.3, §3.7): reading the stateful fields, turning input into stored items, and expanding a
 request whose history lives in the store into one that carries it inline.
 
 Items are stored in the form the API lists them (``GET /v1/responses/{id}/input_items``,

@@ -1,5 +1,5 @@
 """Responses wire objects shared by the whole-response codec, the stream encoder, the stream
-decoder and the tap (reference §3.5, §3.6, §4.6), so a streamed ``response.completed`` and a
+decoder and the tap (docs/reference/wire-formats.md §3.5, §3.6, §4.6), so a streamed ``response.completed`` and a
 non-streaming body cannot drift apart."""
 
 from __future__ import annotations
@@ -253,7 +253,7 @@ def failure_events(seq: int, kind: str, message: str, response: Json, code: str 
     The ``error`` event carries the SDK's flat fields *and* a nested ``error`` object: the openai
     SDK raises ``APIError(message)`` on any event whose data has a truthy ``error`` key, so
     ``responses.stream()`` users get a clear exception. Codex ignores ``error`` events and
-    surfaces the ``response.failed`` message, which follows (reference §3.6).
+    surfaces the ``response.failed`` message, which follows (docs/reference/wire-formats.md §3.6).
     """
     wire_code = code or openai_errors.error_code(kind) or openai_errors.error_type(kind)
     error = {"type": openai_errors.error_type(kind), "code": wire_code, "message": message, "param": None}

@@ -160,14 +160,14 @@ async def _create(services: Services, key: KeyRecord, request: Request) -> Respo
         wire.new_conversation_id(), key.account_id, _metadata(body), services.clock.time()
     )
     limit = services.settings.responses.max_account_bytes
-    if not await services.store.create_conversation(conversation, items, _expiry(services), limit):
+    if not await services.responses.create_conversation(conversation, items, _expiry(services), limit):
         raise _full()
     services.stored_room.kept(key.account_id, object_bytes(conversation.metadata, items))
     return json_reply(_conversation_json(conversation))
 
 
 async def _retrieve(services: Services, key: KeyRecord, conversation_id: str) -> Response:
-    found = await services.store.get_conversation(key.account_id, conversation_id, services.clock.time())
+    found = await services.responses.get_conversation(key.account_id, conversation_id, services.clock.time())
     if found is None:
         raise not_found("Conversation", conversation_id)
     return json_reply(_conversation_json(found))
@@ -179,7 +179,7 @@ async def _update(services: Services, key: KeyRecord, request: Request, conversa
         raise errors.InvalidRequest("metadata is required", param="metadata")
     metadata = _metadata(body)
     limit = services.settings.responses.max_account_bytes
-    found = await services.store.update_conversation(
+    found = await services.responses.update_conversation(
         key.account_id, conversation_id, metadata, services.clock.time(), limit
     )
     if found is None:
@@ -190,7 +190,7 @@ async def _update(services: Services, key: KeyRecord, request: Request, conversa
 
 
 async def _delete(services: Services, key: KeyRecord, conversation_id: str) -> Response:
-    if not await services.store.delete_conversation(key.account_id, conversation_id):
+    if not await services.responses.delete_conversation(key.account_id, conversation_id):
         raise not_found("Conversation", conversation_id)
     return json_reply({"id": conversation_id, "object": "conversation.deleted", "deleted": True})
 
@@ -198,7 +198,7 @@ async def _delete(services: Services, key: KeyRecord, conversation_id: str) -> R
 async def _list_items(services: Services, key: KeyRecord, request: Request, conversation_id: str) -> Response:
     wanted = page_request(request)
     try:
-        found = await services.store.conversation_items_page(
+        found = await services.responses.conversation_items_page(
             key.account_id, conversation_id, services.clock.time(), wanted
         )
     except UnknownCursor:
@@ -211,7 +211,7 @@ async def _list_items(services: Services, key: KeyRecord, request: Request, conv
 async def _add_items(services: Services, key: KeyRecord, request: Request, conversation_id: str) -> Response:
     body = await read_json(services, request)
     items = _items(body.get("items"), required=True)
-    added = await services.store.add_conversation_items(
+    added = await services.responses.add_conversation_items(
         key.account_id,
         conversation_id,
         items,
@@ -238,9 +238,9 @@ async def _add_items(services: Services, key: KeyRecord, request: Request, conve
 
 async def _get_item(services: Services, key: KeyRecord, conversation_id: str, item_id: str) -> Response:
     now = services.clock.time()
-    found = await services.store.conversation_item(key.account_id, conversation_id, item_id, now)
+    found = await services.responses.conversation_item(key.account_id, conversation_id, item_id, now)
     if found is None:
-        if await services.store.get_conversation(key.account_id, conversation_id, now) is None:
+        if await services.responses.get_conversation(key.account_id, conversation_id, now) is None:
             raise not_found("Conversation", conversation_id)
         raise not_found("Item", item_id)
     return json_reply(loads(found.body))
@@ -248,11 +248,11 @@ async def _get_item(services: Services, key: KeyRecord, conversation_id: str, it
 
 async def _delete_item(services: Services, key: KeyRecord, conversation_id: str, item_id: str) -> Response:
     now = services.clock.time()
-    if not await services.store.delete_conversation_item(key.account_id, conversation_id, item_id):
-        if await services.store.get_conversation(key.account_id, conversation_id, now) is None:
+    if not await services.responses.delete_conversation_item(key.account_id, conversation_id, item_id):
+        if await services.responses.get_conversation(key.account_id, conversation_id, now) is None:
             raise not_found("Conversation", conversation_id)
         raise not_found("Item", item_id)
-    found = await services.store.get_conversation(key.account_id, conversation_id, now)
+    found = await services.responses.get_conversation(key.account_id, conversation_id, now)
     if found is None:
         raise not_found("Conversation", conversation_id)
     return json_reply(_conversation_json(found))

@@ -74,7 +74,7 @@ async def keep(services: Services, admitted: Admitted, provider: Provider, respo
         expires_at=now + config.ttl_days * DAY,
     )
     try:
-        stored = await services.store.save_response(record, config.max_account_bytes)
+        stored = await services.responses.save_response(record, config.max_account_bytes)
     except StorageError as exc:
         log.warning("response %s not stored: %s", response_id, exc)
         return False

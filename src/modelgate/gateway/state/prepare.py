@@ -120,7 +120,7 @@ async def _history(
     services: Services, key: KeyRecord, fields: wire.StateFields
 ) -> tuple[list[bytes], set[str]]:
     """Stored items (JSON) that precede the request's own input, and who holds them upstream."""
-    store, now = services.store, services.clock.time()
+    store, now = services.responses, services.clock.time()
     history: list[bytes] = []
     holders: set[str] = set()
     previous = fields.previous_response_id
@@ -150,7 +150,7 @@ async def _resolve(
     for ref in references:
         if ref.id in resolved:
             continue
-        found = await services.store.find_item(key.account_id, ref.id, now)
+        found = await services.responses.find_item(key.account_id, ref.id, now)
         if found is None:
             raise _not_found("Item", ref.id, f"input[{ref.position}]")
         resolved[ref.id] = found.item

@@ -66,14 +66,14 @@ async def _retrieve(services: Services, key: KeyRecord, request: Request, respon
             "stream: replaying a stored response as a stream is not supported; fetch it whole",
             param="stream",
         )
-    stored = await services.store.get_response(key.account_id, response_id, services.clock.time())
+    stored = await services.responses.get_response(key.account_id, response_id, services.clock.time())
     if stored is None:
         raise not_found("Response", response_id)
     return Response(stored.body, media_type="application/json")
 
 
 async def _delete(services: Services, key: KeyRecord, response_id: str) -> Response:
-    if not await services.store.delete_response(key.account_id, response_id):
+    if not await services.responses.delete_response(key.account_id, response_id):
         raise not_found("Response", response_id)
     return json_reply({"id": response_id, "object": "response", "deleted": True})
 
@@ -82,7 +82,7 @@ async def _input_items(services: Services, key: KeyRecord, request: Request, res
     wanted = page_request(request)
     depth = services.settings.responses.max_chain_depth
     try:
-        found = await services.store.response_input_items_page(
+        found = await services.responses.response_input_items_page(
             key.account_id, response_id, services.clock.time(), depth, wanted
         )
     except UnknownCursor:
@@ -93,7 +93,7 @@ async def _input_items(services: Services, key: KeyRecord, request: Request, res
 
 
 async def _cancel(services: Services, key: KeyRecord, response_id: str) -> Response:
-    if await services.store.get_response(key.account_id, response_id, services.clock.time()) is None:
+    if await services.responses.get_response(key.account_id, response_id, services.clock.time()) is None:
         raise not_found("Response", response_id)
     raise errors.InvalidRequest(
         "Only background responses can be cancelled; this gateway does not run background responses.",

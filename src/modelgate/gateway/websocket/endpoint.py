@@ -3,7 +3,7 @@
 
 The upgrade is authenticated from its headers before it is accepted (``x-api-key`` or
 ``Authorization: Bearer``, as on HTTP): no key or a bad one is a 401, a key whose group may not use
-Responses (Basic/Pro, DESIGN.md §2) a 426 saying why, so clients fall back to HTTP (where they get
+Responses (Basic/Pro, docs/architecture.md §2) a 426 saying why, so clients fall back to HTTP (where they get
 the 403 that names the endpoints they may use), and a draining gateway a 503. Every refusal is an
 HTTP answer with a JSON body in the OpenAI error shape, logged and counted as a request.
 """

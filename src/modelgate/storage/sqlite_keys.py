@@ -1,0 +1,153 @@
+"""``KeyStore`` on SQLite: API key records (digests only), versioned for the auth view's polling."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+import orjson
+
+from modelgate.storage import rows
+from modelgate.storage.records import KeyControls, KeyRecord, NewKey
+from modelgate.storage.sqlite_database import SqliteRepository
+
+_KEY_COLUMNS = rows.KEY_COLUMNS
+
+
+def _key(row: tuple[Any, ...]) -> KeyRecord:
+    return rows.key_record(row, tuple(orjson.loads(row[5])) if row[5] is not None else None)
+
+
+class SqliteKeys(SqliteRepository):
+    @staticmethod
+    def _next_version(db: sqlite3.Connection) -> int:
+        return int(db.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM api_keys").fetchone()[0])
+
+    @staticmethod
+    def _get_key(db: sqlite3.Connection, key_id: str) -> KeyRecord | None:
+        row = db.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+        return _key(row) if row else None
+
+    async def create_key(self, key: NewKey, now: float) -> KeyRecord:
+        allowed = orjson.dumps(list(key.allowed_models)).decode() if key.allowed_models is not None else None
+
+        def op() -> KeyRecord:
+            with self._write() as db:
+                db.execute(
+                    "INSERT INTO api_keys (id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, "
+                    "digest, prefix, last4, created_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        key.id,
+                        key.account_id,
+                        key.name,
+                        key.group,
+                        key.rpm,
+                        allowed,
+                        key.monthly_cap_uc,
+                        key.digest,
+                        key.prefix,
+                        key.last4,
+                        now,
+                        self._next_version(db),
+                    ),
+                )
+                record = self._get_key(db, key.id)
+                assert record is not None
+                return record
+
+        return await self._run(op)
+
+    async def get_key(self, key_id: str) -> KeyRecord | None:
+        return await self._run(lambda: self._get_key(self._db(), key_id))
+
+    async def list_keys(self, account_id: int | None = None) -> list[KeyRecord]:
+        def op() -> list[KeyRecord]:
+            if account_id is None:
+                rows = self._db().execute(f"SELECT {_KEY_COLUMNS} FROM api_keys ORDER BY created_at, id")
+            else:
+                rows = self._db().execute(
+                    f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE account_id = ? ORDER BY created_at, id",
+                    (account_id,),
+                )
+            return [_key(r) for r in rows.fetchall()]
+
+        return await self._run(op)
+
+    async def update_key(self, key_id: str, controls: KeyControls, now: float) -> KeyRecord | None:
+        sets: list[str] = []
+        args: list[Any] = []
+        if controls.name is not None:
+            sets.append("name = ?")
+            args.append(controls.name)
+        if controls.rpm is not None:
+            sets.append("rpm = ?")
+            args.append(controls.rpm)
+        if controls.allowed_models is not None:
+            sets.append("allowed_models = ?")
+            args.append(
+                orjson.dumps(list(controls.allowed_models)).decode() if controls.allowed_models else None
+            )
+        if controls.monthly_cap_uc is not None:
+            sets.append("monthly_cap_uc = ?")
+            args.append(None if controls.monthly_cap_uc < 0 else controls.monthly_cap_uc)
+
+        def op() -> KeyRecord | None:
+            with self._write() as db:
+                if self._get_key(db, key_id) is None:
+                    return None
+                db.execute(
+                    f"UPDATE api_keys SET {', '.join([*sets, 'version = ?'])} WHERE id = ?",
+                    (*args, self._next_version(db), key_id),
+                )
+                return self._get_key(db, key_id)
+
+        return await self._run(op)
+
+    async def rotate_key(
+        self, key_id: str, digest: bytes, prefix: str, last4: str, grace_seconds: float, now: float
+    ) -> KeyRecord | None:
+        def op() -> KeyRecord | None:
+            with self._write() as db:
+                current = self._get_key(db, key_id)
+                if current is None or current.state != "active":
+                    return None
+                # With no grace the old secret is dropped at once; otherwise it is kept as the
+                # previous digest until it expires (one previous secret at a time).
+                previous, expires = (
+                    (current.digest, now + grace_seconds) if grace_seconds > 0 else (None, None)
+                )
+                db.execute(
+                    "UPDATE api_keys SET digest = ?, prefix = ?, last4 = ?, previous_digest = ?, "
+                    "previous_expires_at = ?, rotated_at = ?, version = ? WHERE id = ?",
+                    (digest, prefix, last4, previous, expires, now, self._next_version(db), key_id),
+                )
+                return self._get_key(db, key_id)
+
+        return await self._run(op)
+
+    async def revoke_key(self, key_id: str, now: float) -> KeyRecord | None:
+        def op() -> KeyRecord | None:
+            with self._write() as db:
+                current = self._get_key(db, key_id)
+                if current is None:
+                    return None
+                if current.state != "disabled":
+                    db.execute(
+                        "UPDATE api_keys SET state = 'disabled', revoked_at = ?, version = ? WHERE id = ?",
+                        (now, self._next_version(db), key_id),
+                    )
+                return self._get_key(db, key_id)
+
+        return await self._run(op)
+
+    async def keys_changed_since(self, version: int) -> list[KeyRecord]:
+        rows = await self._run(
+            lambda: (
+                self._db()
+                .execute(
+                    f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > ? ORDER BY version", (version,)
+                )
+                .fetchall()
+            )
+        )
+        return [_key(r) for r in rows]
