@@ -131,6 +131,9 @@ class BillingConfig(_Section):
     #: Where settles the database could not take wait, fsynced, until they land (a file per
     #: process; replayed at start). Default: ``<data_dir>/settle-journal``.
     settle_journal_dir: Path | None = None
+    #: Seconds a settle's first attempt at the database gets; a database that has not answered by
+    #: then has the settle journaled and retried in the background (the answer is not held up).
+    settle_timeout_seconds: float = Field(2.0, gt=0, le=60)
 
     def media_rules(self) -> MediaRules:
         return MediaRules(
@@ -206,8 +209,9 @@ class ResponsesConfig(_Section):
     #: How old (seconds) an account's stored byte count may be when a request asking to be stored
     #: is let through; a refusal always reads it again (``limits.stored_room``). 0: read every time.
     room_check_max_age_seconds: float = Field(1.0, ge=0, le=60)
-    #: Most responses a ``previous_response_id`` chain is followed back through.
-    max_chain_depth: int = Field(1000, ge=1, le=100_000)
+    #: Most responses a ``previous_response_id`` chain is followed back through (at most 10,000:
+    #: each one is a parameter of the query that pages the chain's items).
+    max_chain_depth: int = Field(1000, ge=1, le=10_000)
     #: How often expired objects are deleted (seconds).
     sweep_interval_seconds: float = Field(600.0, gt=0)
     #: Serve ``GET /v1/responses`` upgraded to a WebSocket (Responses WebSocket mode, as Codex

@@ -265,9 +265,11 @@ def test_health_endpoints(gateway: GatewayServer, sdk: SdkClients) -> None:
     # Database gone: /health says so with 503; /healthz still answers without touching it.
     store = gateway.services.store
     assert isinstance(store, SqliteStore)
+    # The path first: a background task (the key refresh) reconnecting between the two steps
+    # would otherwise open the old file again.
+    store.database.path = Path("/proc/no-such-dir/db.sqlite")
     gateway.call(store.close())
     store.database._executor = ThreadPoolExecutor(1)
-    store.database.path = Path("/proc/no-such-dir/db.sqlite")
     down = httpx.get(f"{gateway.base_url}/health")
     assert down.status_code == 503 and down.json()["components"]["database"] == "down"
     assert httpx.get(f"{gateway.base_url}/healthz").status_code == 200

@@ -13,7 +13,11 @@ is in flight (client gone, shutdown) still leaves exactly one usage record.
 
 A settle or release the database does not take (unreachable, restarting, failing) never fails the
 request: it is kept in the ``SettleJournal`` and retried until it lands (exactly once: keyed by the
-hold's request id). The caller gets the figures the settlement will have (``_provisional``).
+hold's request id). The first attempt gets ``billing.settle_timeout_seconds``: a database that
+neither takes nor refuses it by then (a PostgreSQL command or connect timeout is far longer) has
+it kept and retried in the background, so a stream's last byte never waits on a stuck database
+with nothing on disk. A settle cancelled mid-way (the event loop ending at a forced shutdown) is
+journaled synchronously before the cancellation goes on. The caller gets the figures the settlement will have (``_provisional``).
 ``Ledger.holds`` names the holds this process is still responsible for (in flight, or kept in
 the journal): its sweeper never releases them, whatever the clocks say.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -100,8 +105,10 @@ class Settlements:
         task.add_done_callback(self._tasks.discard)
 
     async def drain(self) -> None:
+        """Wait until every settlement started has ended. Waiting is all it does: when the wait
+        itself is cancelled (a shutdown's deadline) the settlements go on, shielded as ever."""
         while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            await asyncio.wait(list(self._tasks))
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +134,7 @@ class Hold:
         "_live",
         "_runner",
         "_store",
+        "_timeout",
         "balance_after_uc",
         "cap_remaining_after_uc",
         "granted_uc",
@@ -147,6 +155,7 @@ class Hold:
         clock: Clock,
         journal: SettleJournal,
         live: set[str],
+        settle_timeout: float = math.inf,
     ) -> None:
         self.purpose = purpose
         self.granted_uc = granted_uc
@@ -161,6 +170,8 @@ class Hold:
         #: The request ids of this process's holds not ended yet (``Ledger.holds``).
         self._live = live
         live.add(purpose.request_id)
+        #: Seconds the first attempt at the database gets before the settle is journaled instead.
+        self._timeout = settle_timeout
         self._ended: asyncio.Future[Settlement] | None = None
 
     async def settle(self, usage: ir.Usage, status: UsageStatus) -> Settlement:
@@ -197,14 +208,23 @@ class Hold:
         return await asyncio.shield(self._ended)
 
     async def _finish(self, record: UsageRecord, charge: bool) -> Settlement:
+        write = self._store.settle(record) if charge else self._store.release(record)
         try:
-            return await (self._store.settle(record) if charge else self._store.release(record))
+            return await asyncio.wait_for(write, self._timeout if math.isfinite(self._timeout) else None)
+        except asyncio.CancelledError:
+            # Cancelled mid-way (the loop is ending): nothing may be awaited any more, so the
+            # settle is journaled synchronously; a retry of one that did commit changes nothing.
+            self._journal.keep_now(record, charge=charge)
+            raise
         except Exception as exc:  # whatever the database or its driver raised: kept, not lost
+            timed_out = isinstance(exc, TimeoutError)
+            if timed_out:
+                self._journal.timed_out_total += 1
             log.warning(
                 "could not write the %s of %s (%s); kept and retried until it lands",
                 "settle" if charge else "release",
                 record.request_id,
-                str(exc) or type(exc).__name__,
+                f"no answer within {self._timeout:g} s" if timed_out else str(exc) or type(exc).__name__,
             )
             await self._journal.keep(record, charge=charge)
             return self._provisional(record.charged_uc if charge else 0)
@@ -228,11 +248,14 @@ class Ledger:
         clock: Clock,
         ttl_seconds: float,
         journal: SettleJournal | None = None,
+        settle_timeout: float = math.inf,
     ) -> None:
         self._store = store
         self._runner = runner
         self._clock = clock
         self._ttl = ttl_seconds
+        #: ``billing.settle_timeout_seconds``: the first attempt's time at the database.
+        self.settle_timeout = settle_timeout
         #: Settles and releases the database did not take, retried until they land.
         self.journal = journal or SettleJournal(store)
         self._live: set[str] = set()
@@ -282,6 +305,7 @@ class Ledger:
             clock=self._clock,
             journal=self.journal,
             live=self._live,
+            settle_timeout=self.settle_timeout,
         )
 
     def in_background(self, operation: Awaitable[Any]) -> None:

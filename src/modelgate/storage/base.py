@@ -222,6 +222,12 @@ class LedgerStore(Protocol):
         oldest expiry first. A read only: the release that follows is what must be conditional."""
         ...
 
+    async def pending_reservation_page(self, after: str, limit: int) -> list[tuple[str, str, int, str]]:
+        """(request_id, key_id, account_id, month) of up to ``limit`` pending reservations whose
+        request id sorts after ``after``, in request id order (keyset paging: the sweeper lists
+        every pending reservation a page at a time). A read only."""
+        ...
+
     async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
         """(spent_uc, reserved_uc) of a key in a month."""
         ...

@@ -220,6 +220,9 @@ class ComposedStore:
     async def expired_reservations(self, now: float, limit: int = 100) -> list[tuple[str, str, int, str]]:
         return await self.ledger.expired_reservations(now, limit)
 
+    async def pending_reservation_page(self, after: str, limit: int) -> list[tuple[str, str, int, str]]:
+        return await self.ledger.pending_reservation_page(after, limit)
+
     async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
         return await self.ledger.month_spend(key_id, month)
 

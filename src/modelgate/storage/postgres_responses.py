@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from modelgate.storage.item_pages import ItemList, cursor_query, page_query, postgres_mark
+from modelgate.storage.item_pages import ItemList, cursor_query, page_plan, page_query, postgres_mark
 from modelgate.storage.postgres_database import PostgresDatabase, PostgresRepository
 from modelgate.storage.postgres_saves import ResponseSaves
 from modelgate.storage.responses import (
@@ -88,13 +88,23 @@ class PostgresResponses(PostgresRepository):
     async def _page(conn: Any, items: ItemList, page: PageRequest) -> ItemPage:
         after: tuple[int, int] | None = None
         if page.after is not None:
-            sql, params = cursor_query(items, page.after, page.ascending, postgres_mark)
-            row = await conn.fetchrow(sql, *params)
-            if row is None:
+            for segment, owner, input_only in items.segments(page.ascending):
+                sql, params = cursor_query(
+                    items, owner, input_only, page.after, page.ascending, postgres_mark
+                )
+                found = await conn.fetchrow(sql, *params)
+                if found is not None:
+                    after = (segment, int(found[0]))
+                    break
+            else:
                 raise UnknownCursor(page.after)
-            after = (int(row[0]), int(row[1]))
-        sql, params = page_query(items, after, page.limit, page.ascending, postgres_mark)
-        rows = await conn.fetch(sql, *params)
+        rows: list[Any] = []
+        for owner, input_only, past in page_plan(items, after, page.ascending):
+            wanted = page.limit + 1 - len(rows)
+            sql, params = page_query(owner, input_only, past, wanted, page.ascending, postgres_mark)
+            rows.extend(await conn.fetch(sql, *params))
+            if len(rows) > page.limit:
+                break
         return page_of([StoredItem(r[0], bytes(r[1]), r[2]) for r in rows], page.limit)
 
     @staticmethod
@@ -176,7 +186,7 @@ class PostgresResponses(PostgresRepository):
                 next_id = row[3]
             if not owners:
                 return None
-            return await self._page(conn, ItemList(owners[::-1], last_input_only=True), page)
+            return await self._page(conn, ItemList(account_id, owners[::-1], last_input_only=True), page)
 
     async def delete_response(self, account_id: int, response_id: str) -> bool:
         async with self._tx() as conn:
@@ -291,7 +301,7 @@ class PostgresResponses(PostgresRepository):
         async with self._conn() as conn:
             if await self._live(conn, "conversation", account_id, conversation_id, now) is None:
                 return None
-            return await self._page(conn, ItemList([conversation_id]), page)
+            return await self._page(conn, ItemList(account_id, [conversation_id]), page)
 
     async def conversation_item(
         self, account_id: int, conversation_id: str, item_id: str, now: float

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 from modelgate.storage.base import StorageError
-from modelgate.storage.item_pages import ItemList, cursor_query, page_query, sqlite_mark
+from modelgate.storage.item_pages import ItemList, cursor_query, page_plan, page_query, sqlite_mark
 from modelgate.storage.responses import (
     OBJECT_COLUMNS,
     FoundItem,
@@ -117,13 +117,21 @@ class SqliteResponses(SqliteRepository):
     def _page(db: sqlite3.Connection, items: ItemList, page: PageRequest) -> ItemPage:
         after: tuple[int, int] | None = None
         if page.after is not None:
-            sql, params = cursor_query(items, page.after, page.ascending, sqlite_mark)
-            row = db.execute(sql, params).fetchone()
-            if row is None:
+            for segment, owner, input_only in items.segments(page.ascending):
+                sql, params = cursor_query(items, owner, input_only, page.after, page.ascending, sqlite_mark)
+                found = db.execute(sql, params).fetchone()
+                if found is not None:
+                    after = (segment, int(found[0]))
+                    break
+            else:
                 raise UnknownCursor(page.after)
-            after = (int(row[0]), int(row[1]))
-        sql, params = page_query(items, after, page.limit, page.ascending, sqlite_mark)
-        rows = db.execute(sql, params).fetchall()
+        rows: list[Any] = []
+        for owner, input_only, past in page_plan(items, after, page.ascending):
+            wanted = page.limit + 1 - len(rows)
+            sql, params = page_query(owner, input_only, past, wanted, page.ascending, sqlite_mark)
+            rows.extend(db.execute(sql, params).fetchall())
+            if len(rows) > page.limit:
+                break
         return page_of([StoredItem(r[0], bytes(r[1]), r[2]) for r in rows], page.limit)
 
     # responses ----------------------------------------------------------------------------
@@ -222,7 +230,7 @@ class SqliteResponses(SqliteRepository):
                 next_id = row[3]
             if not owners:
                 return None
-            return self._page(db, ItemList(owners[::-1], last_input_only=True), page)
+            return self._page(db, ItemList(account_id, owners[::-1], last_input_only=True), page)
 
         return await self._read(op)
 
@@ -342,7 +350,7 @@ class SqliteResponses(SqliteRepository):
         def op(db: sqlite3.Connection) -> ItemPage | None:
             if self._live(db, "conversation", account_id, conversation_id, now) is None:
                 return None
-            return self._page(db, ItemList([conversation_id]), page)
+            return self._page(db, ItemList(account_id, [conversation_id]), page)
 
         return await self._read(op)
 
