@@ -109,8 +109,12 @@ class BillingConfig(_Section):
     #: A reservation older than this is treated as abandoned by a crashed request and released.
     reservation_ttl_seconds: float = Field(1800.0, ge=60)
     sweep_interval_seconds: float = Field(30.0, gt=0)
-    #: Upper bound on input tokens added to the body size (tool and per-message overheads).
-    input_overhead_tokens: int = Field(1024, ge=0)
+    #: Upper bound on input tokens added to the body size for every request (the prompt's own
+    #: start and end; the body's JSON framing covers each message's).
+    input_overhead_tokens: int = Field(128, ge=0)
+    #: Added on top for a request that offers tools or asks for structured output (the prompt a
+    #: provider adds for them).
+    tool_overhead_tokens: int = Field(1024, ge=0)
     #: Tokens held for an image whose size the gateway cannot read (by URL or file id, unreadable).
     tokens_per_image_url: int = Field(1600, ge=0)
     #: Inline images are held at ceil(pixels / image_pixels_per_token) + image_base_tokens; the
@@ -134,6 +138,7 @@ class BillingConfig(_Section):
     def media_rules(self) -> MediaRules:
         return MediaRules(
             overhead_tokens=self.input_overhead_tokens,
+            tool_overhead_tokens=self.tool_overhead_tokens,
             unknown_image_tokens=self.tokens_per_image_url,
             image_pixels_per_token=self.image_pixels_per_token,
             image_base_tokens=self.image_base_tokens,

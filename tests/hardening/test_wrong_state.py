@@ -146,11 +146,13 @@ def test_an_empty_or_short_secret_file_stops_the_start_without_a_traceback(
 def test_a_database_deleted_under_the_server_is_reported_and_refuses_writes(tmp_path: Path) -> None:
     gateway, seeded = seeded_gateway(tmp_path)
     with gateway:
+        operator = gateway.operator_headers()
         gateway.start()
         assert chat(gateway, seeded.keys).status_code == 200
         database = gateway.data_dir / "modelgate.db"
         database.unlink()
-        health = httpx.get(f"{gateway.base_url}/health", timeout=30)
+        assert httpx.get(f"{gateway.base_url}/health", timeout=30).json()["components"]["database"] == "down"
+        health = httpx.get(f"{gateway.base_url}/health", headers=operator, timeout=30)
         assert health.status_code == 503
         checked = health.json()["checks"]["database"]
         assert checked["status"] == "unavailable" and "was deleted" in checked["reason"], checked
@@ -171,13 +173,14 @@ def test_a_database_deleted_under_the_server_is_reported_and_refuses_writes(tmp_
 def test_a_database_replaced_under_the_server_is_reported(tmp_path: Path) -> None:
     gateway, seeded = seeded_gateway(tmp_path)
     with gateway:
+        operator = gateway.operator_headers()
         gateway.start()
         database = gateway.data_dir / "modelgate.db"
         copy = tmp_path / "copy.db"
         with sqlite3.connect(database) as source, sqlite3.connect(copy) as target:
             source.backup(target)
         shutil.move(copy, database)
-        health = httpx.get(f"{gateway.base_url}/health", timeout=30)
+        health = httpx.get(f"{gateway.base_url}/health", headers=operator, timeout=30)
         assert health.status_code == 503 and "was replaced" in health.json()["checks"]["database"]["reason"]
         assert chat(gateway, seeded.keys).status_code == 503
 
@@ -189,8 +192,9 @@ def test_a_full_disk_is_reported_and_new_requests_are_refused_in_their_format(tm
     )
     with gateway:
         seeded = gateway.seed()
+        operator = gateway.operator_headers()
         gateway.start()
-        health = httpx.get(f"{gateway.base_url}/health", timeout=30)
+        health = httpx.get(f"{gateway.base_url}/health", headers=operator, timeout=30)
         assert health.status_code == 503
         assert "is full" in health.json()["checks"]["database"]["reason"]
         refused = chat(gateway, seeded.keys)

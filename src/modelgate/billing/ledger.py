@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 from modelgate import ir
 from modelgate.billing.pricing import affordable_output_tokens, bound_uc, cost_uc
+from modelgate.billing.refusal import HoldRefused
 from modelgate.billing.settle_journal import SettleJournal
 from modelgate.catalogue import Model
 from modelgate.clock import Clock, month_of
@@ -96,6 +97,12 @@ class Settlements:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return await asyncio.shield(task)
+
+    def start(self, operation: Awaitable[Any]) -> None:
+        """Run ``operation`` without waiting for it; ``drain`` still waits for it."""
+        task = asyncio.ensure_future(operation)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def drain(self) -> None:
         """Wait until every settlement started has ended. Waiting is all it does: when the wait
@@ -260,19 +267,21 @@ class Ledger:
 
     async def reserve(
         self, purpose: Purpose, *, input_bound: int, max_tokens: int, web_searches: int = 0
-    ) -> Hold | Refusal:
+    ) -> Hold | HoldRefused:
         """Hold the worst case of ``input_bound`` input and ``max_tokens`` output tokens and
         ``web_searches`` server web searches, or as much as is available down to input, searches
-        and one output token; otherwise the refusal."""
+        and one output token; otherwise the refusal, with the figures of the hold it refused."""
         price = purpose.model.price
+        amount = bound_uc(input_bound, max_tokens, price, web_searches)
+        minimum = bound_uc(input_bound, min(1, max_tokens), price, web_searches)
         outcome = await self._store.reserve(
             ReserveRequest(
                 request_id=purpose.request_id,
                 key_id=purpose.key_id,
                 account_id=purpose.account_id,
                 month=month_of(purpose.started),
-                amount_uc=bound_uc(input_bound, max_tokens, price, web_searches),
-                minimum_uc=bound_uc(input_bound, min(1, max_tokens), price, web_searches),
+                amount_uc=amount,
+                minimum_uc=minimum,
                 now=purpose.started,
                 expires_at=purpose.started + self._ttl,
                 endpoint=purpose.endpoint,
@@ -280,7 +289,9 @@ class Ledger:
             )
         )
         if isinstance(outcome, Refusal):
-            return outcome
+            return HoldRefused(
+                outcome.reason, outcome.available_uc, amount, minimum, input_bound, max_tokens, web_searches
+            )
         return Hold(
             purpose,
             granted_uc=outcome.granted_uc,
@@ -296,3 +307,53 @@ class Ledger:
             live=self._live,
             settle_timeout=self.settle_timeout,
         )
+
+    def in_background(self, operation: Awaitable[Any]) -> None:
+        """Run a ledger write nobody waits for (a refusal's record) on the settlements runner,
+        so a draining server still finishes it."""
+        self._runner.start(operation)
+
+    async def record_refusal(
+        self,
+        request_id: str,
+        key_id: str,
+        account_id: int,
+        endpoint: str,
+        model: str,
+        status: str,
+        started: float,
+    ) -> bool:
+        """Write the usage record of a request refused for its key (nothing held, nothing
+        charged), through the same two ledger steps as any request: a hold of 0 µc released at
+        once, so the record lands in the usage log with every engine's batching and rules. False
+        when the ledger would not even hold 0 µc (an overdrawn account): no record then."""
+        month = month_of(started)
+        held = await self._store.reserve(
+            ReserveRequest(
+                request_id=request_id,
+                key_id=key_id,
+                account_id=account_id,
+                month=month,
+                amount_uc=0,
+                minimum_uc=0,
+                now=started,
+                expires_at=started + self._ttl,
+                endpoint=endpoint,
+                model=model,
+            )
+        )
+        if isinstance(held, Refusal):
+            return False
+        record = UsageRecord(
+            request_id=request_id,
+            key_id=key_id,
+            account_id=account_id,
+            endpoint=endpoint,
+            model=model,
+            month=month,
+            status=status,
+            created_at=started,
+            finished_at=self._clock.time(),
+        )
+        await self._runner.run(self._store.release(record))
+        return True

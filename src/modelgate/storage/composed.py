@@ -118,6 +118,9 @@ class ComposedStore:
     async def list_accounts(self) -> list[Account]:
         return await self.accounts.list_accounts()
 
+    async def rename_account(self, account_id: int, name: str) -> Account | None:
+        return await self.accounts.rename_account(account_id, name)
+
     async def top_up(self, account_id: int, amount_uc: int, note: str, now: float) -> Account:
         return await self.accounts.top_up(account_id, amount_uc, note, now)
 
