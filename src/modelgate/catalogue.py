@@ -61,6 +61,15 @@ class Model:
     max_output_tokens: int | None
     #: Clamp for ``max_tokens``: the published maximum or the catalogue default.
     output_limit: int
+    #: Output tokens asked of the upstream when a Chat or Responses client omits its limit
+    #: (``default_max_tokens`` in the catalogue entry; None: ``output_limit``). A deployment's own
+    #: ``default_max_tokens`` wins for that deployment (``gateway.output_tokens``).
+    default_max_tokens: int | None = None
+
+    @property
+    def omitted_max_tokens(self) -> int:
+        """What a request without ``max_tokens`` gets: the model's default, at most its limit."""
+        return min(self.default_max_tokens or self.output_limit, self.output_limit)
 
     def listing(self) -> dict[str, Any]:
         """The union item shape that satisfies both SDKs (docs/architecture.md §2, docs/reference/wire-formats.md §1.9)."""
@@ -238,6 +247,13 @@ def _model(model_id: str, fields: dict[str, Any], default_limit: int) -> Model:
     created_raw = fields.get("created", "2026-01-01")
     created = int(datetime.fromisoformat(str(created_raw)).replace(tzinfo=UTC).timestamp())
     max_output = fields.get("max_output_tokens")
+    default_max = fields.get("default_max_tokens")
+    if default_max is not None and (
+        not isinstance(default_max, int) or isinstance(default_max, bool) or default_max < 1
+    ):
+        raise ValueError(
+            f"{where}.default_max_tokens: a whole number of tokens, at least 1, got {default_max!r}"
+        )
     return Model(
         id=model_id,
         family=family,
@@ -258,4 +274,5 @@ def _model(model_id: str, fields: dict[str, Any], default_limit: int) -> Model:
         context_length=fields.get("context_length"),
         max_output_tokens=max_output,
         output_limit=int(max_output or default_limit),
+        default_max_tokens=default_max,
     )

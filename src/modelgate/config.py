@@ -109,8 +109,12 @@ class BillingConfig(_Section):
     #: A reservation older than this is treated as abandoned by a crashed request and released.
     reservation_ttl_seconds: float = Field(1800.0, ge=60)
     sweep_interval_seconds: float = Field(30.0, gt=0)
-    #: Upper bound on input tokens added to the body size (tool and per-message overheads).
-    input_overhead_tokens: int = Field(1024, ge=0)
+    #: Upper bound on input tokens added to the body size for every request (the prompt's own
+    #: start and end; the body's JSON framing covers each message's).
+    input_overhead_tokens: int = Field(128, ge=0)
+    #: Added on top for a request that offers tools or asks for structured output (the prompt a
+    #: provider adds for them).
+    tool_overhead_tokens: int = Field(1024, ge=0)
     #: Tokens held for an image whose size the gateway cannot read (by URL or file id, unreadable).
     tokens_per_image_url: int = Field(1600, ge=0)
     #: Inline images are held at ceil(pixels / image_pixels_per_token) + image_base_tokens; the
@@ -127,10 +131,14 @@ class BillingConfig(_Section):
     #: Where settles the database could not take wait, fsynced, until they land (a file per
     #: process; replayed at start). Default: ``<data_dir>/settle-journal``.
     settle_journal_dir: Path | None = None
+    #: Seconds a settle's first attempt at the database gets; a database that has not answered by
+    #: then has the settle journaled and retried in the background (the answer is not held up).
+    settle_timeout_seconds: float = Field(2.0, gt=0, le=60)
 
     def media_rules(self) -> MediaRules:
         return MediaRules(
             overhead_tokens=self.input_overhead_tokens,
+            tool_overhead_tokens=self.tool_overhead_tokens,
             unknown_image_tokens=self.tokens_per_image_url,
             image_pixels_per_token=self.image_pixels_per_token,
             image_base_tokens=self.image_base_tokens,
@@ -201,8 +209,9 @@ class ResponsesConfig(_Section):
     #: How old (seconds) an account's stored byte count may be when a request asking to be stored
     #: is let through; a refusal always reads it again (``limits.stored_room``). 0: read every time.
     room_check_max_age_seconds: float = Field(1.0, ge=0, le=60)
-    #: Most responses a ``previous_response_id`` chain is followed back through.
-    max_chain_depth: int = Field(1000, ge=1, le=100_000)
+    #: Most responses a ``previous_response_id`` chain is followed back through (at most 10,000:
+    #: each one is a parameter of the query that pages the chain's items).
+    max_chain_depth: int = Field(1000, ge=1, le=10_000)
     #: How often expired objects are deleted (seconds).
     sweep_interval_seconds: float = Field(600.0, gt=0)
     #: Serve ``GET /v1/responses`` upgraded to a WebSocket (Responses WebSocket mode, as Codex

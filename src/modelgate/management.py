@@ -132,6 +132,19 @@ class Management:
         bounded_micro(credits_uc, "credits")
         return await self.store.create_account(name, credits_uc, self.clock.time())
 
+    async def rename_account(self, account: Account, name: str) -> Account:
+        """The same rules as a new account's name: 1 to 100 characters, not another's."""
+        name = name.strip()
+        if not name or len(name) > 100:
+            raise ManagementError("name: 1 to 100 characters")
+        other = await self.store.find_account(name)
+        if other is not None and other.id != account.id:
+            raise ConflictError(f"name: an account named {name!r} already exists")
+        renamed = await self.store.rename_account(account.id, name)
+        if renamed is None:
+            raise NotFoundError(f"account {account.id} not found")
+        return renamed
+
     async def account(self, name_or_id: str | int) -> Account:
         account = None
         if isinstance(name_or_id, int) or (

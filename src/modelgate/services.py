@@ -197,6 +197,7 @@ class Services:
                     store.ledger,
                     settings.billing.settle_journal_dir or settings.data_dir / "settle-journal",
                 ),
+                settle_timeout=settings.billing.settle_timeout_seconds,
             ),
             settlements=settlements,
             offload=offload,

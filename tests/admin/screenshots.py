@@ -12,6 +12,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
+
 from tests.admin.seed import Seeded, seed
 from tests.browser import DESKTOP, PHONE, Page, chromium
 from tests.gateway_server import ManualClock, running_gateway
@@ -42,7 +44,10 @@ NAMES = (
     "keys",
     "keys-rotate-dialog",
     "usage",
+    "usage-refused",
+    "keys-search",
     "accounts",
+    "accounts-rename-dialog",
     "tokens",
     "overview-phone",
     "keys-phone",
@@ -83,7 +88,35 @@ def shots(seeded: Seeded) -> list[Shot]:
             until="document.body.dataset.ready === 'usage' && document.querySelectorAll('#usage-rows tr').length === 25",
             caption="Usage log with filters, paging and CSV export",
         ),
+        Shot(
+            "usage-refused",
+            "owner",
+            "#/usage",
+            then="document.getElementById('f-status').value = 'refused_404';"
+            " document.getElementById('usage-filter').requestSubmit()",
+            until="document.body.dataset.ready === 'usage'"
+            " && [...document.querySelectorAll('#usage-rows tr td:nth-child(6)')].every(td => td.textContent === 'refused_404')",
+            caption="Refused requests in the usage log, with the errors and latency of the filter",
+        ),
+        Shot(
+            "keys-search",
+            "owner",
+            "#/keys",
+            then="document.getElementById('keys-q').value = 'note';"
+            " document.getElementById('keys-q').dispatchEvent(new Event('input'))",
+            until="document.querySelectorAll('#keys-rows tr[data-key]').length === 1",
+            caption="Keys found by name, id or prefix as you type",
+        ),
         Shot("accounts", "operator", "#/accounts", caption="Accounts (operator), with search"),
+        Shot(
+            "accounts-rename-dialog",
+            "operator",
+            "#/accounts",
+            then=f'document.querySelector(\'tr[data-account="{acme}"] button[aria-label^="Rename"]\').click()',
+            until="document.getElementById('dlg-rename').open",
+            full_page=False,
+            caption="Renaming an account (operator)",
+        ),
         Shot("tokens", "operator", "#/tokens", caption="Admin tokens: scope, last use, expiry, revoke"),
         Shot("overview-phone", "owner", "#/overview", size=PHONE, caption="Overview at phone width"),
         Shot("keys-phone", "owner", "#/keys", size=PHONE, full_page=False, caption="Keys at phone width"),
@@ -93,6 +126,20 @@ def shots(seeded: Seeded) -> list[Shot]:
     ]
     assert tuple(s.name for s in made) == NAMES
     return made
+
+
+def refuse(base_url: str, seeded: Seeded) -> None:
+    """Two requests the gateway refuses for acme's notebook key (a model it may not use, a model
+    that does not exist), so the usage log has refusals to show."""
+    notebook = seeded.acme.keys["notebook"]
+    for model in ("aria-sonnet-4.6", "no-such-model"):
+        response = httpx.post(
+            f"{base_url}/v1/chat/completions",
+            headers={"authorization": f"Bearer {notebook.secret}"},
+            json={"model": model, "messages": [{"role": "user", "content": "Hello"}]},
+            timeout=30,
+        )
+        assert response.status_code == 404, response.text
 
 
 def sign_in(page: Page, token: str) -> None:
@@ -129,6 +176,8 @@ def main(folder: Path) -> list[Path]:
         work = Path(scratch)
         with running_gateway(work / "data", clock=clock) as gateway:
             seeded = seed(gateway, clock)
+            refuse(gateway.base_url, seeded)
+            gateway.call(gateway.services.settlements.drain())  # the refusals' records
             with chromium(work / "profile") as (page, _):
                 return [take(page, gateway.base_url, seeded, shot, folder) for shot in shots(seeded)]
 

@@ -556,6 +556,140 @@ def test_names_that_look_like_markup_are_shown_as_text(page: Page, world: tuple[
     assert "mg-" not in page.js("location.href")
 
 
+# --- issue #35 item 9: status line, precision, search, rename, refusals, errors and latency ----------
+
+
+def test_a_message_does_not_stick_to_the_next_view(page: Page, world: tuple[Admin, Seeded]) -> None:
+    admin, seeded = world
+    account = admin.gateway.account("sticky-co", 1)
+    sign_in(page, seeded.operator)
+    visit(page, "#/accounts")
+    click(page, f"tr[data-account='{account.id}'] button[aria-label^='Top up']")
+    dialog_open(page, "dlg-topup")
+    set_value(page, "dlg-topup-amount", "2")
+    submit_dialog(page, "dlg-topup")
+    dialog_closed(page, "dlg-topup")
+    page.wait("document.getElementById('status').textContent === 'sticky-co: balance 3 credits.'")
+    refreshed(page, "accounts")
+    # The message stays while its view is shown (the refresh after the top-up keeps it) ...
+    assert page.js("document.getElementById('status').textContent") == "sticky-co: balance 3 credits."
+    # ... and goes with it: another view, or the same view of another account, starts clean.
+    visit(page, "#/keys")
+    assert page.js("document.getElementById('status').textContent") == ""
+    visit(page, "#/accounts")
+    click(page, f"tr[data-account='{account.id}'] button[aria-label^='Top up']")
+    dialog_open(page, "dlg-topup")
+    set_value(page, "dlg-topup-amount", "1")
+    submit_dialog(page, "dlg-topup")
+    page.wait("document.getElementById('status').textContent === 'sticky-co: balance 4 credits.'")
+    visit(page, f"#/overview?account={account.id}")
+    assert page.js("document.getElementById('status').textContent") == ""
+
+
+def test_the_balance_card_shows_the_precision_of_spend(page: Page, world: tuple[Admin, Seeded]) -> None:
+    """acme holds hundreds of credits and spends fractions: the cards share the finer precision."""
+    _, seeded = world
+    sign_in(page, seeded.acme.owner.secret)
+    visit(page, "#/overview")
+    values = page.js("[...document.querySelectorAll('#overview-cards .card .value')].map(e => e.textContent)")
+    available, spent = values[0], values[1]
+    assert float(available.replace(",", "")) >= 100
+    decimals = [len(v.split(".")[1]) if "." in v else 0 for v in (available, spent)]
+    assert decimals[0] == decimals[1] == 4, values
+    sub = page.js("document.querySelector('#overview-cards .card .sub').textContent")
+    assert all(len(part.split(".")[1].split(" ")[0]) == 4 for part in sub.split("·") if "." in part), sub
+
+
+def test_keys_are_found_by_search(page: Page, world: tuple[Admin, Seeded]) -> None:
+    _, seeded = world
+    acme = seeded.acme
+    sign_in(page, seeded.operator)
+    visit(page, f"#/keys?account={acme.account.id}")
+    rows = "document.querySelectorAll('#keys-rows tr[data-key]').length"
+    assert page.js(rows) == len(acme.keys)
+
+    def search(text: str) -> None:
+        set_value(page, "keys-q", text)
+        page.js("document.getElementById('keys-q').dispatchEvent(new Event('input')); true")
+
+    search("NOTE")  # any case, part of the name
+    page.wait(f"{rows} === 1")
+    assert page.js("document.querySelector('#keys-rows tr').dataset.key") == acme.keys["notebook"].record.id
+    assert page.js("document.getElementById('keys-count').textContent").startswith(
+        f"1 of {len(acme.keys)} keys"
+    )
+    search(acme.keys["agents"].record.id)  # by id
+    page.wait(f"{rows} === 1")
+    assert page.js("document.querySelector('#keys-rows tr').dataset.key") == acme.keys["agents"].record.id
+    search("no such key anywhere")
+    page.wait(f"{rows} === 0")
+    assert page.js("document.getElementById('keys-rows').textContent") == "No key matches."
+    search("")
+    page.wait(f"{rows} === {len(acme.keys)}")
+    assert page.js("document.getElementById('keys-count').textContent") == ""
+
+
+def test_an_operator_renames_an_account_from_the_page(page: Page, world: tuple[Admin, Seeded]) -> None:
+    admin, seeded = world
+    account = admin.gateway.account("old-name-co", 1)
+    sign_in(page, seeded.operator)
+    visit(page, "#/accounts")
+    click(page, f"tr[data-account='{account.id}'] button[aria-label^='Rename']")
+    dialog_open(page, "dlg-rename")
+    assert page.js("document.getElementById('dlg-rename-name').value") == "old-name-co"
+    set_value(page, "dlg-rename-name", seeded.globex.account.name)  # taken: the message shows in the dialog
+    submit_dialog(page, "dlg-rename")
+    page.wait("document.querySelector('#dlg-rename .dialog-error').textContent.includes('already exists')")
+    set_value(page, "dlg-rename-name", "new-name-co")
+    submit_dialog(page, "dlg-rename")
+    dialog_closed(page, "dlg-rename")
+    page.wait("document.getElementById('status').textContent === 'Renamed old-name-co to new-name-co.'")
+    refreshed(page, "accounts")
+    assert "new-name-co" in page.js(
+        f"document.querySelector(\"tr[data-account='{account.id}']\").textContent"
+    )
+    assert admin.operator.ok("GET", f"/accounts/{account.id}")["name"] == "new-name-co"
+    # Account owners have no rename (operator-only view).
+    assert page.js("window.nativeDialogs") == []
+
+
+def test_refused_requests_and_the_error_view_in_the_usage_log(
+    page: Page, world: tuple[Admin, Seeded]
+) -> None:
+    """Runs last of the seeded-world tests: it adds records (the earlier ones count them)."""
+    admin, seeded = world
+    notebook = seeded.acme.keys["notebook"]  # Basic, models ["haiku"] only, rpm 30
+    assert admin.chat(notebook.secret, model="aria-sonnet-4.6").status_code == 404  # not its model
+    assert admin.chat(notebook.secret, model="no-such-model").status_code == 404
+    assert admin.chat("sk-cs4-nobody").status_code == 401  # tied to no key: not in the log
+    admin.gateway.call(admin.gateway.services.settlements.drain())  # recorded after the answers
+    sign_in(page, seeded.acme.owner.secret)
+    visit(page, "#/usage")
+    statuses = "[...document.getElementById('f-status').options].map(o => o.value)"
+    assert "refused_404" in page.js(statuses)
+    set_value(page, "f-status", "refused_404")
+    click(page, "#usage-filter button[type=submit]")
+    page.wait("document.querySelectorAll('#usage-rows tr').length === 2")
+    refreshed(page, "usage")
+    cells = page.js(
+        "[...document.querySelectorAll('#usage-rows tr td:nth-child(6)')].map(e => e.textContent)"
+    )
+    assert cells == ["refused_404", "refused_404"]
+    assert page.js("document.getElementById('usage-count').textContent").startswith("2 records")
+    # The error view of the same filter: one day, two requests, both refused.
+    assert page.js("document.querySelectorAll('#quality-rows tr[data-day]').length") == 1
+    day = page.js("[...document.querySelectorAll('#quality-rows tr td')].map(e => e.textContent)")
+    assert day[1:5] == ["2", "2", "100 %", "2"]
+    # Every status: errors and latency over the whole month.
+    click(page, "#f-reset")
+    refreshed(page, "usage")
+    page.wait("document.querySelectorAll('#quality-rows tr[data-day]').length >= 20")
+    summary = page.js("document.getElementById('quality-summary').textContent")
+    assert summary.startswith("2 of ") and "; 2 refused)" in summary and "at the median" in summary
+    assert page.js("document.querySelectorAll('#quality-rows tr.has-errors').length") == 1
+    assert csp_violations(page) == []
+
+
 def test_the_browser_and_its_helpers_are_ended_as_a_group(tmp_path: Path) -> None:
     with chromium(tmp_path / "profile") as (page, pgid):
         assert page.js("1 + 1") == 2

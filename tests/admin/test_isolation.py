@@ -21,6 +21,7 @@ MISSING_TOKEN = "tok_ZZZZZZZZZZZZ"
 # (method, path, body); {account}, {key} and {token} are filled with the target's ids.
 TARGETED: list[tuple[str, str, Any]] = [
     ("GET", "/accounts/{account}", None),
+    ("PATCH", "/accounts/{account}", {"name": "taken over"}),
     ("POST", "/accounts/{account}/topups", {"amount": "1000"}),
     ("POST", "/accounts/{account}/tokens", None),
     ("GET", "/keys?account_id={account}", None),
@@ -39,6 +40,8 @@ TARGETED: list[tuple[str, str, Any]] = [
     ("GET", "/usage/daily?account_id={account}", None),
     ("GET", "/usage/daily?key_id={key}", None),
     ("GET", "/usage/top-keys?account_id={account}", None),
+    ("GET", "/usage/quality?account_id={account}", None),
+    ("GET", "/usage/quality?key_id={key}", None),
     ("GET", "/tokens?account_id={account}", None),
     ("POST", "/tokens", {"account_id": "{account}", "name": "intruder"}),
     ("POST", "/tokens/{token}/revoke", None),

@@ -239,7 +239,7 @@ def test_max_tokens_is_clamped_to_what_the_cap_affords_and_refused_below_the_inp
     with running_gateway(tmp_path / "data") as gateway:
         price = gateway.services.catalogue.models["aria-sonnet-4.6"].price
         raw = orjson.dumps(body_for("messages", "aria-sonnet-4.6", "Hello there gateway", 4000))
-        in_bound = input_tokens_bound(len(raw), 0, 1024, 1600)
+        in_bound = input_tokens_bound(len(raw), 0, 128, 1600)
         cap = bound_uc(in_bound, 25, price)  # room for the input and 25 output tokens
         issued = gateway.key(gateway.account("acme"), "Pro", rpm=1000, monthly_cap_uc=cap)
         url, headers = (

@@ -203,7 +203,10 @@ def test_the_hold_covers_the_searches_a_request_may_run(
         body["tools"] = tools
     held, size, request_id = _hold_seen(wired, body, f"hold-{orjson.dumps(tools).decode()}")
     price = wired.services.catalogue.models["aria-sonnet-4.6"].price
-    overhead = wired.settings.billing.input_overhead_tokens
+    # A request offering a tool (the web search) holds the tool allowance on top.
+    overhead = wired.settings.billing.input_overhead_tokens + (
+        wired.settings.billing.tool_overhead_tokens if tools else 0
+    )
     assert held == bound_uc(size + overhead, 50, price, searches)
     assert held == -(-((size + overhead) * 6_000_000 + 50 * 15_000_000 + searches * 10**10) // 10**6)
     assert request_id

@@ -70,9 +70,15 @@ def test_sixty_per_minute_under_tenfold_load_for_three_simulated_minutes(tmp_pat
         assert messages_refusal.body["error"]["type"] == "rate_limit_error"
         chat_refusal = next(s for _, s in refused if "type" not in s.body)
         assert chat_refusal.body["error"]["code"] == "rate_limit_exceeded"
-        # Refused requests consumed no credits: only admitted ones left usage records and charges.
-        records = records_of(gateway, issued.record.id)
+        # Refused requests consumed no credits: admitted ones left usage records and charges,
+        # refused ones a record of 0 µc saying so (refused_429).
+        gateway.call(gateway.services.settlements.drain())  # refusals are recorded after their answer
+        every = records_of(gateway, issued.record.id)
+        records = [r for r in every if r.status == "ok"]
         assert len(records) == 180
+        refusals = [r for r in every if r.status != "ok"]
+        assert {r.status for r in refusals} == {"refused_429"} and len(refusals) == len(refused)
+        assert sum(r.charged_uc for r in refusals) == 0
         after = gateway.call(gateway.services.store.get_account(account.id))
         assert before is not None and after is not None
         assert before.balance_uc - after.balance_uc == sum(r.charged_uc for r in records)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 
+from modelgate.billing.settle_journal import SettleJournal
 from modelgate.clock import month_of
 from modelgate.storage.base import NewKey, Reservation, ReserveRequest, UsageRecord
 from modelgate.storage.sqlite import SqliteStore
@@ -104,3 +105,89 @@ def test_a_settle_kept_by_a_process_that_died_is_written_at_the_next_start(tmp_p
         assert gateway.services.ledger.journal.waiting == 0
         records = gateway.call(gateway.services.store.usage_records(MONTH))
         assert [r.request_id for r in records] == ["req_kept"]
+
+
+def test_processes_sharing_a_journal_directory_and_a_pid_keep_their_own_files(tmp_path: Path) -> None:
+    """Containers on one data volume often have the same pid: each keeps its own journal file,
+    none waits on another's lock or empties another's lines, and a start adopts only the files of
+    processes that stopped."""
+    directory = tmp_path / "settle-journal"
+
+    def record(request_id: str) -> UsageRecord:
+        return UsageRecord(request_id, "key_a", 1, "messages", "aria-haiku-4.5", MONTH, "ok", NOW, NOW + 1)
+
+    async def run() -> tuple[int, int, set[bytes]]:
+        unreachable = SqliteStore(Path("/proc/no-such-place/modelgate.db"))
+        first, second = SettleJournal(unreachable, directory), SettleJournal(unreachable, directory)
+        await asyncio.wait_for(first.keep(record("req_first"), charge=True), 5)
+        await asyncio.wait_for(second.keep(record("req_second"), charge=True), 5)
+        files = {path.read_bytes() for path in directory.glob("settles-*.jsonl")}
+        # Both running: a third process starting adopts nothing.
+        assert await SettleJournal(unreachable, directory).replay() == 0
+        await first.aclose()  # the first process stops with its settle still waiting
+        later = SettleJournal(unreachable, directory)
+        adopted = await later.replay()
+        assert "req_first" in later and "req_second" not in later
+        waiting = second.waiting
+        for journal in (second, later):
+            await journal.aclose()
+        return adopted, waiting, files
+
+    adopted, waiting, files = asyncio.run(run())
+    assert adopted == 1 and waiting == 1
+    assert len(files) == 2 and all(len(lines.splitlines()) == 1 for lines in files)
+
+
+def _orphan(directory: Path, request_id: str) -> Path:
+    """The journal file of a process that died with the settle of ``request_id`` waiting."""
+    directory.mkdir(parents=True, exist_ok=True)
+    record = UsageRecord(request_id, "key_a", 1, "messages", "aria-haiku-4.5", MONTH, "ok", NOW, NOW + 1)
+    path = directory / f"settles-gone-1-{request_id}.jsonl"
+    path.write_bytes(orjson.dumps({"charge": True, "record": dataclasses.asdict(record)}) + b"\n")
+    return path
+
+
+def test_a_journal_file_that_cannot_be_read_is_skipped_not_fatal(tmp_path: Path) -> None:
+    directory = tmp_path / "settle-journal"
+    (directory / "settles-broken.jsonl").mkdir(parents=True)  # opening it fails (not a file)
+    orphan = _orphan(directory, "req_orphan")
+
+    async def run() -> tuple[int, bool]:
+        journal = SettleJournal(SqliteStore(Path("/proc/no-such-place/modelgate.db")), directory)
+        adopted = await journal.replay()
+        kept = "req_orphan" in journal
+        await journal.aclose()
+        return adopted, kept
+
+    assert asyncio.run(run()) == (1, True)
+    assert not orphan.exists() and (directory / "settles-broken.jsonl").is_dir()
+
+
+#: Replays with no room to write its own journal file (RLIMIT_FSIZE 0: every write fails EFBIG).
+_REPLAY_WITHOUT_ROOM = textwrap.dedent(
+    """
+    import asyncio, resource, signal, sys
+    from pathlib import Path
+    from modelgate.billing.settle_journal import SettleJournal
+    from modelgate.storage.sqlite import SqliteStore
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    async def main() -> None:
+        journal = SettleJournal(SqliteStore(Path("/proc/no-such-place/modelgate.db")), Path(sys.argv[1]))
+        await journal.replay()
+        assert "req_orphan" in journal
+        journal._task.cancel()  # dies at once, as a crash would
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_an_orphan_file_stays_until_its_settles_are_in_the_adopting_processs_own_file(tmp_path: Path) -> None:
+    directory = tmp_path / "settle-journal"
+    orphan = _orphan(directory, "req_orphan")
+    subprocess.run([sys.executable, "-c", _REPLAY_WITHOUT_ROOM, str(directory)], check=True, timeout=60)
+    # Its own file could not take the settle: the orphan is still there for the next start.
+    assert orphan.exists() and b"req_orphan" in orphan.read_bytes()

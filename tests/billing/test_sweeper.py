@@ -9,10 +9,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import pytest
 
 from modelgate.billing.sweeper import ABANDONED, Sweeper
 from modelgate.clock import month_of
-from modelgate.storage.base import NewKey, Reservation, ReserveRequest
+from modelgate.storage.base import NewKey, Reservation, ReserveRequest, Settlement, StorageError, UsageRecord
 from modelgate.storage.sqlite import SqliteStore
 from tests.billing.helpers import body_for, headers_for
 from tests.gateway_server import ManualClock, running_gateway
@@ -111,3 +112,75 @@ def test_sweepers_of_several_processes_release_each_hold_exactly_once(tmp_path: 
     released, records, reserved, pending = asyncio.run(run())
     assert sum(released) == 120 == records
     assert reserved == 0 and pending == 0
+
+
+class _Later:
+    """A clock at START + 120 by the wall, ``passed`` seconds on by the steady clock."""
+
+    passed = 0.0
+
+    def time(self) -> float:
+        return START + 120
+
+    def steady(self) -> float:
+        return START + self.passed
+
+
+class _FailingOnce(SqliteStore):
+    """The real store; its next release fails once when ``fail`` is set (a database error)."""
+
+    fail = False
+
+    async def release(self, record: UsageRecord) -> Settlement:
+        if self.fail:
+            self.fail = False
+            raise StorageError("connection reset")
+        return await super().release(record)
+
+
+async def _abandoned(path: Path, count: int) -> _FailingOnce:
+    store = _FailingOnce(path)
+    await store.migrate()
+    account = await store.create_account("acme", 10_000_000, START)
+    await store.create_key(
+        NewKey("key_a", account.id, "", "Basic", 60, None, None, b"d" * 32, "sk-cs4-ab", "abcd"), START
+    )
+    for n in range(count):
+        request = ReserveRequest(
+            f"req_{n:03}", "key_a", account.id, month_of(START), 1000, 1, START, START + 60
+        )
+        assert isinstance(await store.reserve(request), Reservation)
+    return store
+
+
+def test_holds_past_the_first_batch_are_released_one_ttl_after_they_were_first_seen(tmp_path: Path) -> None:
+    async def run() -> tuple[int, int, int]:
+        store = await _abandoned(tmp_path / "ledger.db", 25)
+        clock = _Later()
+        sweeper = Sweeper(store, clock, 1.0, 60, batch=10)  # 25 holds: three pages
+        first = await sweeper.sweep()
+        clock.passed = 60
+        released = await sweeper.sweep()
+        left = await store.pending_reservations()
+        await store.close()
+        return first, released, left
+
+    assert asyncio.run(run()) == (0, 25, 0)
+
+
+def test_a_failed_release_does_not_restart_the_ages_of_the_other_holds(tmp_path: Path) -> None:
+    async def run() -> tuple[int, int]:
+        store = await _abandoned(tmp_path / "ledger.db", 5)
+        clock = _Later()
+        sweeper = Sweeper(store, clock, 1.0, 60)
+        assert await sweeper.sweep() == 0
+        clock.passed = 60
+        store.fail = True
+        with pytest.raises(StorageError):
+            await sweeper.sweep()
+        released = await sweeper.sweep()  # the same steady instant: every age still counts
+        left = await store.pending_reservations()
+        await store.close()
+        return released, left
+
+    assert asyncio.run(run()) == (5, 0)

@@ -349,6 +349,9 @@ ADMIN_PATHS = [
     "/admin/api/keys/key_%00", "/admin/api/usage?month=2026-13", "/admin/api/usage/records?cursor=%FF",
     "/admin/api/usage/records?from=not-a-date", "/admin/api/usage/daily?month=%C2%B2", "/admin/api/tokens/..%2f..",
     "/admin/api/usage/records.csv?limit=-5", "/admin/api/usage/top-keys?limit=1e9", "/admin/api/me?x=" + "y" * 5000,
+    "/admin/api/usage/quality?from=not-a-date", "/admin/api/usage/quality?key_id=key_%00",
+    "/admin/api/usage/quality?from=2026-12-31&to=2026-01-01", "/admin/api/usage/quality?status=" + "s" * 5000,
+    "/admin/api/usage/quality?account_id=9223372036854775808",
     "/dashboard/%2e%2e%2f%2e%2e%2fetc%2fpasswd", "/dashboard/..%2fapp.js", "/dashboard/%00", "/dashboard/a/b/c.js",
 ]  # fmt: skip
 ADMIN_BODIES: list[tuple[str, str, Any]] = [
@@ -367,6 +370,18 @@ ADMIN_BODIES: list[tuple[str, str, Any]] = [
     ("POST", "/admin/api/tokens", {"expires_in": "forever"}),
     ("PATCH", "/admin/api/keys/key_nope", {"rpm": "x"}),
     ("POST", "/admin/api/keys/key_nope/rotate", {"grace_seconds": 1e300}),
+    ("PATCH", "/admin/api/accounts/1", {"name": ""}),
+    ("PATCH", "/admin/api/accounts/1", {"name": 5}),
+    ("PATCH", "/admin/api/accounts/1", {"name": "n" * 10_000}),
+    ("PATCH", "/admin/api/accounts/1", {"name": "   "}),
+    ("PATCH", "/admin/api/accounts/1", {"name": "ok", "balance_uc": 10**9}),
+    ("PATCH", "/admin/api/accounts/9223372036854775808", {"name": "far"}),
+    ("PATCH", "/admin/api/accounts/%C2%B2", {"name": "odd"}),
+]  # fmt: skip
+#: Credentials /health reads (public view without one, details with an operator token).
+HEALTH_CREDENTIALS = [
+    "", "Bearer", "Bearer mg-op-forged", "Bearer mg-acct-forged", "Basic mg-op-x", "Bearer " + "x" * 6000,
+    "Bearer mg-op-" + "z" * 400, "bearer\tmg-op-x",
 ]  # fmt: skip
 
 
@@ -420,8 +435,12 @@ def other_requests(keys: dict[str, str], admin: str, rng: random.Random) -> Iter
                 shape="messages",
                 tags=["models-list"],
             )
-        elif roll == 5:
+        elif roll == 5 and rng.random() < 0.5:
             yield Hostile("POST", "/admin/api/accounts/1/topups", {"authorization": "Bearer mg-op-forged"}, b"{}", "admin", ["admin-auth"])  # fmt: skip
+        elif roll == 5:
+            credential = rng.choice([*HEALTH_CREDENTIALS, "Bearer " + keys["Basic"]])
+            headers = {"authorization": credential} if credential else {}
+            yield Hostile("GET", "/health", headers, shape="none", tags=["health"])
         else:
             credential = rng.choice(
                 [

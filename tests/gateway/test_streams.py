@@ -206,3 +206,55 @@ async def test_a_stream_broken_after_its_first_byte_ends_in_band_and_cools_its_d
     assert status is UsageStatus.UPSTREAM_FAILED_MID_STREAM
     assert usage == ir.Usage(input_tokens=ESTIMATED_INPUT, output_tokens=2)
     assert reply.closed and reply.aborted
+
+
+async def test_a_stream_cancelled_while_its_outcome_is_estimated_is_still_settled_once() -> None:
+    """The estimate of a stream without a usage report takes time (a worker); a cancellation of
+    the request then (a forced shutdown) must not leave its hold unsettled."""
+    entered, finish = asyncio.Event(), asyncio.Event()
+
+    async def slow_estimate() -> int:
+        entered.set()
+        await finish.wait()
+        return ESTIMATED_INPUT
+
+    provider = ScriptedProvider("up", [Respond.events(OPENING, TEXT, STOP, DONE)], dialects=("chat",))
+    reply = await provider.send("chat", b"{}", stream=True, client_headers={})
+    attempt = Attempt(
+        Deployment("up", UPSTREAM_MODEL), provider, "chat", reply, 1, lambda: None, lambda: None
+    )
+    settled: list[tuple[ir.Usage, UsageStatus]] = []
+
+    async def settle(usage: ir.Usage, status: UsageStatus) -> None:
+        settled.append((usage, status))
+
+    done: list[bool] = []
+    stream = open_stream(
+        client_request("chat"),
+        slow_estimate,
+        dialect=CODECS["chat"],
+        upstream_model=UPSTREAM_MODEL,
+        redact=None,
+    )
+    response = StreamResponse(
+        stream,
+        attempt,
+        headers={},
+        settle=settle,
+        on_done=lambda: done.append(True),
+        drain=Drain(),
+        record=RequestRecord("req_1", "chat"),
+        telemetry=Telemetry(),
+    )
+    client = Client()
+    serving = asyncio.ensure_future(response({"type": "http"}, client.receive, client.send))
+    await entered.wait()
+    serving.cancel()
+    await asyncio.sleep(0)
+    finish.set()  # the estimate ends: the settlement goes on, and the request's end waits for it
+    with pytest.raises(asyncio.CancelledError):
+        await serving
+    # No usage report came: billed as estimated, once, as an incomplete stream.
+    expected = (ir.Usage(input_tokens=ESTIMATED_INPUT, output_tokens=2), UsageStatus.UPSTREAM_INCOMPLETE)
+    assert settled == [expected]
+    assert done == [True]

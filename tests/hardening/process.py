@@ -86,6 +86,14 @@ class GatewayProcess:
 
         return with_management(Options(self.config, self.data_dir), work)
 
+    def operator_headers(self) -> dict[str, str]:
+        """An operator admin token's header (issued in the database): /health's details need one."""
+
+        async def issue(m: Management) -> str:
+            return str(await m.create_admin_token(None))
+
+        return {"authorization": f"Bearer {with_management(Options(self.config, self.data_dir), issue)}"}
+
     def command(self) -> list[str]:
         command = [sys.executable, "-m", "modelgate", "serve", "--config", str(self.config)]
         return [*command, "--data-dir", str(self.data_dir), "--no-bootstrap"]

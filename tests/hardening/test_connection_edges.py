@@ -143,6 +143,7 @@ def test_the_connection_cap_fits_the_open_file_limit(tmp_path: Path) -> None:
     )
     with gateway:
         seeded = gateway.seed()
+        operator = gateway.operator_headers()
         gateway.start()
         logged = gateway.log.read_text()
         assert f"open-file limit: {limit} (hard {limit}); connection cap " in logged
@@ -162,7 +163,8 @@ def test_the_connection_cap_fits_the_open_file_limit(tmp_path: Path) -> None:
             # The connection already open still serves, with the database and the log at hand.
             assert client.post("/v1/chat/completions", json=CHAT, headers=headers).status_code == 200
         assert httpx.get(f"{gateway.base_url}/healthz", timeout=30).status_code == 200
-        assert httpx.get(f"{gateway.base_url}/health", timeout=30).json()["edge"]["connection_cap"] == cap
+        health = httpx.get(f"{gateway.base_url}/health", headers=operator, timeout=30).json()
+        assert health["edge"]["connection_cap"] == cap
 
 
 def test_the_configured_cap_stays_when_it_fits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

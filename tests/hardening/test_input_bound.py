@@ -154,7 +154,7 @@ def test_the_hold_reflects_an_images_pixels(tmp_path: Path) -> None:
             ]}],
         }  # fmt: skip
         raw = orjson.dumps(body)
-        bound = len(raw) - len(data) + 1024 + math.ceil(64_000_000 / 400) + 100
+        bound = len(raw) - len(data) + 128 + math.ceil(64_000_000 / 400) + 100
         # Enough for the image's input bound and 1,000 output tokens: the 8,000 asked are clamped.
         balance = bound_uc(bound, 1_000, model.price)
         account = gateway.account("small", credits=balance / 1_000_000)

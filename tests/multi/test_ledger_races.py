@@ -88,8 +88,13 @@ def test_cap_and_shared_balance_races_across_three_instances(make_cluster: Any) 
             server = cluster[index]
             return server.call(getattr(server.services.store, method)(*args, **kwargs))
 
+        for index in range(3):  # the refusals' records, written after their answers
+            cluster[index].call(cluster[index].services.settlements.drain())
         current = on(2, "get_account", account.id)
-        usage = on(1, "usage_records", month, account_id=account.id, limit=10_000)
+        every = on(1, "usage_records", month, account_id=account.id, limit=10_000)
+        # Refusals (402) are in the usage log at 0 µc; the served requests are the rest.
+        assert all(u.charged_uc == 0 for u in every if u.status == "refused_402")
+        usage = [u for u in every if u.status != "refused_402"]
         spent, held = on(0, "month_spend", capped_id, month)
         # Overshoot of the cap: exactly zero; nothing left held; every request settled once.
         assert held == 0 and spent <= CAP_UC, (spent, CAP_UC)

@@ -143,7 +143,10 @@ def test_one_dead_deployment_costs_at_most_0_1_percent_of_2000_requests(tmp_path
     with pair(tmp_path / "data", bad_step=Fault.status(500), good_step=Reply()) as p:
         results = asyncio.run(_run(p, 2000, concurrency=50))
         good, bad = _markers(p.good), _markers(p.bad)
-        health = httpx.get(f"{p.gateway.base_url}/health").json()
+        token = p.gateway.call(p.gateway.management.create_admin_token(None))
+        health = httpx.get(
+            f"{p.gateway.base_url}/health", headers={"authorization": f"Bearer {token}"}
+        ).json()
 
     # /health names the failing deployments (and only them), without their addresses.
     unhealthy = health["checks"]["unhealthy_deployments"]

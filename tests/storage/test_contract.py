@@ -482,6 +482,20 @@ async def test_settlement_books_the_reservations_month_key_and_account(store: St
     assert (await store.usage_summary("2026-06", key_id=key.id)).requests == 0
 
 
+async def test_pending_reservations_are_listed_a_page_at_a_time_in_request_id_order(store: Store) -> None:
+    account, key = await setup_key(store, balance=10_000)
+    requests = [hold(key, 100, now=NOW + i) for i in range(5)]
+    for request in requests:
+        await store.reserve(request)
+    everything = sorted((r.request_id, key.id, account.id, MONTH) for r in requests)
+    listed, after = [], ""
+    while page := await store.pending_reservation_page(after, 2):
+        assert len(page) <= 2
+        listed += page
+        after = page[-1][0]
+    assert listed == everything
+
+
 async def test_expired_reservations_are_listed_oldest_first_and_release_cleanly(store: Store) -> None:
     account, key = await setup_key(store, balance=10_000)
     old = [hold(key, 100, now=NOW + i) for i in range(3)]

@@ -124,7 +124,8 @@ def test_an_unknown_previous_response_is_a_404_message_and_the_socket_stays_open
         error = refused(socket, model=SIMULATED, input="x", store=False, previous_response_id="resp_nowhere")
         assert error["status"] == 404 and error["error"]["param"] == "previous_response_id"
         completed(socket, model=SIMULATED, input="still here", store=False)
-    assert [r.status for r in suite.usage(key_id)] == ["ok"]
+    # The refusal is in the usage log (0 µc), before the answer that followed it.
+    assert [r.status for r in suite.usage(key_id, count=2)] == ["refused_404", "ok"]
 
 
 def test_a_prewarm_generates_nothing_and_bills_nothing_and_can_be_chained(suite: Suite) -> None:
@@ -175,8 +176,10 @@ def test_refusals_are_error_messages_in_the_openai_shape_and_cost_nothing(suite:
         limited = refused(socket, model=SIMULATED, input="three", store=False)
         assert limited["status"] == 429 and limited["error"]["type"] == "rate_limit_error"
         assert int(limited["headers"]["retry-after"]) >= 1
-    records = suite.usage(key_id, count=2)
-    assert len(records) == 2 and suite.available(account_id) == before - sum(r.charged_uc for r in records)
+    records = suite.usage(key_id, count=4)
+    assert [r.status for r in records] == ["refused_404", "ok", "ok", "refused_429"]
+    assert all(r.charged_uc == 0 for r in records if r.status != "ok")
+    assert suite.available(account_id) == before - sum(r.charged_uc for r in records)
 
 
 def test_a_request_over_the_cap_is_a_402_message_and_nothing_is_held(suite: Suite) -> None:
@@ -185,7 +188,8 @@ def test_a_request_over_the_cap_is_a_402_message_and_nothing_is_held(suite: Suit
         error = refused(socket, model=SIMULATED, input="too dear", store=False)
         assert error["status"] == 402 and error["error"]["code"] == "insufficient_balance"
         assert error["headers"]["x-should-retry"] == "false"
-    assert suite.usage(key_id, timeout=0.3) == [] and suite.available(account_id) == 1
+    (record,) = suite.usage(key_id)
+    assert (record.status, record.charged_uc) == ("refused_402", 0) and suite.available(account_id) == 1
 
 
 def test_a_key_revoked_mid_connection_is_refused_on_its_next_message(suite: Suite) -> None:

@@ -32,6 +32,7 @@ from modelgate.admin.http import (
 from modelgate.admin.openapi import openapi_document
 from modelgate.admin.tokens import TokenEndpoints
 from modelgate.admin.usage import UsageEndpoints
+from modelgate.admin.usage_quality import QualityEndpoints
 from modelgate.clock import month_of
 from modelgate.management import ConflictError, Management, ManagementError, NotFoundError, parse_credits
 from modelgate.services import Services
@@ -63,6 +64,7 @@ class AdminAPI:
         self.key_records = services.key_records
         self.usage = UsageEndpoints(self.context)
         self.tokens = TokenEndpoints(self.context)
+        self.quality = QualityEndpoints(self.context, self.usage)
 
     @property
     def management(self) -> Management:
@@ -134,6 +136,13 @@ class AdminAPI:
     async def account_get(self, request: Request, principal: Principal) -> Response:
         account = await self.context.account(principal, path_int(request, "account_id", "account"))
         return json_response(schemas.account_view(account))
+
+    async def account_rename(self, request: Request, principal: Principal) -> Response:
+        """``PATCH /accounts/{id}``: a new name (operators only; keys, tokens and usage stay)."""
+        account = await self.context.account(principal, path_int(request, "account_id", "account"))
+        principal.require_operator()
+        body = await parse_body(request, schemas.AccountRename)
+        return json_response(schemas.account_view(await self.management.rename_account(account, body.name)))
 
     async def topup_create(self, request: Request, principal: Principal) -> Response:
         account = await self.context.account(principal, path_int(request, "account_id", "account"))
@@ -243,7 +252,10 @@ class AdminAPI:
             route(f"{PREFIX}/openapi.json", {"GET": openapi}),
             route(f"{PREFIX}/me", {"GET": a(self.me)}),
             route(f"{PREFIX}/accounts", {"GET": a(self.accounts_list), "POST": a(self.accounts_create)}),
-            route(f"{PREFIX}/accounts/{{account_id}}", {"GET": a(self.account_get)}),
+            route(
+                f"{PREFIX}/accounts/{{account_id}}",
+                {"GET": a(self.account_get), "PATCH": a(self.account_rename)},
+            ),
             route(f"{PREFIX}/accounts/{{account_id}}/topups", {"POST": a(self.topup_create)}),
             route(f"{PREFIX}/accounts/{{account_id}}/tokens", {"POST": a(self.tokens.create_for_account)}),
             route(f"{PREFIX}/tokens", {"GET": a(self.tokens.list), "POST": a(self.tokens.create)}),
@@ -258,6 +270,7 @@ class AdminAPI:
             route(f"{PREFIX}/usage/records.csv", {"GET": a(self.usage.records_csv)}),
             route(f"{PREFIX}/usage/daily", {"GET": a(self.usage.daily)}),
             route(f"{PREFIX}/usage/top-keys", {"GET": a(self.usage.top_keys)}),
+            route(f"{PREFIX}/usage/quality", {"GET": a(self.quality.daily)}),
             route(PREFIX + "/{rest:path}", {m: unknown for m in ("GET", "POST", "PATCH", "PUT", "DELETE")}),
         ]
 

@@ -130,6 +130,14 @@ def openapi_document() -> dict[str, Any]:
         },
         "/admin/api/accounts/{account_id}": {
             "get": _op("getAccount", "One account", ("200", "Account"), params=[_ACCOUNT_ID]),
+            "patch": _op(
+                "renameAccount",
+                "Rename an account (operator); keys, tokens and usage stay",
+                ("200", "Account"),
+                body="AccountRename",
+                params=[_ACCOUNT_ID],
+                errors=("400", "401", "403", "404", "409"),
+            ),
         },
         "/admin/api/accounts/{account_id}/topups": {
             "post": _op(
@@ -278,6 +286,15 @@ def openapi_document() -> dict[str, Any]:
                 ),
                 "responses": {**_CSV, **_error_responses("400", "401", "404")},
             }
+        },
+        "/admin/api/usage/quality": {
+            "get": _op(
+                "getUsageQuality",
+                "Error rate and latency per UTC day, from the usage log (at most admin.csv_max_rows records)",
+                ("200", "UsageQuality"),
+                params=_FILTERS,
+                errors=("400", "401", "404"),
+            )
         },
         "/admin/api/usage/daily": {
             "get": _op(

@@ -230,6 +230,24 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
             },
         }
     ),
+    "UsageQuality": _obj(
+        {
+            "data": {"type": "array", "items": ref("QualityDay")},
+            "total": {**ref("QualityDay"), "description": "the whole filter (day: all)"},
+        }
+    ),
+    "QualityDay": _obj(
+        {
+            "day": {"type": "string", "description": "YYYY-MM-DD (UTC), or all"},
+            "requests": _INT,
+            "errors": {**_INT, "description": "records whose status is not ok"},
+            "refused": {**_INT, "description": "of them refused for the key (refused_402/404/429)"},
+            "error_rate": {"type": "number", "description": "errors / requests"},
+            "p50_ms": {"type": ["number", "null"], "description": "median latency of served requests"},
+            "p95_ms": {"type": ["number", "null"]},
+            "max_ms": {"type": ["number", "null"]},
+        }
+    ),
     "TopKeys": _obj(
         {
             "month": _STR,

@@ -43,6 +43,12 @@ class AccountCreate(Body):
     credits_uc: Micro | None = Field(default=None, description="Opening balance in micro-credits.")
 
 
+class AccountRename(Body):
+    """An account's new name (operators only): 1 to 100 characters, not another account's."""
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=100)]
+
+
 class TopUp(Body):
     """Credits added to an account's balance: give ``amount`` or ``amount_uc``."""
 
@@ -114,6 +120,7 @@ class TokenCreate(AccountTokenCreate):
 
 REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     AccountCreate,
+    AccountRename,
     TopUp,
     KeyCreate,
     KeyUpdate,

@@ -116,7 +116,7 @@ class UsageEndpoints:
             }
         )
 
-    async def _filter(self, request: Request, principal: Principal) -> UsageFilter:
+    async def filter_of(self, request: Request, principal: Principal) -> UsageFilter:
         account_id, key_id = await self.context.scope(principal, request)
         since, until = query.date_range(request)
         return UsageFilter(
@@ -132,7 +132,7 @@ class UsageEndpoints:
     async def records(self, request: Request, principal: Principal) -> Response:
         """``GET /usage/records``: one page of the filtered log, newest first. The first page
         (no ``cursor``) also carries the number of matching records and the facets."""
-        where = await self._filter(request, principal)
+        where = await self.filter_of(request, principal)
         limit = query.bounded_int(request, "limit", DEFAULT_RECORDS, 1, MAX_RECORDS)
         after = query.cursor(request)
         page = await self.reports.usage_page(where, limit=limit, after=after)
@@ -153,7 +153,7 @@ class UsageEndpoints:
     async def records_csv(self, request: Request, principal: Principal) -> Response:
         """``GET /usage/records.csv``: every record of the filter, streamed in batches (bounded
         memory); more than ``admin.csv_max_rows`` is refused before anything is sent."""
-        where = await self._filter(request, principal)
+        where = await self.filter_of(request, principal)
         limit = self.context.settings.admin.csv_max_rows
         total = await self.reports.usage_count(where)
         if total > limit:

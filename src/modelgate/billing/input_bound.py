@@ -5,8 +5,16 @@ Media are priced by what the provider sees, not by their bytes: an inline image 
 (``ceil(pixels / image_pixels_per_token) + image_base_tokens``), an inline PDF by its pages
 (``pages x tokens_per_pdf_page``), and media the gateway cannot measure (by URL, by file id,
 unreadable) at the configured allowances. The base64 bytes of measured media are not counted as
-text. A fixed allowance covers tool prompts and message framing. Callers cap the result at the
-model's context window, which no provider bills beyond.
+text. Callers cap the result at the model's context window, which no provider bills beyond.
+
+Two allowances cover what a provider reads beyond the body's own text. The body's JSON framing
+(braces, keys, quotes: some 25 bytes a message) already outweighs the few tokens a provider frames
+each message with, so every request gets only a small fixed allowance for the prompt's own start
+and end (``overhead_tokens``). A request that offers tools or asks for structured output makes the
+provider add a prompt of its own (Anthropic documents 313-346 tokens for its tool-use prompt;
+OpenAI renders function schemas into its prompt), so only such a request gets the larger
+``tool_overhead_tokens`` on top. Before, every request paid the larger allowance, which stranded
+the last few thousand micro-credits of every cap.
 
 Media are found by their shape anywhere in the body (Messages ``image``/``document`` blocks,
 Chat ``image_url``/``file`` parts, Responses ``input_image``/``input_file`` items), so nothing
@@ -34,15 +42,53 @@ class MediaRules:
     image_base_tokens: int
     tokens_per_pdf_page: int
     unknown_pdf_pages: int
+    #: Added when the request offers tools or asks for structured output (``adds_a_prompt``).
+    tool_overhead_tokens: int = 0
+
+
+#: Top-level fields that make the provider add a prompt of its own when they carry anything:
+#: tools (Messages, Chat, Responses), Chat's legacy functions, Messages' MCP servers, and the
+#: structured-output formats of each dialect.
+_PROMPT_FIELDS = ("tools", "functions", "mcp_servers", "output_format")
+_FORMAT_FIELDS = (
+    ("response_format", None),
+    ("text", "format"),
+    ("output_config", "format"),
+    # Gemini's generation config, in both the spellings its clients send.
+    ("generationConfig", "responseSchema"),
+    ("generationConfig", "responseJsonSchema"),
+    ("generation_config", "response_schema"),
+    ("generation_config", "response_json_schema"),
+)
+
+
+def adds_a_prompt(body: Any) -> bool:
+    """Whether the provider reads a prompt of its own besides the body: tools or a schema."""
+    if not isinstance(body, dict):
+        return False
+    if any(body.get(name) for name in _PROMPT_FIELDS):
+        return True
+    for name, inner in _FORMAT_FIELDS:
+        value = body.get(name)
+        if inner is not None:
+            value = value.get(inner) if isinstance(value, dict) else None
+        if value and not (isinstance(value, dict) and value.get("type") == "text"):
+            return True
+    return False
+
+
+def allowance(body: Any, rules: MediaRules) -> int:
+    """Tokens held beyond the body's text and media (the two allowances above)."""
+    return rules.overhead_tokens + (rules.tool_overhead_tokens if adds_a_prompt(body) else 0)
 
 
 def input_bound(raw: bytes, body: Any, rules: MediaRules) -> int:
     """Upper bound on the input tokens of the request whose body is ``raw`` (parsed: ``body``)."""
     if _MEDIA_MARKER.search(raw) is None:
-        return len(raw) + rules.overhead_tokens
+        return len(raw) + allowance(body, rules)
     count = _MediaCount(rules)
     count.walk(body)
-    return max(0, len(raw) - count.measured_bytes) + rules.overhead_tokens + count.tokens
+    return max(0, len(raw) - count.measured_bytes) + allowance(body, rules) + count.tokens
 
 
 class _MediaCount:

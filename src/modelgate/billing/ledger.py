@@ -13,7 +13,11 @@ is in flight (client gone, shutdown) still leaves exactly one usage record.
 
 A settle or release the database does not take (unreachable, restarting, failing) never fails the
 request: it is kept in the ``SettleJournal`` and retried until it lands (exactly once: keyed by the
-hold's request id). The caller gets the figures the settlement will have (``_provisional``).
+hold's request id). The first attempt gets ``billing.settle_timeout_seconds``: a database that
+neither takes nor refuses it by then (a PostgreSQL command or connect timeout is far longer) has
+it kept and retried in the background, so a stream's last byte never waits on a stuck database
+with nothing on disk. A settle cancelled mid-way (the event loop ending at a forced shutdown) is
+journaled synchronously before the cancellation goes on. The caller gets the figures the settlement will have (``_provisional``).
 ``Ledger.holds`` names the holds this process is still responsible for (in flight, or kept in
 the journal): its sweeper never releases them, whatever the clocks say.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -29,6 +34,7 @@ from typing import Any, TypeVar
 
 from modelgate import ir
 from modelgate.billing.pricing import affordable_output_tokens, bound_uc, cost_uc
+from modelgate.billing.refusal import HoldRefused
 from modelgate.billing.settle_journal import SettleJournal
 from modelgate.catalogue import Model
 from modelgate.clock import Clock, month_of
@@ -92,9 +98,17 @@ class Settlements:
         task.add_done_callback(self._tasks.discard)
         return await asyncio.shield(task)
 
+    def start(self, operation: Awaitable[Any]) -> None:
+        """Run ``operation`` without waiting for it; ``drain`` still waits for it."""
+        task = asyncio.ensure_future(operation)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def drain(self) -> None:
+        """Wait until every settlement started has ended. Waiting is all it does: when the wait
+        itself is cancelled (a shutdown's deadline) the settlements go on, shielded as ever."""
         while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            await asyncio.wait(list(self._tasks))
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +134,7 @@ class Hold:
         "_live",
         "_runner",
         "_store",
+        "_timeout",
         "balance_after_uc",
         "cap_remaining_after_uc",
         "granted_uc",
@@ -140,6 +155,7 @@ class Hold:
         clock: Clock,
         journal: SettleJournal,
         live: set[str],
+        settle_timeout: float = math.inf,
     ) -> None:
         self.purpose = purpose
         self.granted_uc = granted_uc
@@ -154,6 +170,8 @@ class Hold:
         #: The request ids of this process's holds not ended yet (``Ledger.holds``).
         self._live = live
         live.add(purpose.request_id)
+        #: Seconds the first attempt at the database gets before the settle is journaled instead.
+        self._timeout = settle_timeout
         self._ended: asyncio.Future[Settlement] | None = None
 
     async def settle(self, usage: ir.Usage, status: UsageStatus) -> Settlement:
@@ -190,14 +208,23 @@ class Hold:
         return await asyncio.shield(self._ended)
 
     async def _finish(self, record: UsageRecord, charge: bool) -> Settlement:
+        write = self._store.settle(record) if charge else self._store.release(record)
         try:
-            return await (self._store.settle(record) if charge else self._store.release(record))
+            return await asyncio.wait_for(write, self._timeout if math.isfinite(self._timeout) else None)
+        except asyncio.CancelledError:
+            # Cancelled mid-way (the loop is ending): nothing may be awaited any more, so the
+            # settle is journaled synchronously; a retry of one that did commit changes nothing.
+            self._journal.keep_now(record, charge=charge)
+            raise
         except Exception as exc:  # whatever the database or its driver raised: kept, not lost
+            timed_out = isinstance(exc, TimeoutError)
+            if timed_out:
+                self._journal.timed_out_total += 1
             log.warning(
                 "could not write the %s of %s (%s); kept and retried until it lands",
                 "settle" if charge else "release",
                 record.request_id,
-                str(exc) or type(exc).__name__,
+                f"no answer within {self._timeout:g} s" if timed_out else str(exc) or type(exc).__name__,
             )
             await self._journal.keep(record, charge=charge)
             return self._provisional(record.charged_uc if charge else 0)
@@ -221,11 +248,14 @@ class Ledger:
         clock: Clock,
         ttl_seconds: float,
         journal: SettleJournal | None = None,
+        settle_timeout: float = math.inf,
     ) -> None:
         self._store = store
         self._runner = runner
         self._clock = clock
         self._ttl = ttl_seconds
+        #: ``billing.settle_timeout_seconds``: the first attempt's time at the database.
+        self.settle_timeout = settle_timeout
         #: Settles and releases the database did not take, retried until they land.
         self.journal = journal or SettleJournal(store)
         self._live: set[str] = set()
@@ -237,19 +267,21 @@ class Ledger:
 
     async def reserve(
         self, purpose: Purpose, *, input_bound: int, max_tokens: int, web_searches: int = 0
-    ) -> Hold | Refusal:
+    ) -> Hold | HoldRefused:
         """Hold the worst case of ``input_bound`` input and ``max_tokens`` output tokens and
         ``web_searches`` server web searches, or as much as is available down to input, searches
-        and one output token; otherwise the refusal."""
+        and one output token; otherwise the refusal, with the figures of the hold it refused."""
         price = purpose.model.price
+        amount = bound_uc(input_bound, max_tokens, price, web_searches)
+        minimum = bound_uc(input_bound, min(1, max_tokens), price, web_searches)
         outcome = await self._store.reserve(
             ReserveRequest(
                 request_id=purpose.request_id,
                 key_id=purpose.key_id,
                 account_id=purpose.account_id,
                 month=month_of(purpose.started),
-                amount_uc=bound_uc(input_bound, max_tokens, price, web_searches),
-                minimum_uc=bound_uc(input_bound, min(1, max_tokens), price, web_searches),
+                amount_uc=amount,
+                minimum_uc=minimum,
                 now=purpose.started,
                 expires_at=purpose.started + self._ttl,
                 endpoint=purpose.endpoint,
@@ -257,7 +289,9 @@ class Ledger:
             )
         )
         if isinstance(outcome, Refusal):
-            return outcome
+            return HoldRefused(
+                outcome.reason, outcome.available_uc, amount, minimum, input_bound, max_tokens, web_searches
+            )
         return Hold(
             purpose,
             granted_uc=outcome.granted_uc,
@@ -271,4 +305,55 @@ class Ledger:
             clock=self._clock,
             journal=self.journal,
             live=self._live,
+            settle_timeout=self.settle_timeout,
         )
+
+    def in_background(self, operation: Awaitable[Any]) -> None:
+        """Run a ledger write nobody waits for (a refusal's record) on the settlements runner,
+        so a draining server still finishes it."""
+        self._runner.start(operation)
+
+    async def record_refusal(
+        self,
+        request_id: str,
+        key_id: str,
+        account_id: int,
+        endpoint: str,
+        model: str,
+        status: str,
+        started: float,
+    ) -> bool:
+        """Write the usage record of a request refused for its key (nothing held, nothing
+        charged), through the same two ledger steps as any request: a hold of 0 µc released at
+        once, so the record lands in the usage log with every engine's batching and rules. False
+        when the ledger would not even hold 0 µc (an overdrawn account): no record then."""
+        month = month_of(started)
+        held = await self._store.reserve(
+            ReserveRequest(
+                request_id=request_id,
+                key_id=key_id,
+                account_id=account_id,
+                month=month,
+                amount_uc=0,
+                minimum_uc=0,
+                now=started,
+                expires_at=started + self._ttl,
+                endpoint=endpoint,
+                model=model,
+            )
+        )
+        if isinstance(held, Refusal):
+            return False
+        record = UsageRecord(
+            request_id=request_id,
+            key_id=key_id,
+            account_id=account_id,
+            endpoint=endpoint,
+            model=model,
+            month=month,
+            status=status,
+            created_at=started,
+            finished_at=self._clock.time(),
+        )
+        await self._runner.run(self._store.release(record))
+        return True

@@ -15,8 +15,10 @@ turns a delivered answer into an ``abandoned`` one. A hold whose wait outlasts
 ``billing.reservation_ttl_seconds`` may be released by another instance's sweeper; the late
 settle then changes nothing (that answer goes unbilled, and the log says so).
 
-The journal file (``settles-<pid>.jsonl`` in the directory) holds one JSON line per kept operation
-and one per landed one. The process holds an exclusive ``flock`` on its own file. At start,
+The journal file (``settles-<host>-<pid>-<random>.jsonl`` in the directory: containers sharing a
+volume often share pids, so the name is never reused, and it is created with ``O_EXCL`` under a
+temporary name, locked, then renamed into place) holds one JSON line per kept operation and one
+per landed one. The process holds an exclusive ``flock`` on its own file. At start,
 ``replay`` adopts every file no live process holds (a process that died with settles waiting):
 its operations not marked landed are kept again here and the file is removed. The file is emptied
 whenever nothing waits. A journal line that cannot be written (a full disk) is logged, and the
@@ -31,6 +33,9 @@ import dataclasses
 import fcntl
 import logging
 import os
+import secrets
+import socket
+import threading
 import typing
 from pathlib import Path
 from typing import Any
@@ -60,14 +65,20 @@ class SettleJournal:
         self._directory = directory
         self._kept: dict[str, _Kept] = {}
         self._fd: int | None = None
+        #: The name of this process's own journal file, once opened.
+        self._name: str | None = None
         #: Whether the file has lines (it is emptied once nothing waits).
         self._written = False
         self._file_lock = asyncio.Lock()
+        #: Serialises the file's writes between the writer thread and ``keep_now`` (on the loop).
+        self._io_lock = threading.Lock()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         #: Operations kept since start, and those of them that landed since (metrics).
         self.kept_total = 0
         self.landed_total = 0
+        #: Settles kept because the database gave no answer within ``billing.settle_timeout_seconds``.
+        self.timed_out_total = 0
 
     def __contains__(self, request_id: str) -> bool:
         return request_id in self._kept
@@ -82,24 +93,53 @@ class SettleJournal:
         a directory is configured) and due to be retried."""
         self._kept[record.request_id] = _Kept(record, charge)
         self.kept_total += 1
-        line = orjson.dumps({"charge": charge, "record": dataclasses.asdict(record)}) + b"\n"
-        await self._append(line)
+        await self._append(_kept_line(record, charge))
         self._ensure_retrying()
+        self._wake.set()
+
+    def keep_now(self, record: UsageRecord, *, charge: bool) -> None:
+        """``keep``, synchronously (for a settle being cancelled, which may not await): journaled
+        and fsynced on the calling thread before it returns. Retried by the running retry task if
+        any, else at ``aclose`` or by the next process to start (``replay``)."""
+        self._kept[record.request_id] = _Kept(record, charge)
+        self.kept_total += 1
+        if self._directory is not None:
+            try:
+                self._write(_kept_line(record, charge))
+            except OSError as exc:
+                log.error("settle journal: cannot write (%s); %s kept in memory only", exc, record.request_id)
         self._wake.set()
 
     async def replay(self) -> int:
         """Adopt the journal files of processes that died with operations waiting (at start); the
-        number adopted. They are retried like the ones this process keeps."""
+        number adopted. They are retried like the ones this process keeps. An orphan file is
+        removed only once its operations are fsynced in this process's own file (a crash between
+        leaves them in one file or the other); a file that cannot be read or removed is logged
+        and left, never stopping the start."""
         directory = self._directory
         if directory is None:
             return 0
-        adopted = await asyncio.to_thread(self._adopt_orphans, directory)
-        for kept in adopted:
-            await self.keep(kept.record, charge=kept.charge)
-            self.kept_total -= 1  # counted once, by the process that kept it
+        adopted = 0
+        for path, file, waiting in await asyncio.to_thread(self._claim_orphans, directory):
+            with file:  # holds the orphan's lock until it is removed or left
+                fresh = {rid: kept for rid, kept in waiting.items() if rid not in self._kept}
+                self._kept.update(fresh)
+                lines = b"".join(_kept_line(k.record, k.charge) for k in fresh.values())
+                try:
+                    if lines:
+                        async with self._file_lock:
+                            await asyncio.to_thread(self._write, lines)
+                    await asyncio.to_thread(path.unlink)
+                except OSError as exc:
+                    log.error(
+                        "settle journal: %s left in place (%s); it is retried from memory", path.name, exc
+                    )
+                adopted += len(fresh)
         if adopted:
-            log.warning("replaying %d settle(s) kept by a process that stopped", len(adopted))
-        return len(adopted)
+            log.warning("replaying %d settle(s) kept by a process that stopped", adopted)
+            self._ensure_retrying()
+            self._wake.set()
+        return adopted
 
     async def aclose(self) -> None:
         """Stop retrying, try what waits once more (what still waits stays journaled)."""
@@ -115,6 +155,10 @@ class SettleJournal:
                 "%d settle(s) still wait for the database at shutdown; kept for the next start", self.waiting
             )
         if self._fd is not None:
+            if not self._kept and self._name is not None and self._directory is not None:
+                # Nothing waits: the file goes (names are never reused, so none would pile up).
+                with contextlib.suppress(OSError):
+                    (self._directory / self._name).unlink()
             os.close(self._fd)
             self._fd = None
 
@@ -169,60 +213,84 @@ class SettleJournal:
             return
         async with self._file_lock:
             try:
-                await asyncio.to_thread(self._write, data, not self._kept)
+                await asyncio.to_thread(self._write, data)
             except OSError as exc:
                 log.error(
                     "settle journal: cannot write (%s); %d settle(s) kept in memory only", exc, self.waiting
                 )
 
-    def _write(self, data: bytes, empty_after: bool) -> None:
-        """Append ``data`` and fsync; or, when nothing waits any more, empty the file instead."""
-        fd = self._open()
-        if empty_after and self._written:
-            os.ftruncate(fd, 0)
-            self._written = False
-        else:
-            os.write(fd, data)
-            self._written = True
-        os.fsync(fd)
+    def _write(self, data: bytes) -> None:
+        """Append ``data`` and fsync; or, when nothing waits any more, empty the file instead
+        (decided under the lock: a line ``keep_now`` wrote meanwhile is never emptied away)."""
+        with self._io_lock:
+            fd = self._open()
+            if not self._kept and self._written:
+                os.ftruncate(fd, 0)
+                self._written = False
+            else:
+                os.write(fd, data)
+                self._written = True
+            os.fsync(fd)
 
     def _open(self) -> int:
+        """This process's own journal file, created on first use: a name no other process has or
+        had (host, pid and random part), created exclusively and locked under a temporary name
+        that ``replay`` does not look at, then renamed into place, so no other process can ever
+        adopt it while it is being opened, and nothing is truncated."""
         if self._fd is None:
-            assert self._directory is not None
-            self._directory.mkdir(parents=True, exist_ok=True)
-            fd = os.open(
-                self._directory / f"{_PREFIX}{os.getpid()}{_SUFFIX}",
-                os.O_RDWR | os.O_CREAT | os.O_APPEND,
-                0o600,
-            )
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            os.ftruncate(fd, 0)  # a file of an earlier process with this pid was adopted or is empty
-            self._fd = fd
+            directory = self._directory
+            assert directory is not None
+            directory.mkdir(parents=True, exist_ok=True)
+            host = "".join(c if c.isalnum() or c in "-." else "_" for c in socket.gethostname())
+            name = f"{_PREFIX}{host}-{os.getpid()}-{secrets.token_hex(6)}{_SUFFIX}"
+            opening = directory / f".{name}.new"
+            fd = os.open(opening, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else holds it
+                os.rename(opening, directory / name)
+            except OSError:
+                os.close(fd)
+                with contextlib.suppress(OSError):
+                    opening.unlink()
+                raise
+            self._fd, self._name = fd, name
         return self._fd
 
-    def _adopt_orphans(self, directory: Path) -> list[_Kept]:
-        if not directory.is_dir():
+    def _claim_orphans(self, directory: Path) -> list[tuple[Path, typing.BinaryIO, dict[str, _Kept]]]:
+        """The journal files no live process holds, each open and locked by this process, with
+        the operations in it not marked landed. Files in use, gone or unreadable are skipped."""
+        try:
+            paths = sorted(directory.glob(f"{_PREFIX}*{_SUFFIX}")) if directory.is_dir() else []
+        except OSError as exc:
+            log.error("settle journal: cannot list %s (%s); nothing replayed", directory, exc)
             return []
-        # This process's own file counts too until it is opened (a dead process had this pid).
-        own = f"{_PREFIX}{os.getpid()}{_SUFFIX}" if self._fd is not None else None
-        adopted: dict[str, _Kept] = {}
-        for path in sorted(directory.glob(f"{_PREFIX}*{_SUFFIX}")):
-            if path.name == own:
+        claimed: list[tuple[Path, typing.BinaryIO, dict[str, _Kept]]] = []
+        for path in paths:
+            if path.name == self._name:
                 continue
             try:
-                file = open(path, "rb")  # noqa: SIM115 - closed below, after the unlink
+                file = open(path, "rb")  # noqa: SIM115 - closed by replay, after the unlink
             except FileNotFoundError:
                 continue  # adopted by another process starting now
-            with file:
-                try:
-                    fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    if os.stat(path).st_ino != os.fstat(file.fileno()).st_ino:
-                        continue
-                except (BlockingIOError, FileNotFoundError):
-                    continue  # a live process's journal, or adopted by another process just now
-                adopted.update(_waiting_in(file.read(), path))
-                path.unlink()
-        return list(adopted.values())
+            except OSError as exc:
+                log.error("settle journal: cannot open %s (%s); skipped", path.name, exc)
+                continue
+            try:
+                fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if os.stat(path).st_ino != os.fstat(file.fileno()).st_ino:
+                    file.close()
+                    continue
+                claimed.append((path, file, _waiting_in(file.read(), path)))
+            except (BlockingIOError, FileNotFoundError):
+                file.close()  # a live process's journal, or adopted by another process just now
+            except OSError as exc:
+                file.close()
+                log.error("settle journal: cannot read %s (%s); skipped", path.name, exc)
+        return claimed
+
+
+def _kept_line(record: UsageRecord, charge: bool) -> bytes:
+    return orjson.dumps({"charge": charge, "record": dataclasses.asdict(record)}) + b"\n"
 
 
 def _waiting_in(data: bytes, path: Path) -> dict[str, _Kept]:

@@ -13,9 +13,9 @@ A hold's age is never read from a wall clock: the ``expires_at`` stored with it 
 the wall clock of whichever process reserved it, and either clock may have stepped since (two
 hours forward would make every live hold look expired). Instead each sweeper measures the age
 itself, on its own steady clock (``clock.steady``): a pending reservation is released once this
-sweeper has seen it pending, sweep after sweep, for the whole TTL. The listing asks for every
-pending reservation (oldest expiry first, ``batch`` at most); a reservation that drops out of it
-starts again when it reappears. Holds this process still answers for (its request in flight, its
+sweeper has seen it pending, sweep after sweep, for the whole TTL. Each sweep lists every pending
+reservation (``batch`` at a time, keyset paging), so every hold's age starts at the first sweep
+after it was made, however many there are. Holds this process still answers for (its request in flight, its
 settle waiting in the journal: ``Ledger.holds``) are never released by it, whatever the clocks say.
 The price: after a restart, holds left by the crashed process are released one TTL after the new
 sweeper first sees them rather than at their stored expiry.
@@ -33,7 +33,6 @@ reservation being ``pending`` in one transaction (see ``storage.base``), so exac
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 
 from modelgate.billing.ledger import UsageStatus
@@ -73,15 +72,19 @@ class Sweeper:
     async def sweep(self) -> int:
         """Release every reservation this sweeper has seen pending for the TTL; the number this
         call released."""
-        pending = await self._store.expired_reservations(math.inf, self._batch)
+        pending = await self._list_pending()
         steady, now = self._clock.steady(), self._clock.time()
-        seen, self._seen = self._seen, {}
+        # The new ages are settled before anything is released: a release that fails leaves
+        # every hold's age as it was, never restarted.
+        self._seen = seen = {
+            request_id: self._seen.get(request_id, steady)
+            for request_id, _, _, _ in pending
+            if not self._spared(request_id)
+        }
         released = 0
         for request_id, key_id, account_id, month in pending:
-            if self._spared(request_id):
-                continue
-            first = self._seen[request_id] = seen.get(request_id, steady)
-            if steady - first < self._ttl:
+            first = seen.get(request_id)
+            if first is None or steady - first < self._ttl:
                 continue
             outcome = await self._store.release(
                 UsageRecord(
@@ -96,12 +99,23 @@ class Sweeper:
                     finished_at=now,
                 )
             )
-            del self._seen[request_id]
+            del seen[request_id]
             if outcome.applied:
                 released += 1
                 self.released += 1
                 log.warning("released abandoned reservation %s of key %s", request_id, key_id)
         return released
+
+    async def _list_pending(self) -> list[tuple[str, str, int, str]]:
+        """Every pending reservation, ``batch`` at a time (keyset paging on the request id)."""
+        pending: list[tuple[str, str, int, str]] = []
+        after = ""
+        while True:
+            page = await self._store.pending_reservation_page(after, self._batch)
+            pending.extend(page)
+            if len(page) < self._batch:
+                return pending
+            after = page[-1][0]
 
     def start(self) -> None:
         self._loop.start()

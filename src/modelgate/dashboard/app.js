@@ -14,7 +14,8 @@ import * as usage from "./view-usage.js";
 
 const VIEWS = { overview, keys, usage, accounts, tokens };
 const OPERATOR_ONLY = new Set(["accounts"]);
-const session = { me: null, render: 0 };
+// `shown`: the view and account last shown; a message belongs to the view it was said in.
+const session = { me: null, render: 0, shown: "" };
 
 function say(message, isError) {
   $("status").textContent = message || "";
@@ -55,6 +56,10 @@ async function show() {
   let { view, account, search } = route();
   if (!operator) account = session.me.account.id;
   if (!operator && OPERATOR_ONLY.has(view)) view = "overview";
+  // Another view (or another account's): the last view's message goes with it.
+  const shown = `${view}|${account}`;
+  if (shown !== session.shown) say("");
+  session.shown = shown;
   const ticket = ++session.render;
   const stale = () => ticket !== session.render || !session.me;
 
@@ -118,6 +123,7 @@ async function signIn(value) {
 function signOut(message, isError, keepRoute) {
   token.clear();
   session.me = null;
+  session.shown = "";
   session.render++;
   closeAll();
   for (const form of document.querySelectorAll("main form")) form.reset();

@@ -56,11 +56,18 @@ export function fill(tbody, rows, columns, emptyText) {
 
 // --- formatting ------------------------------------------------------------------------------
 
-export function credits(micro) {
+// Decimals that show a credit figure well on its own: fewer for large figures.
+export function creditDigits(micro) {
+  const value = Math.abs(micro / 1e6);
+  return value >= 100 ? 2 : value >= 1 ? 3 : value === 0 ? 0 : 4;
+}
+
+// Credits from micro-credits; `digits` (optional) fixes the decimals, so figures shown side by
+// side (the overview's balance and spend) share one precision.
+export function credits(micro, digits) {
   if (micro === null || micro === undefined) return "—";
-  const value = micro / 1e6;
-  const digits = Math.abs(value) >= 100 ? 2 : Math.abs(value) >= 1 ? 3 : value === 0 ? 0 : 4;
-  return value.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+  const places = digits === undefined ? creditDigits(micro) : digits;
+  return (micro / 1e6).toLocaleString("en-US", { minimumFractionDigits: places, maximumFractionDigits: places });
 }
 
 export function count(n) {

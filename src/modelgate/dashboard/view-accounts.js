@@ -47,6 +47,7 @@ function row(ctx, a) {
       el("a", "Keys", { href: ctx.href("keys", a.id) }),
       " ",
       button("Top up", () => topUp(ctx, a).catch(ctx.fail), { "aria-label": `Top up ${a.name}` }),
+      button("Rename", () => rename(ctx, a).catch(ctx.fail), { "aria-label": `Rename ${a.name}` }),
       button("Owner token", () => issueToken(ctx, a.id).catch(ctx.fail), { "aria-label": `Issue an owner token for ${a.name}` }),
     ], "actions"),
   );
@@ -82,3 +83,16 @@ async function topUp(ctx, account) {
   ctx.refresh();
 }
 
+
+async function rename(ctx, account) {
+  const updated = await ask("dlg-rename", {
+    prepare: () => {
+      $("dlg-rename-title").textContent = `Rename ${account.name}`;
+      $("dlg-rename-name").value = account.name;
+    },
+    submit: () => api("PATCH", `/accounts/${account.id}`, { name: $("dlg-rename-name").value.trim() }),
+  });
+  if (!updated) return;
+  ctx.say(`Renamed ${account.name} to ${updated.name}.`);
+  ctx.refresh();
+}

@@ -6,10 +6,13 @@ import { partsBar } from "./chart.js";
 import { ask, confirmAction, showSecret } from "./dialogs.js";
 import { $, ago, badge, button, cell, credits, el, fill, when } from "./dom.js";
 
-const state = { ctx: null, models: null, accounts: [] };
+const state = { ctx: null, models: null, accounts: [], keys: [], names: new Map() };
 
 export function wire() {
   $("key-new").addEventListener("click", () => state.ctx && edit(state.ctx, null).catch(state.ctx.fail));
+  // Search narrows the keys already loaded, as you type (name, id, account or shown prefix).
+  $("keys-search").addEventListener("submit", (event) => event.preventDefault());
+  $("keys-q").addEventListener("input", () => state.ctx && show(state.ctx));
   $("dlg-key-group").addEventListener("change", () => modelChoices($("dlg-key-group").value, []));
 }
 
@@ -17,6 +20,9 @@ export function reset() {
   state.ctx = null;
   state.models = null;
   state.accounts = [];
+  state.keys = [];
+  $("keys-q").value = "";
+  $("keys-count").textContent = "";
   $("dlg-key-models").replaceChildren();
   $("dlg-key-account").replaceChildren();
 }
@@ -33,8 +39,22 @@ export async function render(ctx) {
   state.models = models;
   state.accounts = accounts;
   $("keys-month").textContent = list.month;
-  const names = new Map(accounts.map((a) => [a.id, a.name]));
-  fill($("keys-rows"), list.data.map((k) => row(ctx, k, names)), 10, "No keys yet: create one with New key.");
+  state.names = new Map(accounts.map((a) => [a.id, a.name]));
+  state.keys = list.data;
+  show(ctx);
+}
+
+function matches(k, needle) {
+  const fields = [k.name || "", k.id, k.display || "", state.names.get(k.account_id) || "", String(k.account_id)];
+  return fields.some((f) => f.toLowerCase().includes(needle));
+}
+
+function show(ctx) {
+  const needle = $("keys-q").value.trim().toLowerCase();
+  const shown = needle ? state.keys.filter((k) => matches(k, needle)) : state.keys;
+  $("keys-count").textContent = needle ? `${shown.length} of ${state.keys.length} keys match “${$("keys-q").value.trim()}”.` : "";
+  const empty = needle ? "No key matches." : "No keys yet: create one with New key.";
+  fill($("keys-rows"), shown.map((k) => row(ctx, k, state.names)), 10, empty);
 }
 
 function capCell(k) {

@@ -3,7 +3,7 @@
 
 import { api, query } from "./api.js";
 import { MAX_SERIES, barChart, legend, partsBar } from "./chart.js";
-import { $, cell, compact, count, credits, el, fill } from "./dom.js";
+import { $, cell, compact, count, creditDigits, credits, el, fill } from "./dom.js";
 
 const state = { month: null, data: null };
 
@@ -67,11 +67,15 @@ export async function render(ctx) {
   const balance = accounts.reduce((sum, a) => sum + a.balance_uc, 0);
   const held = accounts.reduce((sum, a) => sum + a.reserved_uc, 0);
   const tokens = s.input_tokens + s.output_tokens + s.cache_creation_tokens + s.cache_read_tokens;
+  // The money cards share one precision: the finest any of them needs (a balance of 125 credits
+  // beside a spend of 0.0123 shows 125.0000, not 125.00).
+  const digits = Math.max(...[balance, held, balance - held, s.charged_uc].map(creditDigits));
+  const money = (micro) => credits(micro, digits);
   $("overview-cards").replaceChildren(
     ctx.scope.id === null
-      ? card("Balance, all accounts", credits(balance), `${accounts.length} accounts · ${credits(held)} held`)
-      : card("Available", credits(balance - held), `balance ${credits(balance)} · ${credits(held)} held`),
-    card("Spent in " + month, credits(s.charged_uc), "credits"),
+      ? card("Balance, all accounts", money(balance), `${accounts.length} accounts · ${money(held)} held`)
+      : card("Available", money(balance - held), `balance ${money(balance)} · ${money(held)} held`),
+    card("Spent in " + month, money(s.charged_uc), "credits"),
     card("Requests", count(s.requests), month),
     card("Tokens", compact(tokens), `${compact(s.input_tokens)} in · ${compact(s.output_tokens)} out`),
   );

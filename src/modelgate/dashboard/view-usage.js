@@ -58,6 +58,8 @@ export function reset() {
   for (const id of ["f-key", ...Object.values(SELECTS)]) $(id).replaceChildren($(id).firstElementChild || el("option"));
   $("usage-count").textContent = "";
   $("page-info").textContent = "";
+  $("quality-summary").textContent = "";
+  $("quality-rows").replaceChildren();
 }
 
 function scopeOf(ctx) {
@@ -103,12 +105,18 @@ export async function render(ctx) {
   const filters = state.filters;
   const limit = $("f-limit").value;
   const cursor = state.cursors[state.page];
-  const [keys, page, accounts] = await Promise.all([
+  const [keys, page, accounts, quality] = await Promise.all([
     api("GET", "/keys" + query(scopeOf(ctx))),
     api("GET", "/usage/records" + query({ ...scopeOf(ctx), ...filters, limit, cursor })),
     ctx.operator && ctx.scope.id === null ? api("GET", "/accounts").then((r) => r.data) : Promise.resolve([]),
+    // The error and latency figures of the whole filter: read once per filter, not per page. A
+    // filter too wide for it (admin.csv_max_rows) says so there and leaves the log usable.
+    cursor === null
+      ? api("GET", "/usage/quality" + query({ ...scopeOf(ctx), ...filters })).catch((err) => ({ error: err }))
+      : Promise.resolve(null),
   ]);
   if (ctx.stale()) return;
+  if (quality) showQuality(quality);
   state.accounts = new Map(accounts.map((a) => [a.id, a.name]));
   state.keys = new Map(keys.data.map((k) => [k.id, k.name || k.id]));
   options("f-key", "All keys", [...state.keys.keys()], filters.key_id);
@@ -141,4 +149,42 @@ function row(r) {
     cell(credits(r.charged_uc), "num"),
   );
   return tr;
+}
+
+function ms(value) {
+  return value === null || value === undefined ? "—" : count(Math.round(value)) + " ms";
+}
+
+function percent(rate) {
+  return (rate * 100).toLocaleString("en-US", { maximumFractionDigits: 1 }) + " %";
+}
+
+// Errors and latency per day (GET /usage/quality): every status but ok is an error; refused_* are
+// the requests the gateway refused for the key (402, 404, 429); latency is of served requests.
+function showQuality(quality) {
+  if (quality.error) {
+    $("quality-summary").textContent = quality.error.message || String(quality.error);
+    $("quality-rows").replaceChildren();
+    return;
+  }
+  const t = quality.total;
+  $("quality-summary").textContent = t.requests
+    ? `${count(t.errors)} of ${count(t.requests)} requests failed or were refused (${percent(t.error_rate)}; ` +
+      `${count(t.refused)} refused); served requests took ${ms(t.p50_ms)} at the median, ${ms(t.p95_ms)} at the 95th percentile.`
+    : "No requests in these filters.";
+  const rows = quality.data.map((d) => {
+    const tr = el("tr", null, { "data-day": d.day, class: d.errors ? "has-errors" : null });
+    tr.append(
+      cell(d.day),
+      cell(count(d.requests), "num"),
+      cell(count(d.errors), "num"),
+      cell(percent(d.error_rate), "num"),
+      cell(count(d.refused), "num"),
+      cell(ms(d.p50_ms), "num"),
+      cell(ms(d.p95_ms), "num"),
+      cell(ms(d.max_ms), "num"),
+    );
+    return tr;
+  });
+  fill($("quality-rows"), rows, 8, "No requests in these filters.");
 }

@@ -1,33 +1,118 @@
-"""Public probes: ``/healthz`` (liveness, no I/O), ``/health`` (database and upstreams) and ``/``."""
+"""Probes: ``/healthz`` (liveness, no I/O), ``/health`` (readiness of each component) and ``/``.
+
+``/health`` has two views. Without credentials (``public``): the overall status and each
+component (``database``, ``redis`` when configured, ``upstreams``) as ``ok``, ``degraded`` or
+``down``, and which serving process answered (index and pid, with ``server.workers``); no provider names, upstream model ids, cooldowns,
+credentials or addresses. With an operator admin token (``details``, authorised by the server
+layer): the same plus the diagnosis below it (``checks``: engine, providers, unhealthy deployments
+and credentials; requests in flight; connection-level refusals).
+
+Components: the database is ``down`` when it does not answer a ping within 2 s; the ledger is
+``degraded`` while settles the database did not take wait to be retried. Redis is ``down``
+when it does not answer, ``degraded`` while it answers but rate limits still run per instance (the
+limiter's breaker is open). Upstreams are ``down`` when every deployment is cooling down,
+``degraded`` when some deployment is failing or cooling down or a pooled credential is out of
+rotation. The overall status is ``down`` (503) when the database is down, ``draining`` (503) while
+the instance drains, else ``degraded`` when any component is not ``ok``, else ``ok`` (both 200).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from modelgate import __version__
 from modelgate.gateway.replies import json_reply
+from modelgate.limits.redis_rpm import RedisRateLimiter
 from modelgate.services import Services
+
+Level = Literal["ok", "degraded", "down"]
+#: How long a component may take to answer its ping.
+PING_SECONDS = 2.0
 
 
 async def healthz(services: Services, request: Request) -> Response:
     return json_reply({"status": "ok", "service": "modelgate", "version": __version__})
 
 
+@dataclass(frozen=True, slots=True)
+class Components:
+    """Each component's level, and the overall status with its HTTP status."""
+
+    levels: dict[str, Level]
+    draining: bool
+    #: Why the database ping failed, for the details view (None: it answered).
+    database_failure: Exception | None
+
+    @property
+    def status(self) -> str:
+        if self.draining:
+            return "draining"
+        if self.levels["database"] == "down":
+            return "down"
+        return "ok" if all(level == "ok" for level in self.levels.values()) else "degraded"
+
+    @property
+    def http_status(self) -> int:
+        return 503 if self.status in ("down", "draining") else 200
+
+
+async def _ping(check: Any) -> Exception | None:
+    """None when ``check`` (an awaitable) answers in time, else why it did not."""
+    try:
+        await asyncio.wait_for(check, timeout=PING_SECONDS)
+    except Exception as exc:  # any failure to answer means down, whatever the driver raised
+        return exc
+    return None
+
+
+async def components(services: Services) -> Components:
+    limiter = services.rate_limiter
+    redis = limiter if isinstance(limiter, RedisRateLimiter) else None
+    database_failure, redis_failure = await asyncio.gather(
+        _ping(services.database.ping()), _ping(redis.ping()) if redis is not None else asyncio.sleep(0)
+    )
+    levels: dict[str, Level] = {"database": "down" if database_failure is not None else "ok"}
+    if redis is not None:
+        levels["redis"] = "down" if redis_failure is not None else "degraded" if redis.degraded else "ok"
+    # Settles the database did not take wait in the journal (billing.settle_journal) until it does.
+    levels["ledger"] = "degraded" if services.ledger.journal.waiting else "ok"
+    levels["upstreams"] = _upstreams(services)
+    return Components(levels, services.drain.active, database_failure)
+
+
+def _upstreams(services: Services) -> Level:
+    deployments = services.router.status()
+    cooling = [d for d in deployments if d.cooling_for > 0]
+    if deployments and len(cooling) == len(deployments):
+        return "down"
+    failing = cooling or [d for d in deployments if d.consecutive_failures]
+    return "degraded" if failing or services.router.credential_status() else "ok"
+
+
 async def health(services: Services, request: Request) -> Response:
+    """The public view (no credentials needed)."""
+    state = await components(services)
+    body: dict[str, Any] = {"status": state.status, "components": state.levels}
+    if services.worker is not None:  # which serving process answered (``server.workers``)
+        body["worker"] = {"index": services.worker, "pid": os.getpid()}
+    return json_reply(body, state.http_status)
+
+
+async def health_details(services: Services, request: Request) -> Response:
+    """The operator's view: the public one and the diagnosis behind it."""
+    state = await components(services)
     settings = services.settings
     database: dict[str, Any] = {"status": "ok", "engine": settings.resolved_database_url.split(":", 1)[0]}
-    try:
-        await asyncio.wait_for(services.database.ping(), timeout=2.0)
-    except Exception as exc:  # any failure to answer means unhealthy, whatever the driver raised
-        database = {**database, "status": "unreachable", "error": type(exc).__name__}
-        # storage.file_probe: the file is gone or the disk full; its code only (the details,
-        # which name the file, are in the log)
-        reason = getattr(exc, "code", None)
+    failure = state.database_failure
+    if failure is not None:
+        database = {**database, "status": "unreachable", "error": type(failure).__name__}
+        reason = getattr(failure, "reason", None)  # storage.file_probe: the file is gone or the disk full
         if isinstance(reason, str):
             database = {**database, "status": "unavailable", "reason": reason}
     upstreams = [
@@ -61,10 +146,9 @@ async def health(services: Services, request: Request) -> Response:
         }
         for c in services.router.credential_status()
     ]
-    ok = database["status"] == "ok"
-    draining = services.drain.active
     body = {
-        "status": "draining" if draining else "ok" if ok else "unavailable",
+        "status": state.status,
+        "components": state.levels,
         "version": __version__,
         "checks": {
             "database": database,
@@ -83,7 +167,7 @@ async def health(services: Services, request: Request) -> Response:
     }
     if services.worker is not None:  # one of several serving processes (``server.workers``)
         body["worker"] = {"index": services.worker, "pid": os.getpid()}
-    return json_reply(body, 200 if ok and not draining else 503)
+    return json_reply(body, state.http_status)
 
 
 async def readyz(services: Services, request: Request) -> Response:

@@ -26,6 +26,7 @@ from starlette.types import Receive
 
 from modelgate import errors, ir
 from modelgate.billing.ledger import Hold, Purpose, UsageStatus
+from modelgate.billing.refusal import refused as billing_refusal
 from modelgate.catalogue import Model
 from modelgate.formats import CODECS, ClientRequest
 from modelgate.gateway import guards, policy
@@ -44,6 +45,8 @@ from modelgate.gateway.counting import upstream_count, upstream_counts
 from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
 from modelgate.gateway.exchange import UNMETERED, Admitted, Endpoint, Exchange
 from modelgate.gateway.observe import AttemptLog, refused, settled
+from modelgate.gateway.output_tokens import attempt_max_tokens, held_default
+from modelgate.gateway.refusals import record_refusal
 from modelgate.gateway.relay import StreamResponse, relay_whole
 from modelgate.gateway.replies import error_reply, json_reply
 from modelgate.gateway.streams import estimate_input, open_stream
@@ -105,6 +108,7 @@ async def run(services: Services, exchange: Exchange, work: Coroutine[Any, Any, 
         response = await work
     except errors.GatewayError as error:
         response = render_error(exchange, error)
+        record_refusal(services, exchange.record, exchange.started, response.status_code)
     except ClientDisconnect:  # gone while sending its body: nothing reserved, nobody to answer
         response = client_gone(exchange)
     except StorageError as exc:
@@ -261,7 +265,7 @@ async def analyse_body(services: Services, exchange: Exchange, raw: bytes) -> Fa
 def clamp_max_tokens(services: Services, exchange: Exchange, model: Model, requested: int | None) -> int:
     limit = model.output_limit
     if requested is None:
-        return limit
+        return held_default(model, services.router.deployments_for(model.id))
     if requested > limit:
         exchange.response_headers[hdr.MAX_TOKENS_CLAMPED] = f"{requested}->{limit}; reason=model_limit"
         services.telemetry.metrics.clamped("model_limit")
@@ -289,12 +293,7 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
         admission = admitted.admission
         await services.rate_limiter.refund(key.id, admission)
         exchange.response_headers.update(replace(admission, remaining=admission.remaining + 1).headers())
-        if outcome.reason == "monthly_cap":
-            message, code = "this key has reached its monthly credit cap", "monthly_cap_reached"
-        else:
-            message, code = "the account's credit balance is too low for this request", "insufficient_balance"
-        services.telemetry.metrics.billing_refused(code)
-        raise errors.BillingRefused(message, code=code, headers={"x-should-retry": "false"})
+        raise billing_refusal(outcome, services.telemetry.metrics)
     if outcome.max_tokens < max_tokens:
         asked = requested if requested is not None else max_tokens
         exchange.response_headers[hdr.MAX_TOKENS_CLAMPED] = f"{asked}->{outcome.max_tokens}; reason=credits"
@@ -313,7 +312,8 @@ async def call_upstream(
     state = exchange.endpoint.state
 
     async def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
-        return await upstream_body(services, admitted, hold.max_tokens, deployment, provider)
+        max_tokens = attempt_max_tokens(admitted.model, deployment, hold.max_tokens, client)
+        return await upstream_body(services, admitted, max_tokens, deployment, provider)
 
     observer = AttemptLog(services.telemetry.metrics, exchange.record, exchange.trace)
     try:

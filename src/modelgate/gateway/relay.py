@@ -122,7 +122,8 @@ class StreamResponse(Response):
         self.telemetry = telemetry
         #: Stores the completed response (``gateway.state.keep``) before its final event is sent.
         self.keep = keep
-        self._settled = False
+        #: The stream's one settlement, once started (``_settle``).
+        self._settling: asyncio.Future[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         watch = DisconnectWatch(receive, self.drain)
@@ -152,10 +153,15 @@ class StreamResponse(Response):
                 self.on_done()
 
     async def _settle(self) -> None:
-        """Settle the stream's outcome, once (after its end, or when it was cut)."""
-        if self._settled:
-            return
-        self._settled = True
+        """Settle the stream's outcome, once (after its end, or when it was cut). The settlement
+        runs in its own task, started on the first call and awaited by every call: a request
+        cancelled while it works out the outcome (an estimate) leaves it running, and the
+        ``finally`` waits for it, so the hold is always settled and leaves ``Ledger.holds``."""
+        if self._settling is None:
+            self._settling = asyncio.ensure_future(self._settle_outcome())
+        await asyncio.shield(self._settling)
+
+    async def _settle_outcome(self) -> None:
         usage, status = await self.stream.outcome()
         stream_ended(self.record, status)
         await self.settle(usage, status)

@@ -118,6 +118,16 @@ class StateMetrics:
             "Kept settles and releases written to the database by a retry.",
             journal.landed_total,
         )
+        yield counter(
+            "modelgate_settles_timed_out",
+            "Settles kept for a retry because the database gave no answer within the settle timeout.",
+            journal.timed_out_total,
+        )
+        yield gauge(
+            "modelgate_settle_timeout_seconds",
+            "billing.settle_timeout_seconds: a settle's first attempt at the database.",
+            services.ledger.settle_timeout,
+        )
         limiter = services.rate_limiter
         if isinstance(limiter, RedisRateLimiter):
             yield counter(

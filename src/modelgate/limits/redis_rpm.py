@@ -197,6 +197,11 @@ class RedisRateLimiter:
         self._open_until = None
         self._probing = False
 
+    async def ping(self) -> None:
+        """Raises when Redis does not answer (``/health``); the breaker is left alone."""
+        async with asyncio.timeout(self._timeout):
+            await self._redis.ping()
+
     async def aclose(self) -> None:
         await self._admissions.aclose()
         await self._redis.aclose()

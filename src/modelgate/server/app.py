@@ -42,6 +42,7 @@ from modelgate.gateway.websocket import PATH as WEBSOCKET_PATH
 from modelgate.gateway.websocket import ResponsesSocket
 from modelgate.gateway.websocket.endpoint import upgrade_required
 from modelgate.gateway.websocket.session import ENDPOINT
+from modelgate.server import health_access
 from modelgate.server.metrics_port import MetricsPort
 from modelgate.server.unknown_path import unknown_path_message
 from modelgate.services import Services
@@ -122,7 +123,7 @@ def routes(services: Services) -> list[Route]:
     table = [
         Route("/", read, _with_services(services, health.root)),
         Route("/healthz", read, _with_services(services, health.healthz)),
-        Route("/health", read, _with_services(services, health.health)),
+        Route("/health", read, _with_services(services, health_access.health)),
         Route("/readyz", read, _with_services(services, health.readyz)),
         *(_model_route(services, fmt, route) for fmt, route in MODEL_ROUTES),
         # Stored responses and conversations (gateway.state); the handlers route below the prefix.

@@ -118,6 +118,9 @@ class ComposedStore:
     async def list_accounts(self) -> list[Account]:
         return await self.accounts.list_accounts()
 
+    async def rename_account(self, account_id: int, name: str) -> Account | None:
+        return await self.accounts.rename_account(account_id, name)
+
     async def top_up(self, account_id: int, amount_uc: int, note: str, now: float) -> Account:
         return await self.accounts.top_up(account_id, amount_uc, note, now)
 
@@ -216,6 +219,9 @@ class ComposedStore:
 
     async def expired_reservations(self, now: float, limit: int = 100) -> list[tuple[str, str, int, str]]:
         return await self.ledger.expired_reservations(now, limit)
+
+    async def pending_reservation_page(self, after: str, limit: int) -> list[tuple[str, str, int, str]]:
+        return await self.ledger.pending_reservation_page(after, limit)
 
     async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
         return await self.ledger.month_spend(key_id, month)

@@ -13,8 +13,8 @@ notices both:
   is reported, and new holds are refused (``check_room``) while settlements of requests already
   under way still write, so what was delivered is still charged.
 
-``/health`` answers 503 with a short reason code while either lasts (the details, which name the
-file, are logged). ``refuse_a_new_database_beside_a_deleted_one``
+``/health`` answers 503 while either lasts; the reason, which names the file, is for operators
+only (the operator's ``/health`` view and the log), never the public view. ``refuse_a_new_database_beside_a_deleted_one``
 keeps the CLI from silently creating an empty database where a running server's was deleted.
 """
 
@@ -34,7 +34,7 @@ log = logging.getLogger("modelgate.storage")
 
 class DatabaseFileProblem(StorageError):
     """The database file is gone, replaced, or its disk is full: ``reason`` says which and what
-    to do (for the log and operators), ``code`` in a word (what public ``/health`` shows)."""
+    to do (for the log and operators), ``code`` says which in a word."""
 
     def __init__(self, reason: str, code: str = "database_unavailable") -> None:
         super().__init__(reason)

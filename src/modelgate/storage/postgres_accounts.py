@@ -47,6 +47,13 @@ class PostgresAccounts(PostgresRepository):
             rows = await conn.fetch(f"SELECT {_ACCOUNT_COLUMNS} FROM accounts ORDER BY id")
         return [_account(r) for r in rows]
 
+    async def rename_account(self, account_id: int, name: str) -> Account | None:
+        async with self._tx() as conn:
+            row = await conn.fetchrow(
+                f"UPDATE accounts SET name = $1 WHERE id = $2 RETURNING {_ACCOUNT_COLUMNS}", name, account_id
+            )
+        return _account(row) if row else None
+
     async def top_up(self, account_id: int, amount_uc: int, note: str, now: float) -> Account:
         async with self._tx() as conn:
             await conn.execute(

@@ -188,6 +188,8 @@ class Batches(ABC, Generic[P]):
         of operation") breaks it even while ``is_closed()`` still says False: the driver learns of
         the closed socket a loop turn later, and a batch sent on it before then would find the
         protocol still busy with the failed call ("cannot switch to state …")."""
+        if refused_arguments(exc):
+            return False
         if not isinstance(exc, asyncpg.PostgresError) or isinstance(exc, asyncpg.PostgresConnectionError):
             return True
         return exc.severity_en in ("FATAL", "PANIC") or self._held_is_closed()
@@ -239,10 +241,22 @@ class Batches(ABC, Generic[P]):
 
 def connection_lost(exc: BaseException) -> bool:
     """Whether ``exc`` (one of ``DATABASE_ERRORS``) says the connection itself was lost (closed,
-    reset, ended by the server, or left half-failed), not that a statement or a timeout failed."""
+    reset, ended by the server, or left half-failed), not that a statement or a timeout failed,
+    nor that the driver refused a call's arguments before sending anything."""
+    if refused_arguments(exc):
+        return False
     return not isinstance(exc, asyncpg.PostgresError | TimeoutError) or isinstance(
         exc, asyncpg.PostgresConnectionError
     )
+
+
+def refused_arguments(exc: BaseException) -> bool:
+    """Whether the driver refused a call's arguments (too many, or not encodable for their
+    column) before anything reached the server: the connection is as good as before."""
+    if not isinstance(exc, asyncpg.InterfaceError):
+        return False
+    # DataError and ClientConfigurationError: the driver's own ValueErrors about its input.
+    return isinstance(exc, ValueError) or "number of query arguments" in str(exc)
 
 
 def resolve(item: Pending, outcome: Any) -> None:

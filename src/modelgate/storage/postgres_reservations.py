@@ -28,6 +28,16 @@ class PostgresLedger(PostgresRepository):
             )
         return [(r[0], r[1], r[2], r[3]) for r in rows]
 
+    async def pending_reservation_page(self, after: str, limit: int) -> list[tuple[str, str, int, str]]:
+        async with self._conn() as conn:
+            rows = await conn.fetch(
+                "SELECT request_id, key_id, account_id, month FROM reservations "
+                "WHERE request_id > $1 ORDER BY request_id LIMIT $2",
+                after,
+                limit,
+            )
+        return [(r[0], r[1], r[2], r[3]) for r in rows]
+
     async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
         async with self._conn() as conn:
             row = await conn.fetchrow(

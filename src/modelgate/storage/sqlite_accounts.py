@@ -44,6 +44,15 @@ class SqliteAccounts(SqliteRepository):
         rows = await self._run(lambda: self._db().execute("SELECT * FROM accounts ORDER BY id").fetchall())
         return [_account(r) for r in rows]
 
+    async def rename_account(self, account_id: int, name: str) -> Account | None:
+        def op() -> Account | None:
+            with self._write() as db:
+                db.execute("UPDATE accounts SET name = ? WHERE id = ?", (name, account_id))
+                row = db.execute("SELECT * FROM accounts WHERE id = ?", (account_id,)).fetchone()
+                return _account(row) if row else None
+
+        return await self._run(op)
+
     async def top_up(self, account_id: int, amount_uc: int, note: str, now: float) -> Account:
         def op() -> Account:
             with self._write() as db:

@@ -172,6 +172,20 @@ class SqliteLedger(SqliteRepository):
         )
         return [(r[0], r[1], r[2], r[3]) for r in found]
 
+    async def pending_reservation_page(self, after: str, limit: int) -> list[tuple[str, str, int, str]]:
+        found = await self._run(
+            lambda: (
+                self._db()
+                .execute(
+                    "SELECT request_id, key_id, account_id, month FROM reservations "
+                    "WHERE request_id > ? ORDER BY request_id LIMIT ?",
+                    (after, limit),
+                )
+                .fetchall()
+            )
+        )
+        return [(r[0], r[1], r[2], r[3]) for r in found]
+
     async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
         row = await self._run(
             lambda: (

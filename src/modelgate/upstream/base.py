@@ -8,7 +8,7 @@ An in-process provider (the simulator) implements the same two protocols without
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from modelgate import errors
@@ -134,10 +134,13 @@ class Deployment:
     provider: str
     upstream_model: str
     weight: int = 1
+    #: Output tokens asked of this deployment when the client omitted its limit (None: the
+    #: model's). Not part of the deployment's identity: health is shared all the same.
+    default_max_tokens: int | None = field(default=None, compare=False)
 
     @classmethod
     def from_config(cls, config: DeploymentConfig) -> Deployment:
-        return cls(config.provider, config.upstream_model, config.weight)
+        return cls(config.provider, config.upstream_model, config.weight, config.default_max_tokens)
 
 
 # Transport failures. Subclasses of the gateway's error kinds, so an unmapped one still renders

@@ -51,6 +51,9 @@ class DeploymentConfig(Strict):
     provider: str = Field(min_length=1)
     upstream_model: str = Field(min_length=1)
     weight: int = Field(default=1, ge=1)
+    #: Output tokens asked of this deployment when a Chat or Responses client omits its limit
+    #: (a server with a short context refuses the model's default); None: the model's default.
+    default_max_tokens: int | None = Field(default=None, ge=1)
 
 
 class RoutingConfig(Strict):
