@@ -115,6 +115,10 @@ class BillingConfig(_Section):
     #: Added on top for a request that offers tools or asks for structured output (the prompt a
     #: provider adds for them).
     tool_overhead_tokens: int = Field(1024, ge=0)
+    #: Usage records of refused requests (402/404/429) written in the background at most at once;
+    #: past it a refusal is still answered, logged and counted in metrics, but not recorded, so a
+    #: client hammering past its limit cannot queue writes without bound.
+    max_pending_refusal_records: int = Field(1000, ge=0)
     #: Tokens held for an image whose size the gateway cannot read (by URL or file id, unreadable).
     tokens_per_image_url: int = Field(1600, ge=0)
     #: Inline images are held at ceil(pixels / image_pixels_per_token) + image_base_tokens; the

@@ -9,6 +9,7 @@ from typing import Any
 
 from tests.admin.conftest import Admin
 from tests.gateway_server import running_gateway
+from tests.observability.scrape import scrape
 from tests.polling import wait_until
 from tests.storage.engines import create_database, database_url, drop_database
 
@@ -124,3 +125,22 @@ def test_refusals_and_rename_on_postgresql(tmp_path: Path) -> None:
                 helper.client.close()
     finally:
         asyncio.run(drop_database(url))
+
+
+def test_refusal_records_waiting_are_bounded_and_the_rest_counted(tmp_path: Path) -> None:
+    """``billing.max_pending_refusal_records``: past it a refusal is answered and counted in the
+    metrics, never queued for a write (0 here: nothing may wait)."""
+    with running_gateway(tmp_path / "data", billing={"max_pending_refusal_records": 0}) as gateway:
+        helper = Admin(gateway)
+        try:
+            account = gateway.account("refusals-bounded", credits=100)
+            capped = gateway.key(account, "Basic", monthly_cap_uc=1)
+            for _ in range(3):
+                assert helper.chat(capped.secret).status_code == 402
+            served = gateway.key(account, "Basic")
+            assert helper.chat(served.secret).status_code == 200
+            _count_of(helper, served.record.id, 1)  # the served request's record landed
+            assert _records(helper, capped.record.id) == []
+            assert scrape(gateway.base_url).value("modelgate_refusal_records_dropped_total") == 3
+        finally:
+            helper.client.close()

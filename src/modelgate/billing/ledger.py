@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -98,11 +98,12 @@ class Settlements:
         task.add_done_callback(self._tasks.discard)
         return await asyncio.shield(task)
 
-    def start(self, operation: Awaitable[Any]) -> None:
+    def start(self, operation: Awaitable[Any]) -> asyncio.Future[Any]:
         """Run ``operation`` without waiting for it; ``drain`` still waits for it."""
         task = asyncio.ensure_future(operation)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def drain(self) -> None:
         """Wait until every settlement started has ended. Waiting is all it does: when the wait
@@ -259,6 +260,8 @@ class Ledger:
         #: Settles and releases the database did not take, retried until they land.
         self.journal = journal or SettleJournal(store)
         self._live: set[str] = set()
+        #: Writes started by ``in_background`` that have not ended.
+        self.background_pending = 0
 
     def holds(self, request_id: str) -> bool:
         """Whether this process still answers for the hold of ``request_id``: its request is in
@@ -308,10 +311,19 @@ class Ledger:
             settle_timeout=self.settle_timeout,
         )
 
-    def in_background(self, operation: Awaitable[Any]) -> None:
+    def in_background(self, operation: Coroutine[Any, Any, Any], *, limit: int) -> bool:
         """Run a ledger write nobody waits for (a refusal's record) on the settlements runner,
-        so a draining server still finishes it."""
-        self._runner.start(operation)
+        so a draining server still finishes it. At most ``limit`` such writes wait at once:
+        past it the write is not started (False)."""
+        if self.background_pending >= limit:
+            operation.close()
+            return False
+        self.background_pending += 1
+        self._runner.start(operation).add_done_callback(self._background_ended)
+        return True
+
+    def _background_ended(self, _: asyncio.Future[Any]) -> None:
+        self.background_pending -= 1
 
     async def record_refusal(
         self,

@@ -10,7 +10,9 @@ before the key is known (the instance's in-flight limit, draining), and other st
 client bug better read in the request log). Every refusal is still counted in the metrics and has
 its request log line. A refusal costs two batched ledger steps (a hold of 0 µc, released), written
 after the answer, so a client hammering past its rate limit writes one record per refused request
-but never waits for it; a failure to write it is logged, never turned into another error.
+but never waits for it; at most ``billing.max_pending_refusal_records`` such writes wait at once
+(past it the refusal is counted in ``modelgate_refusal_records_dropped`` instead), and a failure to
+write one is logged, never turned into another error.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def record_refusal(services: Services, record: RequestRecord, started: float, ht
     server waits for. A cancelled request can therefore never skip its own end for this write."""
     if http_status not in RECORDED or not record.key_id or record.account_id is None:
         return
-    services.ledger.in_background(
+    started_write = services.ledger.in_background(
         _write(
             services,
             record.request_id,
@@ -50,8 +52,11 @@ def record_refusal(services: Services, record: RequestRecord, started: float, ht
             record.model or NO_MODEL,
             status_of(http_status),
             started,
-        )
+        ),
+        limit=services.settings.billing.max_pending_refusal_records,
     )
+    if not started_write:
+        services.telemetry.metrics.refusal_record_dropped()
 
 
 async def _write(

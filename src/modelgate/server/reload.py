@@ -52,6 +52,8 @@ LIVE = ROUTING | {
     "keys.rotation_grace_seconds",
     "keys.default_rpm",
     "billing.input_overhead_tokens",
+    "billing.tool_overhead_tokens",
+    "billing.max_pending_refusal_records",
     "billing.tokens_per_image_url",
     "billing.image_pixels_per_token",
     "billing.image_base_tokens",

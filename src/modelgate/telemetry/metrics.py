@@ -72,6 +72,11 @@ class Metrics:
         self.billing_refusals = made.counter(
             "modelgate_billing_refusals", "402 refusals by reason.", ("reason",)
         )
+        self.refusal_records_dropped = made.counter(
+            "modelgate_refusal_records_dropped",
+            "Refused requests not recorded in the usage log: billing.max_pending_refusal_records were waiting.",
+            (),
+        )
         self.clamps = made.counter(
             "modelgate_max_tokens_clamps",
             "Requests whose max_tokens the gateway lowered, by reason.",
@@ -191,6 +196,9 @@ class Metrics:
 
     def billing_refused(self, reason: str) -> None:
         self.billing_refusals.inc((reason,))
+
+    def refusal_record_dropped(self) -> None:
+        self.refusal_records_dropped.inc(())
 
     def clamped(self, reason: str) -> None:
         self.clamps.inc((reason,))
