@@ -67,14 +67,6 @@ class Drain:
         self._subscribers.add(on_cut)
         return lambda: self._subscribers.discard(on_cut)
 
-    def in_flight_now(self) -> frozenset[Callable[[], None]]:
-        """The requests in flight now (their cut callbacks), for ``any_in_flight`` later."""
-        return frozenset(self._subscribers)
-
-    def any_in_flight(self, among: frozenset[Callable[[], None]]) -> bool:
-        """Whether any request of ``among`` (``in_flight_now``) is still running."""
-        return not among.isdisjoint(self._subscribers)
-
     def when_draining(self, on_begin: Callable[[], None]) -> Callable[[], None]:
         """Call ``on_begin`` when the drain begins (at once if it has); returns the unsubscribe."""
         if self._started is not None:

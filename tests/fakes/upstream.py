@@ -108,6 +108,8 @@ class Fault:
     message: str | None = None
     error_type: str | None = None
     then: Reply | None = None
+    #: ``held``: the answer waits until the test sets this (on the fake's loop).
+    gate: asyncio.Event | None = None
 
     @classmethod
     def status(
@@ -137,6 +139,11 @@ class Fault:
     @classmethod
     def slow_first_byte(cls, seconds: float, then: Reply | None = None) -> Fault:
         return cls("slow", seconds=seconds, then=then or Reply())
+
+    @classmethod
+    def held(cls, gate: asyncio.Event, then: Reply | None = None) -> Fault:
+        """Accept the request, send nothing until ``gate`` is set, then answer with ``then``."""
+        return cls("held", gate=gate, then=then or Reply())
 
     @classmethod
     def hang(cls) -> Fault:
@@ -296,6 +303,10 @@ class FakeUpstream:
         if kind == "slow":
             await asyncio.sleep(step.seconds)
             assert step.then is not None
+            return await self._reply(request, rec, dialect, step.then)
+        if kind == "held":
+            assert step.gate is not None and step.then is not None
+            await step.gate.wait()
             return await self._reply(request, rec, dialect, step.then)
         if kind == "drop":
             assert request.transport is not None

@@ -17,7 +17,8 @@ import pytest
 
 from modelgate.config import Settings
 from tests.gateway_server import running_gateway
-from tests.hardening.process import GatewayProcess
+from tests.hardening.process import GatewayProcess, write_config
+from tests.hardening.test_reload import count_logged, hangup
 from tests.hardening.wire import connect, read_reply, request_head
 from tests.polling import wait_until
 from tests.secret_scan import SCANNER
@@ -172,3 +173,19 @@ def test_the_configured_cap_stays_when_it_fits(tmp_path: Path, monkeypatch: pyte
     with gateway:
         gateway.start()
         assert "open-file limit: 4096 (hard 4096); connection cap 50" in gateway.log.read_text()
+
+
+def test_the_connection_cap_refusal_takes_a_reloaded_retry_after(tmp_path: Path) -> None:
+    cap = 20
+    server = {"max_connections": cap, "overload_retry_after": 1, "header_timeout_seconds": 120}
+    gateway = GatewayProcess(tmp_path, server={**server, "keep_alive_seconds": 120})
+    with gateway:
+        gateway.start()
+        write_config(gateway.config, gateway.port, server={**server, "overload_retry_after": 7})
+        hangup(gateway)
+        wait_until(lambda: count_logged(gateway, "warning", "reloaded"), "the reload")
+        with contextlib.ExitStack() as stack:
+            idle = [stack.enter_context(connect(gateway.port, timeout=30)) for _ in range(cap + 2)]
+            for sock in idle[cap:]:  # past the cap: refused with the running retry-after
+                reply = read_reply(sock)
+                assert (reply.status, reply.headers["retry-after"]) == (503, "7"), reply

@@ -151,11 +151,16 @@ def test_a_database_deleted_under_the_server_is_reported_and_refuses_writes(tmp_
         assert chat(gateway, seeded.keys).status_code == 200
         database = gateway.data_dir / "modelgate.db"
         database.unlink()
-        assert httpx.get(f"{gateway.base_url}/health", timeout=30).json()["components"]["database"] == "down"
+        public = httpx.get(f"{gateway.base_url}/health", timeout=30)
+        assert public.json()["components"]["database"] == "down"
+        # Public: never the file's path nor where its data can be read (the operator's view and
+        # the log have them).
+        assert str(gateway.data_dir) not in public.text and "/fd/" not in public.text, public.text
         health = httpx.get(f"{gateway.base_url}/health", headers=operator, timeout=30)
         assert health.status_code == 503
         checked = health.json()["checks"]["database"]
         assert checked["status"] == "unavailable" and "was deleted" in checked["reason"], checked
+        assert "was deleted" in gateway.stderr.read_text() and "/fd/" in gateway.stderr.read_text()
         refused = chat(gateway, seeded.keys)
         assert refused.status_code == 503 and "type" not in refused.json(), refused.text
         refused = messages(gateway, seeded.keys)
@@ -170,6 +175,30 @@ def test_a_database_deleted_under_the_server_is_reported_and_refuses_writes(tmp_
     assert "is new" not in gateway.run_cli("accounts", "list").stderr
 
 
+def test_a_database_deleted_before_any_write_is_reported_and_stays_reported(tmp_path: Path) -> None:
+    gateway, seeded = seeded_gateway(tmp_path)
+    with gateway:
+        operator = gateway.operator_headers()
+        gateway.start()
+        database = gateway.data_dir / "modelgate.db"
+        database.unlink()  # before the server wrote anything
+        health = httpx.get(f"{gateway.base_url}/health", headers=operator, timeout=30)
+        assert health.status_code == 503, health.text
+        assert "was deleted" in health.json()["checks"]["database"]["reason"]
+        assert chat(gateway, seeded.keys).status_code == 503
+        # A file put back at the path is not the one the server writes: still refused until
+        # the restart (reported as deleted, not as replaced), and the problem was logged once.
+        database.write_bytes(b"")
+        health = httpx.get(f"{gateway.base_url}/health", headers=operator, timeout=30)
+        assert health.status_code == 503 and "was deleted" in health.json()["checks"]["database"]["reason"]
+        found = [
+            line
+            for line in gateway.stderr.read_text().splitlines()
+            if '"logger":"modelgate.storage"' in line and "was deleted while the gateway had it open" in line
+        ]
+        assert len(found) == 1, found
+
+
 def test_a_database_replaced_under_the_server_is_reported(tmp_path: Path) -> None:
     gateway, seeded = seeded_gateway(tmp_path)
     with gateway:
@@ -180,8 +209,10 @@ def test_a_database_replaced_under_the_server_is_reported(tmp_path: Path) -> Non
         with sqlite3.connect(database) as source, sqlite3.connect(copy) as target:
             source.backup(target)
         shutil.move(copy, database)
+        assert str(gateway.data_dir) not in httpx.get(f"{gateway.base_url}/health", timeout=30).text
         health = httpx.get(f"{gateway.base_url}/health", headers=operator, timeout=30)
         assert health.status_code == 503 and "was replaced" in health.json()["checks"]["database"]["reason"]
+        assert "was replaced" in gateway.stderr.read_text()
         assert chat(gateway, seeded.keys).status_code == 503
 
 

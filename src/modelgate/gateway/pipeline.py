@@ -56,6 +56,7 @@ from modelgate.storage.base import KeyRecord, Refusal, Settlement, StorageError
 from modelgate.telemetry.logs import CURRENT_REQUEST
 from modelgate.upstream.base import Deployment, Dialect, Provider, Redacts
 from modelgate.upstream.error_mapping import sanitise
+from modelgate.upstream.router import Router
 
 log = logging.getLogger("modelgate.request")
 
@@ -177,10 +178,20 @@ async def serve_admitted(services: Services, admitted: Admitted, receive: Receiv
     with exchange.span("reserve"):
         hold = await reserve(services, admitted)
     watch = DisconnectWatch(receive, services.drain)
+    # The exchange keeps the router it started with to its end: a reload that replaces it
+    # closes it only once every exchange released it (a stream releases it when it ends).
+    router = services.router
+    router.acquire()
     try:
-        return await call_upstream(services, admitted, hold, watch)
+        response = await call_upstream(services, router, admitted, hold, watch)
+    except BaseException:
+        router.release()
+        raise
     finally:
         watch.close()
+    if not isinstance(response, StreamResponse):
+        router.release()
+    return response
 
 
 def authenticate(services: Services, exchange: Exchange, query: Mapping[str, str] | None = None) -> KeyRecord:
@@ -294,7 +305,7 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
 
 
 async def call_upstream(
-    services: Services, admitted: Admitted, hold: Hold, watch: DisconnectWatch
+    services: Services, router: Router, admitted: Admitted, hold: Hold, watch: DisconnectWatch
 ) -> Response:
     """Route, call and relay; the hold is settled or released on every way out."""
     exchange, client = admitted.exchange, admitted.client
@@ -307,13 +318,13 @@ async def call_upstream(
     observer = AttemptLog(services.telemetry.metrics, exchange.record, exchange.trace)
     try:
         attempt = await watch.run(
-            services.router.open(
+            router.open(
                 admitted.model.id,
                 build,
                 stream=admitted.stream,
                 client_headers=exchange.headers,
                 observer=observer,
-                session=services.router.session_of(admitted),
+                session=router.session_of(admitted),
             )
         )
     except BaseException as exc:
@@ -332,12 +343,17 @@ async def call_upstream(
             upstream_model=attempt.deployment.upstream_model,
             redact=redactor(provider),
         )
+
+        def ended() -> None:
+            router.release()
+            finish_exchange(services, exchange, response)
+
         response = StreamResponse(
             stream,
             attempt,
             headers=exchange.reply_headers(),
             settle=functools.partial(settle_hold, exchange, hold),
-            on_done=lambda: finish_exchange(services, exchange, response),
+            on_done=ended,
             drain=services.drain,
             record=exchange.record,
             telemetry=services.telemetry,
@@ -487,22 +503,30 @@ async def count_tokens(services: Services, admitted: Admitted) -> Response:
     exchange = admitted.exchange
     router = services.router
     model_id = admitted.model.id
+    router.acquire()  # released once the count is read: a reload closes the router after that
+    try:
+        count = await _count(services, admitted, router, model_id)
+    finally:
+        router.release()
+    return json_reply({"input_tokens": count}, headers=exchange.reply_headers())
+
+
+async def _count(services: Services, admitted: Admitted, router: Router, model_id: str) -> int:
+    exchange = admitted.exchange
     fmt = exchange.endpoint.format
     # The count goes, as the client sent it, to an upstream of the route's own format.
     dialect = fmt.name
     if not upstream_counts(router, model_id, dialect):
-        count = await input_estimate(services, admitted)
-    else:
+        return await input_estimate(services, admitted)
 
-        async def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
-            fields = {fmt.model_field or "model": deployment.upstream_model}
-            if admitted.facts.offloaded:
-                return dialect, await services.offload.run(splice_in_worker, admitted.raw, fields)
-            return dialect, splice_top_level(admitted.raw, fields, parsed=admitted.client.body)
+    async def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
+        fields = {fmt.model_field or "model": deployment.upstream_model}
+        if admitted.facts.offloaded:
+            return dialect, await services.offload.run(splice_in_worker, admitted.raw, fields)
+        return dialect, splice_top_level(admitted.raw, fields, parsed=admitted.client.body)
 
-        observer = AttemptLog(services.telemetry.metrics, exchange.record, exchange.trace)
-        count = await upstream_count(router, model_id, build, exchange.headers, observer)
-    return json_reply({"input_tokens": count}, headers=exchange.reply_headers())
+    observer = AttemptLog(services.telemetry.metrics, exchange.record, exchange.trace)
+    return await upstream_count(router, model_id, build, exchange.headers, observer)
 
 
 def render_error(exchange: Exchange, error: errors.GatewayError) -> Response:

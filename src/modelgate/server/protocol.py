@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -65,9 +65,14 @@ def _reason(status: int) -> str:
     return {400: "Bad Request", 408: "Request Timeout", 503: "Service Unavailable"}.get(status, "Error")
 
 
-def guarded_protocol(server: ServerConfig, stats: EdgeStats) -> type[HttpToolsProtocol]:
-    """uvicorn's protocol class with this instance's limits (uvicorn builds one per connection)."""
+def guarded_protocol(
+    server: ServerConfig, stats: EdgeStats, live: Callable[[], ServerConfig] | None = None
+) -> type[HttpToolsProtocol]:
+    """uvicorn's protocol class with this instance's limits (uvicorn builds one per connection).
+    ``server`` holds what needs a restart (the cap, the timeouts); ``live`` returns the running
+    settings, for what a reload changes (``server.overload_retry_after``)."""
     stats.connection_cap = server.max_connections
+    running = live if live is not None else lambda: server
 
     class GuardedProtocol(HttpToolsProtocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -83,7 +88,7 @@ def guarded_protocol(server: ServerConfig, stats: EdgeStats) -> type[HttpToolsPr
                 stats.connections_refused += 1
                 refusal = errors.Unavailable(
                     "the gateway is at its limit of open connections; retry shortly",
-                    headers={"retry-after": str(server.overload_retry_after)},
+                    headers={"retry-after": str(running().overload_retry_after)},
                 )
                 self._refuse(refusal, "/")
                 return

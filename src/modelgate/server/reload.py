@@ -7,8 +7,7 @@ compared key by key with the running configuration:
 
 - the keys in ``LIVE`` are applied at once: requests that start afterwards see them, requests in
   flight finish with what they started with (a rebuilt catalogue and router replace the old ones;
-  the old providers' connections are closed once every request that was in flight at the reload
-  has ended);
+  the old providers' connections are closed once no request uses them any more);
 - every other key (listen address, workers, database, secret, timeouts of the connection layer,
   sweepers, telemetry...) needs a restart: its running value is kept, and the log line names it.
 
@@ -28,6 +27,7 @@ from typing import Any
 from modelgate.catalogue import Catalogue, build_catalogue
 from modelgate.config import ConfigError, Settings, load_settings
 from modelgate.services import Services, deployments_of, served_catalogue
+from modelgate.telemetry.logs import scrub_also
 from modelgate.upstream.config import validate_upstreams
 from modelgate.upstream.providers import build_providers
 from modelgate.upstream.router import Router
@@ -69,8 +69,6 @@ LIVE = ROUTING | {
 }
 #: Sections compared key by key (the others, ``routing`` and ``simulator`` included, as a whole).
 SECTIONS = frozenset({"server", "keys", "billing", "admin", "responses", "metrics", "otel"})
-#: Seconds between checks whether the requests that used a replaced router have all ended.
-RETIRE_POLL_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -200,63 +198,76 @@ class Reloader:
     async def _reload(self) -> None:
         while True:
             self._again = False
-            self.reload_now()
+            await self.reload_now()
             if not self._again:
                 return
-            await asyncio.sleep(0)
 
-    def reload_now(self) -> Changes | None:
-        """Apply the file's live settings; None (nothing changed) if it cannot be used."""
+    async def reload_now(self) -> Changes | None:
+        """Apply the file's live settings; None (nothing changed) if it cannot be used.
+
+        Reading, validating and building (credentials resolved, possibly over HTTP from a cloud
+        metadata service) run in a worker thread: the serving loop only swaps the result in."""
         where = self._source.describe()
         services = self._services
         try:
-            changes = load_checked(self._source, services.settings, self._adjust)
-            if changes.routing:
-                catalogue, router = self._routing(changes.settings)
+            changes, routing = await asyncio.to_thread(self._prepare, services.settings)
         except ConfigError as exc:
             log.error("reload of %s failed; still serving with the running configuration: %s", where, exc)
             return None
         except Exception as exc:  # anything else a provider's construction raises: same answer
             log.exception("reload of %s failed; still serving with the running configuration: %s", where, exc)
             return None
-        if changes.routing:
+        if services.drain.active:  # stopping meanwhile: what was built is not used
+            if routing is not None:
+                await routing[1].aclose()
+            log.warning("stopping: the reload of %s is not applied", where)
+            return None
+        if routing is not None:
             old = services.router
-            services.catalogue, services.router = catalogue, router
+            services.catalogue, services.router = routing
             self._retire(old)
         services.settings = changes.settings
         server = changes.settings.server
         services.inflight.limit = server.max_in_flight
         services.large_bodies.limit = server.max_large_bodies
         set_log_level(changes.settings.log_level)
+        scrub_also((changes.settings.metrics.token,))
         log.warning("reloaded %s: %s", where, describe(changes))
         return changes
+
+    def _prepare(self, running: Settings) -> tuple[Changes, tuple[Catalogue, Router] | None]:
+        """In a worker thread: the new file compared with ``running``, and, when routing changed,
+        the new catalogue and router (checked once, then built)."""
+        new = self._source.load()
+        if self._adjust is not None:
+            new = self._adjust(new)
+        changes = compare(running, new)
+        if not changes.routing:
+            return changes, None
+        return changes, self._routing(changes.settings)
 
     def _routing(self, settings: Settings) -> tuple[Catalogue, Router]:
         catalogue = check_routing(settings, os.environ)
         offload = self._services.offload
-        providers = build_providers(
-            settings.providers,
-            os.environ,
-            factories={"simulator": lambda c: SimulatorProvider(c.name, settings.simulator, offload)},
-        )
+        try:
+            providers = build_providers(
+                settings.providers,
+                os.environ,
+                factories={"simulator": lambda c: SimulatorProvider(c.name, settings.simulator, offload)},
+            )
+        except ValueError as exc:  # a credential that resolved for the check and no more
+            raise ConfigError(str(exc)) from exc
         full = build_catalogue(settings.catalogue)
         return catalogue, Router(providers, deployments_of(settings, full), settings.routing)
 
     def _retire(self, router: Router) -> None:
-        """Close ``router``'s connection pools once the requests in flight now have all ended."""
-        drain = self._services.drain
-        users = drain.in_flight_now()
-
-        async def wait_until_unused() -> None:
-            # Polled: requests end in any order and nothing signals the last of a snapshot.
-            while True:
-                if drain.cut or not drain.any_in_flight(users):
-                    break
-                await asyncio.sleep(RETIRE_POLL_SECONDS)
+        """Close ``router``'s connection pools once no exchange uses it any more: every upstream
+        call and count holds it (``Router.acquire``) from its start to the exchange's end, so a
+        stream still waiting for its upstream's first byte keeps it open too."""
 
         async def close_when_unused() -> None:
             try:
-                await wait_until_unused()
+                await router.unused()
             finally:
                 del self._retired[router]
                 await router.aclose()

@@ -18,7 +18,8 @@ worker is free accepts the next one. The parent serves no HTTP itself. It:
   fails is logged and goes no further, the workers keep serving; a valid one becomes the
   configuration restarted workers get (its live keys) and SIGHUP is forwarded to every worker,
   which applies it itself without cutting anything. Workers start with SIGHUP ignored until
-  their own handler is in place;
+  their own handler is in place, so one that was starting during a reload gets its SIGHUP
+  when it reports ready;
 - stops everything if a worker of the first start fails before it serves (a bad configuration
   fails the same way every time, so restarting would only loop).
 """
@@ -47,6 +48,7 @@ from modelgate.server.reload import ConfigSource, load_checked, set_log_level
 from modelgate.server.runner import CUT_MARGIN, uvicorn_config
 from modelgate.server.worker import WorkerSpec, run_worker
 from modelgate.storage import StorageError, open_store
+from modelgate.telemetry.logs import scrub_also
 
 log = logging.getLogger("modelgate")
 #: A worker that lived this long before dying is restarted at once.
@@ -65,6 +67,8 @@ class _Worker:
     process: BaseProcess
     ready: Connection
     started_at: float
+    #: The parent's reload generation the worker was started with (``_State.generation``).
+    generation: int = 0
     serving: bool = False
     window: asyncio.Transport | None = None
 
@@ -79,6 +83,9 @@ class _State:
     failed: bool = False
     #: True once every worker of the first start served.
     up: bool = False
+    #: Valid reloads so far: a worker started before the latest one ignored its SIGHUP (its
+    #: handler was not in place yet), so it gets one more when it reports ready.
+    generation: int = 0
 
 
 class Supervisor:
@@ -164,7 +171,7 @@ class Supervisor:
         finally:
             signal.signal(signal.SIGHUP, handler)
         send.close()
-        worker = _Worker(index, process, receive, time.monotonic())
+        worker = _Worker(index, process, receive, time.monotonic(), state.generation)
         state.workers[index] = worker
         if ours is not None and theirs is not None:
             theirs.close()
@@ -191,6 +198,10 @@ class Supervisor:
             log.info("worker %d serving (pid %s)", worker.index, worker.process.pid)
         loop.remove_reader(worker.ready.fileno())
         state = self._state
+        if worker.serving and worker.generation != state.generation and not state.signals:
+            log.info("worker %d started before the last reload: passing SIGHUP to it", worker.index)
+            worker.generation = state.generation
+            _signal(worker.process, signal.SIGHUP)
         if not state.up and all(w.serving for w in state.workers.values()):
             state.up = True
             server = self._settings.server
@@ -251,8 +262,14 @@ class Supervisor:
             return
         self._settings = changes.settings
         set_log_level(changes.settings.log_level)
-        log.info("reload of %s: valid; passing SIGHUP to %d worker(s)", where, len(self._state.workers))
-        for worker in self._state.workers.values():
+        scrub_also((changes.settings.metrics.token,))
+        state = self._state
+        state.generation += 1
+        # A worker not serving yet may ignore this SIGHUP: it gets one when it is ready.
+        serving = [worker for worker in state.workers.values() if worker.serving]
+        log.info("reload of %s: valid; passing SIGHUP to %d worker(s)", where, len(serving))
+        for worker in serving:
+            worker.generation = state.generation
             _signal(worker.process, signal.SIGHUP)
 
     # stopping -----------------------------------------------------------------------------

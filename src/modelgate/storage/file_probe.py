@@ -5,20 +5,22 @@ running server: every answer, charge and key change then lands in a file nobody 
 again, and ``/health`` would still say "ok". A full disk fails writes one by one. ``FileProbe``
 notices both:
 
-- the file's identity (device and inode) is taken when the store first checks it; a later check
-  that finds no file, or another file, at the path reports it (``problem``) and refuses every
-  write (``check_writable``) with ``DatabaseFileProblem``, a ``StorageError``: requests are
-  answered 503 in their wire format instead of being served and lost;
+- the file's identity (device and inode) is taken when the store opens it; a later check that
+  finds no file, or another file, at the path reports it (``problem``) and refuses every write
+  (``check_writable``) with ``DatabaseFileProblem``, a ``StorageError``, until the restart:
+  requests are answered 503 in their wire format instead of being served and lost;
 - free space on the database's filesystem below ``min_free_bytes`` (``database_min_free_bytes``)
   is reported, and new holds are refused (``check_room``) while settlements of requests already
   under way still write, so what was delivered is still charged.
 
-``/health`` answers 503 with the reason while either lasts. ``refuse_a_new_database_beside_a_deleted_one``
+``/health`` answers 503 while either lasts; the reason, which names the file, is for operators
+only (the operator's ``/health`` view and the log), never the public view. ``refuse_a_new_database_beside_a_deleted_one``
 keeps the CLI from silently creating an empty database where a running server's was deleted.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -27,14 +29,17 @@ from modelgate.storage.base import StorageError
 #: Default for ``database_min_free_bytes``.
 DEFAULT_MIN_FREE_BYTES = 16 * 1024 * 1024
 _DOCS = "docs/operations.md#the-database-file"
+log = logging.getLogger("modelgate.storage")
 
 
 class DatabaseFileProblem(StorageError):
-    """The database file is gone, replaced, or its disk is full; ``reason`` says which."""
+    """The database file is gone, replaced, or its disk is full: ``reason`` says which and what
+    to do (for the log and operators), ``code`` says which in a word."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, code: str = "database_unavailable") -> None:
         super().__init__(reason)
         self.reason = reason
+        self.code = code
 
 
 def _deleted_descriptor(path: Path) -> str | None:
@@ -53,40 +58,64 @@ def _deleted_descriptor(path: Path) -> str | None:
 
 
 class FileProbe:
-    __slots__ = ("_identity", "min_free_bytes", "path")
+    """Checks before writes, holds and pings. Cheap while all is well (one ``stat``); a deleted or
+    replaced file is a problem until the restart (``_stuck``): found once, logged once, and
+    every later check answers from memory (no ``stat``, no listing of ``/proc/self/fd``)."""
+
+    __slots__ = ("_identity", "_stuck", "min_free_bytes", "path")
 
     def __init__(self, path: Path, min_free_bytes: int = DEFAULT_MIN_FREE_BYTES) -> None:
         self.path = path.absolute()
         self.min_free_bytes = min_free_bytes
         self._identity: tuple[int, int] | None = None
+        #: (code, reason) of a deleted or replaced file, kept until the restart.
+        self._stuck: tuple[str, str] | None = None
 
-    def _file_problem(self) -> str | None:
+    def opened(self) -> None:
+        """The store just opened (or created) the file: its identity is the one every later check
+        compares with, so a file deleted before the first write is noticed too."""
+        if self._identity is not None:
+            return
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return  # examined again at the next opening
+        self._identity = (stat.st_dev, stat.st_ino)
+
+    def _file_problem(self) -> DatabaseFileProblem | None:
+        if self._stuck is not None:  # a new exception each time: a raised one keeps its traceback
+            return DatabaseFileProblem(self._stuck[1], self._stuck[0])
+        if self._identity is None:
+            return None  # not opened yet: the first connection creates it
         try:
             stat = os.stat(self.path)
         except FileNotFoundError:
-            if self._identity is None:
-                return None  # not created yet: the first connection creates it
             where = _deleted_descriptor(self.path)
             rescue = f"; its data is still readable at {where} until this process exits" if where else ""
-            return (
+            return self._stick(
+                "database_file_deleted",
                 f"the database file {self.path} was deleted while the gateway had it open{rescue}: "
                 f"writes are refused so none is lost in the deleted file. Restore the file from a "
-                f"backup, then restart ({_DOCS})"
+                f"backup, then restart ({_DOCS})",
             )
         except OSError as exc:
-            return f"the database file {self.path} cannot be examined: {exc.strerror}"
-        identity = (stat.st_dev, stat.st_ino)
-        if self._identity is None:
-            self._identity = identity
-        elif identity != self._identity:
-            return (
+            reason = f"the database file {self.path} cannot be examined: {exc.strerror}"
+            return DatabaseFileProblem(reason, "database_file_unreadable")
+        if (stat.st_dev, stat.st_ino) != self._identity:
+            return self._stick(
+                "database_file_replaced",
                 f"the database file {self.path} was replaced by another file while the gateway had it "
                 f"open: writes are refused so none goes to the old one. Restart to serve the new file "
-                f"({_DOCS})"
+                f"({_DOCS})",
             )
         return None
 
-    def _room_problem(self) -> str | None:
+    def _stick(self, code: str, reason: str) -> DatabaseFileProblem:
+        self._stuck = (code, reason)
+        log.error("%s", reason)
+        return DatabaseFileProblem(reason, code)
+
+    def _room_problem(self) -> DatabaseFileProblem | None:
         if not self.min_free_bytes:
             return None
         try:
@@ -96,27 +125,29 @@ class FileProbe:
         free = fs.f_bavail * fs.f_frsize
         if free >= self.min_free_bytes:
             return None
-        return (
+        return DatabaseFileProblem(
             f"the disk holding {self.path.parent} is full ({free} bytes free, fewer than "
             f"database_min_free_bytes = {self.min_free_bytes}): new requests are refused until "
-            f"space is freed; requests under way are still charged ({_DOCS})"
+            f"space is freed; requests under way are still charged ({_DOCS})",
+            "disk_full",
         )
 
     def problem(self) -> str | None:
         """Why the database cannot take writes now (None: it can)."""
-        return self._file_problem() or self._room_problem()
+        found = self._file_problem() or self._room_problem()
+        return None if found is None else found.reason
 
     def check_writable(self) -> None:
         """Before every write transaction: refuse writes to a deleted or replaced file."""
-        reason = self._file_problem()
-        if reason is not None:
-            raise DatabaseFileProblem(reason)
+        found = self._file_problem()
+        if found is not None:
+            raise found
 
     def check_room(self) -> None:
         """Before a new hold: refuse it as well when the disk is full."""
-        reason = self.problem()
-        if reason is not None:
-            raise DatabaseFileProblem(reason)
+        found = self._file_problem() or self._room_problem()
+        if found is not None:
+            raise found
 
 
 def holders_of_deleted(path: Path) -> list[int]:

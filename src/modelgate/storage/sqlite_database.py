@@ -105,6 +105,7 @@ class SqliteDatabase:
                 conn.execute("PRAGMA wal_autocheckpoint=0")
             self._local.conn = conn
             self._connections.append(conn)
+            self.file_probe.opened()
         return conn
 
     @contextmanager

@@ -76,8 +76,19 @@ class Scrubber:
     """Removes credentials from a log line (see the module docstring)."""
 
     def __init__(self, secrets: Iterable[str | None] = ()) -> None:
-        known = sorted({s for s in secrets if s and len(s) >= MIN_SECRET}, key=len, reverse=True)
-        self._known = re.compile("|".join(re.escape(s) for s in known)) if known else None
+        self._secrets: frozenset[str] = frozenset()
+        self._known: re.Pattern[str] | None = None
+        self.learn(secrets)
+
+    def learn(self, secrets: Iterable[str | None]) -> None:
+        """Scrub ``secrets`` too from now on (a reload's new tokens; the old ones stay scrubbed)."""
+        known = self._secrets | {s for s in secrets if s and len(s) >= MIN_SECRET}
+        if known == self._secrets:
+            return
+        self._secrets = known
+        # Longest first, so a secret containing another is removed whole; swapped in one step.
+        ordered = sorted(known, key=len, reverse=True)
+        self._known = re.compile("|".join(re.escape(s) for s in ordered))
 
     def __call__(self, text: str) -> str:
         if self._known is not None:
@@ -210,6 +221,10 @@ class JsonFormatter(logging.Formatter):
         super().__init__()
         self._scrub = scrub or Scrubber()
 
+    @property
+    def scrubber(self) -> Scrubber:
+        return self._scrub
+
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
             "ts": _timestamp(record.created),
@@ -239,6 +254,10 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
         self._scrub = scrub or Scrubber()
 
+    @property
+    def scrubber(self) -> Scrubber:
+        return self._scrub
+
     def format(self, record: logging.LogRecord) -> str:
         line = self._scrub(super().format(record))
         extra = []
@@ -265,6 +284,15 @@ class _WorkerTag(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.worker = self._worker
         return True
+
+
+def scrub_also(secrets: Iterable[str | None]) -> None:
+    """Scrub ``secrets`` from every line from now on (the handler ``configure_logging`` set up;
+    a reload's new ``metrics.token``)."""
+    for handler in logging.getLogger().handlers:
+        formatter = handler.formatter
+        if isinstance(formatter, JsonFormatter | TextFormatter):
+            formatter.scrubber.learn(secrets)
 
 
 def default_format() -> LogFormat:

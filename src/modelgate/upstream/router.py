@@ -231,6 +231,11 @@ class Router:
             for model, deps in self._deployments.items()
             if len(deps) > 1 or any(_credentials(self._providers[d.provider]) > 1 for d in deps)
         )
+        #: Exchanges using this router now (``acquire`` .. ``release``): a router a reload
+        #: replaced is closed once this is 0 (``server.reload``), never under a live upstream call.
+        self._uses = 0
+        self._unused = asyncio.Event()
+        self._unused.set()
 
     @property
     def health(self) -> DeploymentHealth:
@@ -487,6 +492,25 @@ class Router:
             if isinstance(provider, ReportsCredentials)
             for status in provider.credential_status()
         ]
+
+    def acquire(self) -> None:
+        """An exchange starts using this router (before its upstream call or count)."""
+        self._uses += 1
+        self._unused.clear()
+
+    def release(self) -> None:
+        """That exchange is over (its stream ended, failed or was cut; its reply was read)."""
+        self._uses -= 1
+        if self._uses == 0:
+            self._unused.set()
+
+    @property
+    def uses(self) -> int:
+        return self._uses
+
+    async def unused(self) -> None:
+        """Returns once no exchange uses this router (at once if none does now)."""
+        await self._unused.wait()
 
     async def aclose(self) -> None:
         """Close every provider (their connection pools)."""
