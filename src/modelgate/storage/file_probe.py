@@ -13,6 +13,11 @@ notices both:
   is reported, and new holds are refused (``check_room``) while settlements of requests already
   under way still write, so what was delivered is still charged.
 
+On the request path a check that found all well is trusted for ``RECHECK_SECONDS`` (two system
+calls per request were measurable in the benchmark); a problem is never trusted away, and
+``/health`` (``problem`` and the database's ping) always looks afresh. So a deleted file or a full disk is refused at most
+that long after it happened, and at once after ``/health`` saw it (a deleted file stays reported).
+
 ``/health`` answers 503 while either lasts; the reason, which names the file, is for operators
 only (the operator's ``/health`` view and the log), never the public view. ``refuse_a_new_database_beside_a_deleted_one``
 keeps the CLI from silently creating an empty database where a running server's was deleted.
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 from modelgate.storage.base import StorageError
@@ -29,6 +35,8 @@ from modelgate.storage.base import StorageError
 #: Default for ``database_min_free_bytes``.
 DEFAULT_MIN_FREE_BYTES = 16 * 1024 * 1024
 _DOCS = "docs/operations.md#the-database-file"
+#: Seconds a check that found all well is trusted on the request path (writes, new holds).
+RECHECK_SECONDS = 0.25
 log = logging.getLogger("modelgate.storage")
 
 
@@ -62,7 +70,7 @@ class FileProbe:
     replaced file is a problem until the restart (``_stuck``): found once, logged once, and
     every later check answers from memory (no ``stat``, no listing of ``/proc/self/fd``)."""
 
-    __slots__ = ("_identity", "_stuck", "min_free_bytes", "path")
+    __slots__ = ("_file_ok_until", "_identity", "_room_ok_until", "_stuck", "min_free_bytes", "path")
 
     def __init__(self, path: Path, min_free_bytes: int = DEFAULT_MIN_FREE_BYTES) -> None:
         self.path = path.absolute()
@@ -70,6 +78,9 @@ class FileProbe:
         self._identity: tuple[int, int] | None = None
         #: (code, reason) of a deleted or replaced file, kept until the restart.
         self._stuck: tuple[str, str] | None = None
+        #: Monotonic times until which the last good file / file-and-room check is trusted.
+        self._file_ok_until = 0.0
+        self._room_ok_until = 0.0
 
     def opened(self) -> None:
         """The store just opened (or created) the file: its identity is the one every later check
@@ -139,15 +150,24 @@ class FileProbe:
 
     def check_writable(self) -> None:
         """Before every write transaction: refuse writes to a deleted or replaced file."""
+        now = time.monotonic()
+        if self._stuck is None and now < self._file_ok_until:
+            return
         found = self._file_problem()
         if found is not None:
             raise found
+        self._file_ok_until = now + RECHECK_SECONDS
 
-    def check_room(self) -> None:
-        """Before a new hold: refuse it as well when the disk is full."""
+    def check_room(self, *, fresh: bool = False) -> None:
+        """Before a new hold: refuse it as well when the disk is full. ``fresh``: look again even
+        if a recent check found all well (the health check's ping)."""
+        now = time.monotonic()
+        if not fresh and self._stuck is None and now < self._room_ok_until:
+            return
         found = self._file_problem() or self._room_problem()
         if found is not None:
             raise found
+        self._room_ok_until = self._file_ok_until = now + RECHECK_SECONDS
 
 
 def holders_of_deleted(path: Path) -> list[int]:

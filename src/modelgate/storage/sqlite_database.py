@@ -181,7 +181,7 @@ class SqliteDatabase:
         self._local = threading.local()
 
     async def ping(self) -> None:
-        self.file_probe.check_room()
+        self.file_probe.check_room(fresh=True)
         await self.run(lambda: self.db().execute("SELECT 1").fetchone())
 
     def connections(self) -> None:
