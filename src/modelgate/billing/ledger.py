@@ -211,7 +211,9 @@ class Hold:
     async def _finish(self, record: UsageRecord, charge: bool) -> Settlement:
         write = self._store.settle(record) if charge else self._store.release(record)
         try:
-            return await asyncio.wait_for(write, self._timeout if math.isfinite(self._timeout) else None)
+            # asyncio.timeout, not wait_for: no extra task per settle (this runs in its own).
+            async with asyncio.timeout(self._timeout if math.isfinite(self._timeout) else None):
+                return await write
         except asyncio.CancelledError:
             # Cancelled mid-way (the loop is ending): nothing may be awaited any more, so the
             # settle is journaled synchronously; a retry of one that did commit changes nothing.
