@@ -11,10 +11,12 @@ from __future__ import annotations
 import math
 import re
 import secrets
-from typing import Any
+from typing import Any, TypeVar
 
 from modelgate import errors, ir
 from modelgate.formats.jsonutil import Json, count_of, is_int
+
+T = TypeVar("T")
 
 #: proto3 ``int32``: the largest count the API accepts.
 INT32_MAX = 2**31 - 1
@@ -48,40 +50,31 @@ def has(obj: Json, name: str) -> bool:
     return get(obj, name) is not None
 
 
-def obj_field(obj: Json, name: str, param: str) -> Json | None:
+def _typed(obj: Json, name: str, param: str, kind: type[T], noun: str) -> T | None:
+    """The field ``name`` (either spelling) when present; a 400 naming ``param`` when it is not a
+    ``kind`` (``noun``: how the message calls it)."""
     value = get(obj, name, param)
     if value is None:
         return None
-    if not isinstance(value, dict):
-        raise invalid(f"{param}: expected an object", param)
+    if not isinstance(value, kind):
+        raise invalid(f"{param}: expected {noun}", param)
     return value
+
+
+def obj_field(obj: Json, name: str, param: str) -> Json | None:
+    return _typed(obj, name, param, dict, "an object")
 
 
 def list_field(obj: Json, name: str, param: str) -> list[Any] | None:
-    value = get(obj, name, param)
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        raise invalid(f"{param}: expected a list", param)
-    return value
+    return _typed(obj, name, param, list, "a list")
 
 
 def str_field(obj: Json, name: str, param: str) -> str | None:
-    value = get(obj, name, param)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise invalid(f"{param}: expected a string", param)
-    return value
+    return _typed(obj, name, param, str, "a string")
 
 
 def bool_field(obj: Json, name: str, param: str) -> bool | None:
-    value = get(obj, name, param)
-    if value is None:
-        return None
-    if not isinstance(value, bool):
-        raise invalid(f"{param}: expected a boolean", param)
-    return value
+    return _typed(obj, name, param, bool, "a boolean")
 
 
 def int_field(obj: Json, name: str, param: str, *, minimum: int = 0) -> int | None:
