@@ -203,17 +203,19 @@ def test_trickling_and_idle_connections_do_not_starve_normal_requests(tmp_path: 
     """A scaled-down slow-client attack (``make bench-edge`` runs 2,000 + 2,000 for 60 s): every
     normal request is served while hundreds of connections trickle or idle and are cut."""
     server = {"header_timeout_seconds": 0.5, "keep_alive_seconds": 1}
-    with running_gateway(tmp_path / "data", server=server) as gw:
+    with running_gateway(tmp_path / "data", server=server) as gw, ExitStack() as sockets:
         key = gw.key(gw.account("acme"), "Nova", rpm=100_000).secret
-        trickling = [connect(gw.port) for _ in range(150)]
-        idle = [connect(gw.port) for _ in range(150)]
+        trickling = [sockets.enter_context(connect(gw.port)) for _ in range(150)]
+        for _ in range(150):  # idle: connected, never a byte sent
+            sockets.enter_context(connect(gw.port))
         for sock in trickling:
             sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nx-slow: ")
         served = sent = 0
         with httpx.Client(base_url=gw.base_url, timeout=10) as client:
-            # Normal requests keep coming until the gateway has cut every slow connection.
+            # Normal requests keep coming until the gateway has cut every slow connection, and at
+            # least 20 of them (on a slow machine the cuts can all land before the first request).
             deadline = time.monotonic() + 60
-            while gw.services.edge.head_timeouts < 300 and time.monotonic() < deadline:
+            while (sent < 20 or gw.services.edge.head_timeouts < 300) and time.monotonic() < deadline:
                 for sock in trickling[sent % 10 :: 10]:
                     with contextlib.suppress(OSError):
                         sock.sendall(b"x")
@@ -229,6 +231,4 @@ def test_trickling_and_idle_connections_do_not_starve_normal_requests(tmp_path: 
                 sent += 1
                 served += response.status_code == 200
         assert gw.services.edge.head_timeouts >= 300  # the slow connections were cut, not left open
-        assert sent > 0 and served == sent
-        for sock in trickling + idle:
-            sock.close()
+        assert sent >= 20 and served == sent
