@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
+from modelgate.addresses import NO_NETWORKS, AddressError, Networks
 from modelgate.errors import AuthenticationFailed
 from modelgate.formats.format import Credentials
 from modelgate.keys import KEY_PREFIX, Digester, is_well_formed_key
@@ -39,6 +40,9 @@ class KeyView:
         self._digester = digester
         self._by_id: dict[str, KeyRecord] = {}
         self._by_digest: dict[bytes, str] = {}
+        #: Each restricted key's ``allowed_ips`` compiled, with the version it was compiled at:
+        #: compiled once per key version, never per request.
+        self._networks: dict[str, tuple[int, Networks]] = {}
         self._version = 0
         self._task: asyncio.Task[None] | None = None
         #: ``time.monotonic()`` of the last successful poll of the database (metrics: the age
@@ -55,6 +59,21 @@ class KeyView:
     def get(self, key_id: str) -> KeyRecord | None:
         return self._by_id.get(key_id)
 
+    def networks(self, key: KeyRecord) -> Networks | None:
+        """The ranges ``key`` may be used from, compiled; None: from anywhere."""
+        if not key.allowed_ips:
+            return None
+        compiled = self._networks.get(key.id)
+        if compiled is None or compiled[0] != key.version:
+            try:
+                networks = Networks.compile(key.allowed_ips)
+            except AddressError:  # written past validation: match nothing rather than anything
+                log.warning("key %s: unreadable allowed_ips; the key is refused everywhere", key.id)
+                networks = NO_NETWORKS
+            compiled = (key.version, networks)
+            self._networks[key.id] = compiled
+        return compiled[1]
+
     def _apply(self, records: list[KeyRecord], *, advance: bool = True) -> None:
         for record in records:
             old = self._by_id.get(record.id)
@@ -65,6 +84,10 @@ class KeyView:
                 if old.previous_digest is not None:
                     self._by_digest.pop(old.previous_digest, None)
             self._by_id[record.id] = record
+            if record.allowed_ips:
+                self.networks(record)  # compiled here unless this version already is
+            else:
+                self._networks.pop(record.id, None)
             self._by_digest[record.digest] = record.id
             if record.previous_digest is not None:
                 self._by_digest[record.previous_digest] = record.id

@@ -16,8 +16,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from modelgate.addresses import NO_NETWORKS, AddressError, Networks, parse_networks
 from modelgate.billing.input_bound import MediaRules
 from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE
 from modelgate.upstream.config import (
@@ -80,6 +89,36 @@ class ServerConfig(_Section):
     #: A worker that dies is restarted at once; one that dies again within 10 s of its start waits
     #: 0.5 s, then twice as long for each further quick death, up to this many seconds.
     worker_restart_max_delay_seconds: float = Field(30.0, ge=0)
+    #: CIDRs of the reverse proxies in front of the gateway. A request whose connection comes from
+    #: one of them has its client address taken from ``X-Forwarded-For`` (the right-most address
+    #: that is not a trusted proxy); from anywhere else the header is ignored. Used by keys'
+    #: ``allowed_ips``. Empty: the socket's address always.
+    trusted_proxies: list[str] = Field(default_factory=list)
+    _trusted_networks: Networks = PrivateAttr(default=NO_NETWORKS)
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _split_trusted_proxies(cls, value: object) -> object:
+        # MODELGATE_SERVER__TRUSTED_PROXIES=10.0.0.0/8,192.168.0.0/16 (a JSON list works too)
+        return [part for part in value.split(",") if part.strip()] if isinstance(value, str) else value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_trusted_proxies(cls, value: list[str]) -> list[str]:
+        try:
+            return list(parse_networks(value))
+        except AddressError as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _compile_trusted_proxies(self) -> ServerConfig:
+        self._trusted_networks = Networks.compile(self.trusted_proxies)
+        return self
+
+    @property
+    def trusted_networks(self) -> Networks:
+        """``trusted_proxies`` compiled once, for the per-request client address."""
+        return self._trusted_networks
 
     @field_validator("workers")
     @classmethod

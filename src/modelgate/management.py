@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
+from modelgate.addresses import AddressError, parse_networks
 from modelgate.catalogue import Catalogue, credits_to_micro
 from modelgate.clock import Clock
 from modelgate.keys import (
@@ -34,12 +35,19 @@ from modelgate.storage.base import (
     NewKey,
     Store,
 )
+from modelgate.storage.records import NEVER_EXPIRES
 
 _FAMILY = {"Basic": "aria", "Pro": "aria", "Nova": "nova"}
 #: An admin token's optional lifetime: at least a minute, at most ten years.
 MIN_TOKEN_LIFETIME = 60
 MAX_TOKEN_LIFETIME = 3650 * 86400
 _DURATION = re.compile(r"([0-9]{1,10})([smhd]?)")
+#: RFC 3339 date-time with an offset: ``2027-01-31T12:00:00Z``, ``2027-01-31T12:00:00.5+02:00``.
+_RFC3339 = re.compile(
+    r"([0-9]{4}-[0-9]{2}-[0-9]{2})[Tt ]([0-9]{2}:[0-9]{2}:[0-9]{2})(\.[0-9]{1,9})?([Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+#: The latest expiry a key may have (the end of year 9998, so a day later is still a date).
+MAX_EXPIRES_AT = datetime(9999, 1, 1, tzinfo=UTC).timestamp()
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -185,6 +193,13 @@ class Management:
                 out.append(model.id)
         return tuple(out)
 
+    async def set_hide_balance(self, account: Account, hide: bool) -> Account:
+        """Whether the account's balance is hidden from its keys' holders (``GET /v1/key``)."""
+        updated = await self.store.set_hide_balance(account.id, hide)
+        if updated is None:
+            raise NotFoundError(f"account {account.id} not found")
+        return updated
+
     async def create_key(
         self,
         account: Account,
@@ -194,6 +209,8 @@ class Management:
         rpm: int | None = None,
         models: list[str] | None = None,
         monthly_cap_uc: int | None = None,
+        expires_at: float | None = None,
+        allowed_ips: list[str] | None = None,
     ) -> IssuedKey:
         typed_group = next((g for g in GROUPS if g == group), None)
         if typed_group is None:
@@ -216,6 +233,8 @@ class Management:
                 digest=self.digester.digest(secret),
                 prefix=display.prefix,
                 last4=display.last4,
+                expires_at=_checked_expiry(expires_at),
+                allowed_ips=_networks(allowed_ips) or None,
             ),
             self.clock.time(),
         )
@@ -236,7 +255,12 @@ class Management:
         models: list[str] | None = None,
         monthly_cap_uc: int | None = None,
         clear_cap: bool = False,
+        expires_at: float | None = None,
+        clear_expiry: bool = False,
+        allowed_ips: list[str] | None = None,
     ) -> KeyRecord:
+        """A partial update; ``clear_expiry`` makes the key never expire and ``allowed_ips=[]``
+        lets it be used from anywhere."""
         if rpm is not None and rpm < 1:
             raise ManagementError("rpm: must be at least 1")
         if monthly_cap_uc is not None:
@@ -247,7 +271,14 @@ class Management:
         cap = -1 if clear_cap else monthly_cap_uc
         updated = await self.store.update_key(
             record.id,
-            KeyControls(name=name, rpm=rpm, allowed_models=allowed, monthly_cap_uc=cap),
+            KeyControls(
+                name=name,
+                rpm=rpm,
+                allowed_models=allowed,
+                monthly_cap_uc=cap,
+                expires_at=NEVER_EXPIRES if clear_expiry else _checked_expiry(expires_at),
+                allowed_ips=None if allowed_ips is None else _networks(allowed_ips),
+            ),
             self.clock.time(),
         )
         if updated is None:
@@ -358,3 +389,37 @@ def parse_lifetime(text: str, now: float) -> float:
             f"expires: between {MIN_TOKEN_LIFETIME:g} seconds and {MAX_TOKEN_LIFETIME // 86400} days from now"
         )
     return float(seconds)
+
+
+def _checked_expiry(expires_at: float | None) -> float | None:
+    if expires_at is not None and not 0 <= expires_at < MAX_EXPIRES_AT:
+        raise ManagementError("expires_at: a date-time from 1970 to 9998")
+    return expires_at
+
+
+def _networks(texts: list[str] | None) -> tuple[str, ...]:
+    try:
+        return parse_networks(texts or ())
+    except AddressError as exc:
+        raise ManagementError(f"allowed_ips: {exc}") from None
+
+
+def parse_expiry(text: str) -> float:
+    """A key's ``expires_at`` as RFC 3339 gives it (a date-time with ``Z`` or an offset), as a
+    timestamp. A past instant is accepted: the key is then refused as expired from now on."""
+    value = text.strip() if isinstance(text, str) else ""
+    match = _RFC3339.fullmatch(value)
+    if match is None:
+        raise ManagementError(
+            f"expires_at: {value[:40]!r} is not an RFC 3339 date-time with an offset, e.g. 2027-01-31T00:00:00Z"
+        )
+    day, clock, fraction, offset = match.groups()
+    fraction = (fraction or "")[:7]  # Python reads at most microseconds
+    zone = "+00:00" if offset in ("Z", "z") else offset
+    try:
+        timestamp = datetime.fromisoformat(f"{day}T{clock}{fraction}{zone}").timestamp()
+    except (ValueError, OverflowError):
+        raise ManagementError(f"expires_at: {value[:40]!r} is not a valid date-time") from None
+    if not 0 <= timestamp < MAX_EXPIRES_AT:
+        raise ManagementError("expires_at: a date-time from 1970 to 9998")
+    return timestamp

@@ -34,7 +34,14 @@ from modelgate.admin.tokens import TokenEndpoints
 from modelgate.admin.usage import UsageEndpoints
 from modelgate.admin.usage_quality import QualityEndpoints
 from modelgate.clock import month_of
-from modelgate.management import ConflictError, Management, ManagementError, NotFoundError, parse_credits
+from modelgate.management import (
+    ConflictError,
+    Management,
+    ManagementError,
+    NotFoundError,
+    parse_credits,
+    parse_expiry,
+)
 from modelgate.services import Services
 from modelgate.storage.base import Conflict, KeyRecord
 
@@ -138,11 +145,18 @@ class AdminAPI:
         return json_response(schemas.account_view(account))
 
     async def account_rename(self, request: Request, principal: Principal) -> Response:
-        """``PATCH /accounts/{id}``: a new name (operators only; keys, tokens and usage stay)."""
+        """``PATCH /accounts/{id}``: a new name and/or ``hide_balance`` (operators only; keys,
+        tokens and usage stay)."""
         account = await self.context.account(principal, path_int(request, "account_id", "account"))
         principal.require_operator()
         body = await parse_body(request, schemas.AccountRename)
-        return json_response(schemas.account_view(await self.management.rename_account(account, body.name)))
+        if body.name is None and body.hide_balance is None:
+            raise bad_request("give name and/or hide_balance")
+        if body.name is not None:
+            account = await self.management.rename_account(account, body.name)
+        if body.hide_balance is not None:
+            account = await self.management.set_hide_balance(account, body.hide_balance)
+        return json_response(schemas.account_view(account))
 
     async def topup_create(self, request: Request, principal: Principal) -> Response:
         account = await self.context.account(principal, path_int(request, "account_id", "account"))
@@ -180,6 +194,8 @@ class AdminAPI:
             rpm=body.rpm,
             models=body.allowed_models,
             monthly_cap_uc=cap,
+            expires_at=None if body.expires_at is None else parse_expiry(body.expires_at),
+            allowed_ips=body.allowed_ips,
         )
         record = self._applied(issued.record)
         return json_response(
@@ -210,6 +226,9 @@ class AdminAPI:
             models=models if "allowed_models" in given else None,
             monthly_cap_uc=cap,
             clear_cap=cap_given and cap is None,
+            expires_at=None if body.expires_at is None else parse_expiry(body.expires_at),
+            clear_expiry="expires_at" in given and body.expires_at is None,
+            allowed_ips=(body.allowed_ips or []) if "allowed_ips" in given else None,
         )
         return json_response(await self.context.key_view(self._applied(updated), self.context.month(request)))
 

@@ -60,6 +60,7 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
             **_money("reserved"),
             **_money("available"),
             "created_at": _TIME,
+            "hide_balance": {"type": "boolean", "description": "GET /v1/key does not show the balance"},
         }
     ),
     "AccountList": _obj(
@@ -138,6 +139,13 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
             "previous_secret_active": {
                 "type": "boolean",
                 "description": "the secret replaced by the last rotation still works (never for a revoked key)",
+            },
+            "expires_at": {**_TIME_OR_NULL, "description": "refused from this instant on; null: never"},
+            "expired": {"type": "boolean", "description": "expires_at has passed: the key is refused (401)"},
+            "allowed_ips": {
+                "type": ["array", "null"],
+                "items": _STR,
+                "description": "CIDRs the key may be used from (403 elsewhere); null: anywhere",
             },
         }
     ),

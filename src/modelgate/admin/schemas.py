@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from modelgate.addresses import MAX_NETWORK_TEXT, MAX_NETWORKS
 from modelgate.catalogue import Model
 from modelgate.management import MAX_TOKEN_LIFETIME, MIN_TOKEN_LIFETIME, format_credits, groups_of_family
 from modelgate.storage.base import MAX_UC, Account, AdminToken, KeyRecord, UsageRecord, UsageSummary
@@ -27,6 +28,10 @@ Name = Annotated[str, StringConstraints(max_length=100)]
 Credits = Annotated[str, StringConstraints(max_length=32, pattern=r"^\s*[0-9]+(\.[0-9]{1,6})?\s*$")]
 Micro = Annotated[int, Field(ge=0, le=MAX_UC)]
 ModelName = Annotated[str, StringConstraints(min_length=1, max_length=100)]
+Expiry = Annotated[str, StringConstraints(max_length=64)]
+AddressRanges = Annotated[
+    list[Annotated[str, StringConstraints(max_length=MAX_NETWORK_TEXT)]], Field(max_length=MAX_NETWORKS)
+]
 #: Ids every engine can store (SQLite and PostgreSQL integers are 64-bit).
 AccountId = Annotated[int, Field(ge=1, le=2**63 - 1)]
 
@@ -44,9 +49,13 @@ class AccountCreate(Body):
 
 
 class AccountRename(Body):
-    """An account's new name (operators only): 1 to 100 characters, not another account's."""
+    """A change to an account (operators only): a new name (1 to 100 characters, not another
+    account's) and/or whether its balance is hidden from its keys' holders (``GET /v1/key``)."""
 
-    name: Annotated[str, StringConstraints(min_length=1, max_length=100)]
+    name: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = None
+    hide_balance: bool | None = Field(
+        default=None, description="true: GET /v1/key does not show the account's balance to key holders."
+    )
 
 
 class TopUp(Body):
@@ -71,6 +80,13 @@ class KeyCreate(Body):
     )
     monthly_cap: Credits | None = Field(default=None, description="Credits per UTC month.")
     monthly_cap_uc: Micro | None = Field(default=None, description="Micro-credits per UTC month.")
+    expires_at: Expiry | None = Field(
+        default=None,
+        description="RFC 3339 date-time (with Z or an offset) from which the key is refused; null: never.",
+    )
+    allowed_ips: AddressRanges | None = Field(
+        default=None, description="CIDRs the key may be used from; null or empty: from anywhere."
+    )
 
 
 class KeyUpdate(Body):
@@ -85,6 +101,10 @@ class KeyUpdate(Body):
     allowed_models: Annotated[list[ModelName], Field(max_length=100)] | None = None
     monthly_cap: Credits | None = None
     monthly_cap_uc: Micro | None = None
+    #: null: the key never expires.
+    expires_at: Expiry | None = None
+    #: null or []: the key may be used from anywhere.
+    allowed_ips: AddressRanges | None = None
 
 
 class KeyRotate(Body):
@@ -148,6 +168,7 @@ def account_view(account: Account) -> dict[str, Any]:
         **money("reserved", account.reserved_uc),
         **money("available", account.available_uc),
         "created_at": when(account.created_at),
+        "hide_balance": account.hide_balance,
     }
 
 
@@ -180,6 +201,9 @@ def key_view(key: KeyRecord, month: str, activity: KeyActivity, now: float) -> d
         "previous_secret_active": key.state == "active"
         and previous_until is not None
         and now < previous_until,
+        "expires_at": when(key.expires_at),
+        "expired": key.expires_at is not None and now >= key.expires_at,
+        "allowed_ips": list(key.allowed_ips) if key.allowed_ips else None,
     }
 
 

@@ -93,6 +93,8 @@ class Exchange:
     record: RequestRecord = field(init=False)
     #: The request's spans, when tracing is on.
     trace: RequestTrace | None = None
+    #: The connection's peer address (``key_access.peer_of``), for keys bound to address ranges.
+    peer: str | None = None
 
     def __post_init__(self) -> None:
         self.record = RequestRecord(self.request_id, self.endpoint.name)

@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from modelgate import errors
 from modelgate.formats import Format, ids
-from modelgate.gateway import policy
+from modelgate.gateway import key_access, policy
 from modelgate.gateway.observe import ShutdownRefusal
 from modelgate.gateway.relay import SHUTTING_DOWN
 from modelgate.gateway.replies import error_reply
@@ -70,10 +70,13 @@ def authenticate(
     now: float,
     guards: Guards = ALL,
     query: Mapping[str, str] | None = None,
+    peer: str | None = None,
 ) -> KeyRecord:
-    """The active key, taken where ``fmt``'s clients send it; then (``guards.policy``) the
-    format's refusal of the key's group."""
+    """The active key, taken where ``fmt``'s clients send it; then its own rules (expiry, the
+    address ranges it may be used from, ``peer`` being the socket's address: ``key_access``);
+    then (``guards.policy``) the format's refusal of the key's group."""
     key = services.keys.authenticate(headers, now, fmt.credentials, query)
+    key_access.check(services, key, now, headers, peer)
     if guards.policy:
         policy.check_format(fmt.name, key)
     return key
@@ -109,7 +112,13 @@ async def guarded(
         return error_reply(fmt.codec, early, {**headers, "connection": "close"})
     try:
         key = authenticate(
-            services, fmt, request.headers, services.clock.time(), guards, request.query_params
+            services,
+            fmt,
+            request.headers,
+            services.clock.time(),
+            guards,
+            request.query_params,
+            key_access.peer_of(request.scope),
         )
         if guards.limits:
             await admit_rate(services, key, headers)

@@ -29,7 +29,7 @@ from modelgate.billing.ledger import Hold, Purpose, UsageStatus
 from modelgate.billing.refusal import refused as billing_refusal
 from modelgate.catalogue import Model
 from modelgate.formats import CODECS, ClientRequest
-from modelgate.gateway import guards, policy
+from modelgate.gateway import guards, key_access, policy
 from modelgate.gateway import headers as hdr
 from modelgate.gateway.bodies import (
     BodyRules,
@@ -64,6 +64,7 @@ log = logging.getLogger("modelgate.request")
 async def handle(services: Services, endpoint: Endpoint, request: Request) -> Response:
     """Serve one model request; every refusal is rendered in the endpoint's wire format."""
     exchange = open_exchange(services, endpoint, request.headers, "POST", request.scope["path"])
+    exchange.peer = key_access.peer_of(request.scope)
     params = request.scope.get("path_params")
     if params:  # a templated route's parameters (``server.app``)
         exchange.params = params
@@ -199,7 +200,9 @@ def authenticate(services: Services, exchange: Exchange, query: Mapping[str, str
     the format's required headers, and whether the key's group may use this format."""
     endpoint = exchange.endpoint
     fmt = endpoint.format
-    key = guards.authenticate(services, fmt, exchange.headers, exchange.started, guards.KEY_ONLY, query)
+    key = guards.authenticate(
+        services, fmt, exchange.headers, exchange.started, guards.KEY_ONLY, query, exchange.peer
+    )
     record = exchange.record
     record.key_id, record.account_id, record.group = key.id, key.account_id, key.group
     endpoint.codec.check_headers(exchange.headers, services.settings.api_versions)

@@ -33,7 +33,7 @@ from modelgate.clock import Clock
 from modelgate.config import Settings
 from modelgate.formats import Codec, Format, FormatRoute
 from modelgate.formats.registry import ROUTES as MODEL_ROUTES
-from modelgate.gateway import health, metrics_endpoint, models, pipeline, state_metrics
+from modelgate.gateway import health, key_view, metrics_endpoint, models, pipeline, state_metrics
 from modelgate.gateway.exchange import Endpoint
 from modelgate.gateway.replies import codec_for_path, error_reply
 from modelgate.gateway.state import conversations_api, responses_api
@@ -137,6 +137,8 @@ def routes(services: Services) -> list[Route]:
         ),
         Route("/v1/models", read, _with_services(services, models.list_models)),
         Route("/v1/models/", read, _one_model(services), prefix=True),
+        Route(key_view.PATH, read, _with_services(services, key_view.key_info)),
+        Route(key_view.USAGE_PATH, read, _with_services(services, key_view.key_usage)),
         Route("/admin/api", admin_methods, admin, prefix=True),
         Route("/dashboard", read, admin, prefix=True),
     ]

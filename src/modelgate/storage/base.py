@@ -56,6 +56,7 @@ from typing import Protocol
 from modelgate.storage.records import (
     GROUPS,
     MAX_UC,
+    NEVER_EXPIRES,
     Account,
     AdminToken,
     AmountTooLarge,
@@ -83,6 +84,7 @@ __all__ = [
     "DEFAULT_POOL_SIZE",
     "GROUPS",
     "MAX_UC",
+    "NEVER_EXPIRES",
     "Account",
     "AccountStore",
     "AdminToken",
@@ -125,6 +127,9 @@ class AccountStore(Protocol):
 
     async def top_up(self, account_id: int, amount_uc: int, note: str, now: float) -> Account: ...
     async def topups_total(self, account_id: int) -> int: ...
+    async def set_hide_balance(self, account_id: int, hide: bool) -> Account | None:
+        """Whether the account's balance is hidden from its keys' holders (None: no such account)."""
+        ...
 
 
 class KeyStore(Protocol):

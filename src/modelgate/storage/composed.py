@@ -124,6 +124,9 @@ class ComposedStore:
     async def top_up(self, account_id: int, amount_uc: int, note: str, now: float) -> Account:
         return await self.accounts.top_up(account_id, amount_uc, note, now)
 
+    async def set_hide_balance(self, account_id: int, hide: bool) -> Account | None:
+        return await self.accounts.set_hide_balance(account_id, hide)
+
     async def topups_total(self, account_id: int) -> int:
         return await self.accounts.topups_total(account_id)
 

@@ -80,3 +80,12 @@ class PostgresAccounts(PostgresRepository):
                 "SELECT COALESCE(SUM(amount_uc), 0) FROM topups WHERE account_id = $1", account_id
             )
         return int(total)
+
+    async def set_hide_balance(self, account_id: int, hide: bool) -> Account | None:
+        async with self._tx() as conn:
+            row = await conn.fetchrow(
+                f"UPDATE accounts SET hide_balance = $1 WHERE id = $2 RETURNING {_ACCOUNT_COLUMNS}",
+                hide,
+                account_id,
+            )
+        return _account(row) if row else None

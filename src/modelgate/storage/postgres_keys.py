@@ -21,7 +21,9 @@ _KEY_COLUMNS = rows.KEY_COLUMNS
 
 
 def _key(row: Sequence[Any]) -> KeyRecord:
-    return rows.key_record(row, tuple(row[5]) if row[5] is not None else None)
+    return rows.key_record(
+        row, tuple(row[5]) if row[5] is not None else None, tuple(row[18]) if row[18] is not None else None
+    )
 
 
 class PostgresKeys(PostgresRepository):
@@ -42,8 +44,8 @@ class PostgresKeys(PostgresRepository):
             version = await self._next_version(conn)
             row = await conn.fetchrow(
                 "INSERT INTO api_keys (id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, "
-                "digest, prefix, last4, created_at, version) "
-                f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING {_KEY_COLUMNS}",
+                "digest, prefix, last4, created_at, version, expires_at, allowed_ips) "
+                f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING {_KEY_COLUMNS}",
                 key.id,
                 key.account_id,
                 key.name,
@@ -56,6 +58,8 @@ class PostgresKeys(PostgresRepository):
                 key.last4,
                 now,
                 version,
+                key.expires_at,
+                list(key.allowed_ips) if key.allowed_ips else None,
             )
             return _key(row)
 
@@ -84,6 +88,10 @@ class PostgresKeys(PostgresRepository):
             values["allowed_models"] = list(controls.allowed_models) if controls.allowed_models else None
         if controls.monthly_cap_uc is not None:
             values["monthly_cap_uc"] = None if controls.monthly_cap_uc < 0 else controls.monthly_cap_uc
+        if controls.expires_at is not None:
+            values["expires_at"] = None if controls.expires_at < 0 else controls.expires_at
+        if controls.allowed_ips is not None:
+            values["allowed_ips"] = list(controls.allowed_ips) if controls.allowed_ips else None
         async with self._tx() as conn:
             if await self._get_key(conn, key_id) is None:
                 return None

@@ -40,6 +40,8 @@ class Account:
     balance_uc: int
     reserved_uc: int
     created_at: float
+    #: The account's balance is not shown to its keys' holders (``GET /v1/key``).
+    hide_balance: bool = False
 
     @property
     def available_uc(self) -> int:
@@ -69,6 +71,10 @@ class KeyRecord:
     revoked_at: float | None = None
     #: Increases on every change; the auth view polls for versions above what it has.
     version: int = 0
+    #: Refused from this instant on (None: never expires).
+    expires_at: float | None = None
+    #: CIDRs the key may be used from, as stored (normalised); None: from anywhere.
+    allowed_ips: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +89,8 @@ class NewKey:
     digest: bytes
     prefix: str
     last4: str
+    expires_at: float | None = None
+    allowed_ips: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,13 +98,20 @@ class KeyControls:
     """A partial update of a key's controls; ``None`` fields are left as they are.
 
     ``allowed_models=()`` means "no restriction" and ``monthly_cap_uc=-1`` means "no cap", so that
-    clearing is expressible.
+    clearing is expressible; likewise ``expires_at=NEVER_EXPIRES`` ("never expires") and
+    ``allowed_ips=()`` ("from anywhere").
     """
 
     name: str | None = None
     rpm: int | None = None
     allowed_models: tuple[str, ...] | None = None
     monthly_cap_uc: int | None = None
+    expires_at: float | None = None
+    allowed_ips: tuple[str, ...] | None = None
+
+
+#: ``KeyControls.expires_at`` that clears a key's expiry.
+NEVER_EXPIRES = -1.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,9 @@ from modelgate.storage.records import Account, AdminToken, KeyRecord, UsageRecor
 
 KEY_COLUMNS = (
     "id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, state, digest, prefix, last4, "
-    "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version"
+    "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version, expires_at, allowed_ips"
 )
-ACCOUNT_COLUMNS = "id, name, balance_uc, reserved_uc, created_at"
+ACCOUNT_COLUMNS = "id, name, balance_uc, reserved_uc, created_at, hide_balance"
 ADMIN_TOKEN_COLUMNS = (
     "id, account_id, created_at, digest, name, prefix, last4, created_by, expires_at, revoked_at, "  # noqa: S105 - column names
     "last_used_at"
@@ -27,8 +27,13 @@ USAGE_COLUMNS = (
 )
 
 
-def key_record(row: Sequence[Any], allowed_models: tuple[str, ...] | None) -> KeyRecord:
-    """A ``KEY_COLUMNS`` row; ``allowed_models`` is column 5 as the engine decoded it."""
+def key_record(
+    row: Sequence[Any],
+    allowed_models: tuple[str, ...] | None,
+    allowed_ips: tuple[str, ...] | None = None,
+) -> KeyRecord:
+    """A ``KEY_COLUMNS`` row; ``allowed_models`` (column 5) and ``allowed_ips`` (column 18) as
+    the engine decoded them."""
     return KeyRecord(
         id=row[0],
         account_id=row[1],
@@ -47,12 +52,21 @@ def key_record(row: Sequence[Any], allowed_models: tuple[str, ...] | None) -> Ke
         rotated_at=row[14],
         revoked_at=row[15],
         version=row[16],
+        expires_at=row[17],
+        allowed_ips=allowed_ips,
     )
 
 
 def account_record(row: Sequence[Any]) -> Account:
     """An ``ACCOUNT_COLUMNS`` row."""
-    return Account(id=row[0], name=row[1], balance_uc=row[2], reserved_uc=row[3], created_at=row[4])
+    return Account(
+        id=row[0],
+        name=row[1],
+        balance_uc=row[2],
+        reserved_uc=row[3],
+        created_at=row[4],
+        hide_balance=bool(row[5]),
+    )
 
 
 def usage_record(row: Sequence[Any]) -> UsageRecord:

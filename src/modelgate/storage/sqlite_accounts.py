@@ -7,6 +7,7 @@ from modelgate.storage.records import MAX_UC, Account, AmountTooLarge
 from modelgate.storage.sqlite_database import SqliteRepository
 
 _account = rows.account_record
+_COLUMNS = rows.ACCOUNT_COLUMNS
 
 
 class SqliteAccounts(SqliteRepository):
@@ -23,32 +24,36 @@ class SqliteAccounts(SqliteRepository):
                         (cur.lastrowid, balance_uc, now),
                     )
                 return _account(
-                    db.execute("SELECT * FROM accounts WHERE id = ?", (cur.lastrowid,)).fetchone()
+                    db.execute(f"SELECT {_COLUMNS} FROM accounts WHERE id = ?", (cur.lastrowid,)).fetchone()
                 )
 
         return await self._run(op)
 
     async def get_account(self, account_id: int) -> Account | None:
         row = await self._run(
-            lambda: self._db().execute("SELECT * FROM accounts WHERE id = ?", (account_id,)).fetchone()
+            lambda: (
+                self._db().execute(f"SELECT {_COLUMNS} FROM accounts WHERE id = ?", (account_id,)).fetchone()
+            )
         )
         return _account(row) if row else None
 
     async def find_account(self, name: str) -> Account | None:
         row = await self._run(
-            lambda: self._db().execute("SELECT * FROM accounts WHERE name = ?", (name,)).fetchone()
+            lambda: self._db().execute(f"SELECT {_COLUMNS} FROM accounts WHERE name = ?", (name,)).fetchone()
         )
         return _account(row) if row else None
 
     async def list_accounts(self) -> list[Account]:
-        rows = await self._run(lambda: self._db().execute("SELECT * FROM accounts ORDER BY id").fetchall())
+        rows = await self._run(
+            lambda: self._db().execute(f"SELECT {_COLUMNS} FROM accounts ORDER BY id").fetchall()
+        )
         return [_account(r) for r in rows]
 
     async def rename_account(self, account_id: int, name: str) -> Account | None:
         def op() -> Account | None:
             with self._write() as db:
                 db.execute("UPDATE accounts SET name = ? WHERE id = ?", (name, account_id))
-                row = db.execute("SELECT * FROM accounts WHERE id = ?", (account_id,)).fetchone()
+                row = db.execute(f"SELECT {_COLUMNS} FROM accounts WHERE id = ?", (account_id,)).fetchone()
                 return _account(row) if row else None
 
         return await self._run(op)
@@ -69,7 +74,9 @@ class SqliteAccounts(SqliteRepository):
                     and db.execute("SELECT 1 FROM accounts WHERE id = ?", (account_id,)).fetchone()
                 ):
                     raise AmountTooLarge(f"the balance would exceed the maximum of {MAX_UC} µc")
-                return _account(db.execute("SELECT * FROM accounts WHERE id = ?", (account_id,)).fetchone())
+                return _account(
+                    db.execute(f"SELECT {_COLUMNS} FROM accounts WHERE id = ?", (account_id,)).fetchone()
+                )
 
         return await self._run(op)
 
@@ -82,3 +89,12 @@ class SqliteAccounts(SqliteRepository):
             )
         )
         return int(row[0])
+
+    async def set_hide_balance(self, account_id: int, hide: bool) -> Account | None:
+        def op() -> Account | None:
+            with self._write() as db:
+                db.execute("UPDATE accounts SET hide_balance = ? WHERE id = ?", (int(hide), account_id))
+                row = db.execute(f"SELECT {_COLUMNS} FROM accounts WHERE id = ?", (account_id,)).fetchone()
+                return _account(row) if row else None
+
+        return await self._run(op)

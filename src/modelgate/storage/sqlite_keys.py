@@ -14,8 +14,17 @@ from modelgate.storage.sqlite_database import SqliteRepository
 _KEY_COLUMNS = rows.KEY_COLUMNS
 
 
+def _json_list(value: str | None) -> tuple[str, ...] | None:
+    return tuple(orjson.loads(value)) if value is not None else None
+
+
 def _key(row: tuple[Any, ...]) -> KeyRecord:
-    return rows.key_record(row, tuple(orjson.loads(row[5])) if row[5] is not None else None)
+    return rows.key_record(row, _json_list(row[5]), _json_list(row[18]))
+
+
+def _json_text(values: tuple[str, ...] | None) -> str | None:
+    """A list column as stored: JSON text; None and an empty list are both NULL (no restriction)."""
+    return orjson.dumps(list(values)).decode() if values else None
 
 
 class SqliteKeys(SqliteRepository):
@@ -35,7 +44,8 @@ class SqliteKeys(SqliteRepository):
             with self._write() as db:
                 db.execute(
                     "INSERT INTO api_keys (id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, "
-                    "digest, prefix, last4, created_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "digest, prefix, last4, created_at, version, expires_at, allowed_ips) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         key.id,
                         key.account_id,
@@ -49,6 +59,8 @@ class SqliteKeys(SqliteRepository):
                         key.last4,
                         now,
                         self._next_version(db),
+                        key.expires_at,
+                        _json_text(key.allowed_ips),
                     ),
                 )
                 record = self._get_key(db, key.id)
@@ -90,6 +102,12 @@ class SqliteKeys(SqliteRepository):
         if controls.monthly_cap_uc is not None:
             sets.append("monthly_cap_uc = ?")
             args.append(None if controls.monthly_cap_uc < 0 else controls.monthly_cap_uc)
+        if controls.expires_at is not None:
+            sets.append("expires_at = ?")
+            args.append(None if controls.expires_at < 0 else controls.expires_at)
+        if controls.allowed_ips is not None:
+            sets.append("allowed_ips = ?")
+            args.append(_json_text(controls.allowed_ips))
 
         def op() -> KeyRecord | None:
             with self._write() as db:

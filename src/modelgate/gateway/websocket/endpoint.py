@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from modelgate import errors
-from modelgate.gateway import guards, pipeline
+from modelgate.gateway import guards, key_access, pipeline
 from modelgate.gateway.exchange import Exchange
 from modelgate.gateway.websocket.session import ENDPOINT, Session
 from modelgate.gateway.websocket.stats import WebSocketStats
@@ -69,6 +69,7 @@ class ResponsesSocket:
         exchange = Exchange(ENDPOINT, services.clock.time(), Headers(scope=scope))
         exchange.record.transport = "websocket"
         exchange.body_read = True  # an upgrade has no body
+        exchange.peer = key_access.peer_of(scope)
         try:
             if scope["path"] != PATH:
                 raise errors.NotFound(
@@ -81,6 +82,8 @@ class ResponsesSocket:
             try:
                 pipeline.authenticate(services, exchange)
             except errors.PermissionDenied as denied:
+                if denied.code == "address_not_allowed":  # the key's own rule, not the group's
+                    raise
                 raise upgrade_required(
                     f"{denied.message} (WebSocket mode serves /v1/responses only)"
                 ) from None

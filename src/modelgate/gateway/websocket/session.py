@@ -27,7 +27,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from modelgate import errors
 from modelgate.formats import CODECS
-from modelgate.gateway import pipeline
+from modelgate.gateway import key_access, pipeline
 from modelgate.gateway.exchange import Endpoint, Exchange
 from modelgate.gateway.relay import StreamResponse
 from modelgate.gateway.state.step import RESPONSES_STATE
@@ -176,6 +176,7 @@ class Session:
             transport="websocket",
             trace_headers=trace_headers,
         )
+        exchange.peer = key_access.peer_of(self.scope)
         response = await pipeline.run(self.services, exchange, self._work(exchange, prepared))
         await self._answer(prepared, response)
 
