@@ -25,7 +25,7 @@ from modelgate.cli.context import (
 from modelgate.cli.serve import serve_command
 from modelgate.cli.tokens import tokens_app
 from modelgate.clock import month_of
-from modelgate.management import Management, format_credits, parse_credits
+from modelgate.management import Management, ManagementError, format_credits, parse_credits, parse_expiry
 from modelgate.storage.base import Account, KeyRecord
 
 app = typer.Typer(
@@ -49,6 +49,7 @@ def account_row(account: Account) -> dict[str, Any]:
         "balance_uc": account.balance_uc,
         "reserved_uc": account.reserved_uc,
         "created": when(account.created_at),
+        "hide_balance": account.hide_balance,
     }
 
 
@@ -68,11 +69,13 @@ def key_row(key: KeyRecord) -> dict[str, Any]:
         "rotated": when(key.rotated_at),
         "revoked": when(key.revoked_at),
         "previous_secret_valid_until": when(key.previous_expires_at),
+        "expires": when(key.expires_at),
+        "allowed_ips": ",".join(key.allowed_ips) if key.allowed_ips else "(anywhere)",
     }
 
 
 KEY_COLUMNS = ["id", "name", "group", "key", "state", "rpm", "monthly_cap"]
-KEY_WIDE_COLUMNS = ("models", "created", "revoked")
+KEY_WIDE_COLUMNS = ("models", "created", "revoked", "expires", "allowed_ips")
 
 
 @accounts_app.command("create")
@@ -116,6 +119,39 @@ def accounts_forget_responses(
         {"account": account.name, "deleted": deleted},
         f"deleted {deleted} stored responses and conversations of account {account.name}",
     )
+
+
+@accounts_app.command("update")
+def accounts_update(
+    name: str,
+    hide_balance: Annotated[
+        bool | None,
+        typer.Option(
+            "--hide-balance/--show-balance",
+            help="Hide the balance from the account's key holders (GET /v1/key), or show it.",
+        ),
+    ] = None,
+    rename: Annotated[str | None, typer.Option("--name", help="A new name.")] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    json: JsonOpt = False,
+) -> None:
+    """Change an account (NAME or id): its name, whether key holders see its balance."""
+    options = Options(config, data_dir, json)
+    if hide_balance is None and rename is None:
+        fail("give --name, --hide-balance or --show-balance")
+
+    async def work(m: Management) -> Account:
+        account = await m.account(name)
+        if rename is not None:
+            account = await m.rename_account(account, rename)
+        if hide_balance is not None:
+            account = await m.set_hide_balance(account, hide_balance)
+        return account
+
+    account = with_management(options, work)
+    shown = "hidden from" if account.hide_balance else "shown to"
+    emit_one(options, account_row(account), f"updated account {account.name}; balance {shown} key holders")
 
 
 @accounts_app.command("list")
@@ -163,6 +199,37 @@ def _models(value: str | None) -> list[str] | None:
     return None if value is None else [m for m in value.split(",") if m.strip()]
 
 
+def _expiry(value: str | None) -> float | None:
+    try:
+        return None if value is None else parse_expiry(value)
+    except ManagementError as exc:
+        fail(str(exc))
+
+
+def _ranges(repeated: list[str] | None, listed: str | None) -> list[str] | None:
+    """``--allow-ip`` (repeatable) and ``--allowed-ips a,b`` together; None when neither is given."""
+    if repeated is None and listed is None:
+        return None
+    ranges = list(repeated or [])
+    ranges += [part for part in (listed or "").split(",") if part.strip()]
+    return ranges
+
+
+ExpiresOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--expires-at", help="RFC 3339 date-time the key is refused from, e.g. 2027-01-31T00:00:00Z."
+    ),
+]
+AllowIpOpt = Annotated[
+    list[str] | None,
+    typer.Option("--allow-ip", help="An address range (CIDR) the key may be used from; repeatable."),
+]
+AllowedIpsOpt = Annotated[
+    str | None, typer.Option("--allowed-ips", help="Address ranges (CIDRs), comma-separated.")
+]
+
+
 @keys_app.command("create")
 def keys_create(
     account: Annotated[str, typer.Option("--account", help="Account name or id.")],
@@ -177,6 +244,9 @@ def keys_create(
     monthly_cap: Annotated[
         str | None, typer.Option("--monthly-cap", help="Monthly credit cap (UTC month).")
     ] = None,
+    expires_at: ExpiresOpt = None,
+    allow_ip: AllowIpOpt = None,
+    allowed_ips: AllowedIpsOpt = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
@@ -184,10 +254,18 @@ def keys_create(
     """Create a key; its secret is printed once and cannot be shown again."""
     options = Options(config, data_dir, json)
     cap = _credits(monthly_cap, "monthly-cap") if monthly_cap is not None else None
+    expiry = _expiry(expires_at)
 
     async def work(m: Management) -> Any:
         return await m.create_key(
-            await m.account(account), group, name=name, rpm=rpm, models=_models(models), monthly_cap_uc=cap
+            await m.account(account),
+            group,
+            name=name,
+            rpm=rpm,
+            models=_models(models),
+            monthly_cap_uc=cap,
+            expires_at=expiry,
+            allowed_ips=_ranges(allow_ip, allowed_ips),
         )
 
     issued = with_management(options, work)
@@ -269,6 +347,14 @@ def keys_update(
         str | None, typer.Option("--monthly-cap", help="Credits per UTC month; 'none' to clear.")
     ] = None,
     name: Annotated[str | None, typer.Option("--name", help="New label.")] = None,
+    expires_at: Annotated[
+        str | None, typer.Option("--expires-at", help="RFC 3339 date-time; 'never' to clear.")
+    ] = None,
+    allow_ip: AllowIpOpt = None,
+    allowed_ips: Annotated[
+        str | None,
+        typer.Option("--allowed-ips", help="Address ranges (CIDRs), comma-separated; '' for anywhere."),
+    ] = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
@@ -277,6 +363,8 @@ def keys_update(
     options = Options(config, data_dir, json)
     clear = monthly_cap is not None and monthly_cap.lower() == "none"
     cap = _credits(monthly_cap, "monthly-cap") if monthly_cap is not None and not clear else None
+    never = expires_at is not None and expires_at.strip().lower() == "never"
+    expiry = None if never else _expiry(expires_at)
 
     async def work(m: Management) -> KeyRecord:
         return await m.update_key(
@@ -286,6 +374,9 @@ def keys_update(
             models=_models(models),
             monthly_cap_uc=cap,
             clear_cap=clear,
+            expires_at=expiry,
+            clear_expiry=never,
+            allowed_ips=_ranges(allow_ip, allowed_ips),
         )
 
     record = with_management(options, work)
