@@ -546,11 +546,20 @@ def state_requests(keys: dict[str, str], rng: random.Random) -> Iterator[Hostile
 
 
 def hostile_requests(keys: dict[str, str], admin: str, seed: int) -> Iterator[Hostile]:
-    """An endless mix: three in four aim at the model endpoints, one in ten at stored state."""
+    """An endless mix: three in four aim at the model endpoints, one in ten at stored state, one
+    in twenty at a key's own view and rules (``hostile_keys``, when ``keys`` has its keys)."""
+    from tests.fuzz.hostile_keys import key_requests
+
     rng = random.Random(seed)
     models = model_requests(keys, rng)
     others = other_requests(keys, admin, rng)
     state = state_requests(keys, rng)
+    own = key_requests(keys, admin, rng) if "Restricted" in keys else others
     while True:
         roll = rng.random()
-        yield next(models) if roll < 0.75 else next(state) if roll < 0.85 else next(others)
+        if roll < 0.75:
+            yield next(models)
+        elif roll < 0.85:
+            yield next(state)
+        else:
+            yield next(own) if roll >= 0.95 else next(others)

@@ -145,7 +145,8 @@ def test_hostile_requests_are_answered_in_format_and_never_charged(
     loop = LoopThread("fake-upstreams")
     chat = loop.start(FakeUpstream(dialect="chat"))
     messages = loop.start(FakeUpstream(dialect="messages"))
-    server = {"offload_body_bytes": 65536, "max_in_flight": 10_000}
+    # The loopback peer is a trusted proxy, so the restricted key's X-Forwarded-For chains are read.
+    server = {"offload_body_bytes": 65536, "max_in_flight": 10_000, "trusted_proxies": "127.0.0.1/32"}
     gateway = GatewayProcess(
         tmp_path,
         upstreams_toml(chat.base_url, messages.base_url),
@@ -157,6 +158,10 @@ def test_hostile_requests_are_answered_in_format_and_never_charged(
         seeded = gateway.seed(credits=10_000, groups=("Basic", "Nova"))
 
         async def issue_admin(m: Any) -> str:
+            account = await m.account(seeded.account_id)
+            restricted = await m.create_key(account, "Basic", rpm=1_000_000, allowed_ips=["203.0.113.0/24"])
+            expired = await m.create_key(account, "Basic", expires_at=1_000_000_000.0)
+            seeded.keys |= {"Restricted": restricted.secret, "Expired": expired.secret}
             return str(await m.create_admin_token(None))
 
         from modelgate.cli.context import Options, with_management
