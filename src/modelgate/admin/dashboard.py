@@ -58,6 +58,11 @@ async def page(request: Request) -> Response:
     return _serve("index.html")
 
 
+async def key_page(request: Request) -> Response:
+    """The key holder's read-only page (``view-key.js``): signed in with the API key itself."""
+    return _serve("key.html")
+
+
 async def asset(request: Request) -> Response:
     name = request.path_params["name"]
     if name not in assets():
@@ -75,6 +80,7 @@ def dashboard_routes() -> list[Route]:
     return [
         Route("/dashboard", page, methods=["GET", "HEAD"]),
         Route("/dashboard/", page, methods=["GET", "HEAD"]),
+        Route("/dashboard/key", key_page, methods=["GET", "HEAD"]),
         Route("/dashboard/{name}", asset, methods=["GET", "HEAD"]),
         Route("/dashboard/{rest:path}", missing, methods=["GET", "HEAD"]),
     ]

@@ -96,7 +96,11 @@ function row(ctx, k, names) {
     cell([el("strong", k.name || "(no name)"), el("span", k.id, { class: "id" }), el("span", k.display, { class: "id" })]),
     cell(names.get(k.account_id) || "#" + k.account_id, "op-col"),
     cell(k.group),
-    cell(badge(k.state)),
+    cell([
+      badge(k.expired ? "expired" : k.state),
+      k.expires_at ? el("span", (k.expired ? "since " : "until ") + when(k.expires_at), { class: "id" }) : null,
+      k.allowed_ips ? el("span", "from " + k.allowed_ips.join(", "), { class: "id" }) : null,
+    ]),
     cell(String(k.rpm), "num"),
     cell(k.allowed_models ? k.allowed_models.join(", ") : "all of the group"),
     cell(capCell(k)),
@@ -124,6 +128,17 @@ function chosenModels() {
   return [...$("dlg-key-models").querySelectorAll("input:checked")].map((b) => b.value);
 }
 
+// The dialog's expiry (a UTC date-time, seconds optional) as RFC 3339, and its address ranges;
+// null for either means none (never expires, usable from anywhere).
+function keyAccess() {
+  const at = $("dlg-key-expires").value;
+  const ranges = $("dlg-key-ips").value.split(/[\s,]+/).filter((r) => r);
+  return {
+    expires_at: at ? (at.length === 16 ? at + ":00" : at) + "Z" : null,
+    allowed_ips: ranges.length ? ranges : null,
+  };
+}
+
 async function edit(ctx, key) {
   const creating = key === null;
   const needsAccount = creating && ctx.operator && ctx.scope.id === null;
@@ -139,11 +154,14 @@ async function edit(ctx, key) {
       $("dlg-key-rpm").value = creating ? "" : String(key.rpm);
       $("dlg-key-cap").value = creating || key.monthly_cap === null ? "" : key.monthly_cap;
       modelChoices($("dlg-key-group").value, creating ? [] : key.allowed_models || []);
+      $("dlg-key-expires").value = creating || !key.expires_at ? "" : key.expires_at.slice(0, 19);
+      $("dlg-key-ips").value = creating || !key.allowed_ips ? "" : key.allowed_ips.join("\n");
     },
     submit: async () => {
       const models = chosenModels();
       const cap = $("dlg-key-cap").value.trim();
       const rpm = $("dlg-key-rpm").value.trim();
+      const access = keyAccess();
       if (creating) {
         const body = { group: $("dlg-key-group").value, name: $("dlg-key-name").value.trim() };
         if (needsAccount) body.account_id = Number($("dlg-key-account").value);
@@ -151,9 +169,11 @@ async function edit(ctx, key) {
         if (rpm) body.rpm = Number(rpm);
         if (models.length) body.allowed_models = models;
         if (cap) body.monthly_cap = cap;
+        if (access.expires_at) body.expires_at = access.expires_at;
+        if (access.allowed_ips) body.allowed_ips = access.allowed_ips;
         return api("POST", "/keys", body);
       }
-      const body = { name: $("dlg-key-name").value.trim(), allowed_models: models.length ? models : null, monthly_cap: cap || null };
+      const body = { name: $("dlg-key-name").value.trim(), allowed_models: models.length ? models : null, monthly_cap: cap || null, ...access };
       if (rpm) body.rpm = Number(rpm);
       return api("PATCH", "/keys/" + encodeURIComponent(key.id), body);
     },
