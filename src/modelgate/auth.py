@@ -59,6 +59,16 @@ class KeyView:
     def get(self, key_id: str) -> KeyRecord | None:
         return self._by_id.get(key_id)
 
+    def expiring(self, start: float, end: float) -> list[KeyRecord]:
+        """Active keys whose ``expires_at`` falls in ``[start, end)``, soonest first (for an alert
+        ahead of expiry: ``start`` now, ``end`` now plus the notice)."""
+        due = [
+            k
+            for k in self._by_id.values()
+            if k.state == "active" and k.expires_at is not None and start <= k.expires_at < end
+        ]
+        return sorted(due, key=lambda k: (k.expires_at or 0.0, k.id))
+
     def networks(self, key: KeyRecord) -> Networks | None:
         """The ranges ``key`` may be used from, compiled; None: from anywhere."""
         if not key.allowed_ips:

@@ -64,6 +64,14 @@ def assert_openai_error(response: httpx.Response, status: int, code: str, words:
     assert "param" in error and isinstance(error["type"], str)
 
 
+def refusals(http: httpx.Client, reason: str) -> float:
+    """``modelgate_key_access_refusals_total`` for ``reason``, as /metrics shows it."""
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith(f'modelgate_key_access_refusals_total{{reason="{reason}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 class Operator:
     """The admin API with an operator token: keys made and changed as an operator would."""
 
@@ -142,6 +150,7 @@ def test_a_key_is_refused_from_its_expiry_on_in_every_format(
     assert_openai_error(upgrade, 401, "key_expired", "expired")
     assert gw.call(gw.services.store.usage_summary("2026-11")).charged_uc == charged_before
     assert op.call("GET", f"/keys/{nova_id}", None)["expired"] is True
+    assert refusals(http, "expired") == 7
 
     # An operator extends it: served again; clearing the expiry makes it last.
     later = datetime.fromtimestamp(clock.time() + 86400, UTC).strftime("%Y-%m-%dT%H:%M:%S+00:00")
@@ -183,6 +192,7 @@ def test_allowed_ips_are_checked_against_the_socket_address(
     assert send(http, messages(inside, {"x-forwarded-for": "198.51.100.1"})).status_code == 200
     nova_refused = http.get("/v1/key", headers={"x-api-key": outside})
     assert_messages_error(nova_refused, 403, "permission_error", "may not be used from 127.0.0.1")
+    assert refusals(http, "address") == 3
     # Lifting the restriction (an empty list) lets it in.
     assert op.call("PATCH", f"/keys/{outside_id}", {"allowed_ips": []})["allowed_ips"] is None
     gw.refresh_keys()

@@ -226,3 +226,14 @@ def test_a_fresh_gateway_answers_an_unused_key(tmp_path: Path) -> None:
             body = client.get("/v1/key", headers=as_bearer(issued.secret)).json()
     assert body["caps"]["month"]["limit_uc"] is None and body["caps"]["month"]["remaining_uc"] is None
     assert body["caps"]["month"]["spent_uc"] == 0
+
+
+def test_the_key_view_lists_keys_expiring_in_a_window(gw: GatewayServer) -> None:
+    acct = account(gw)
+    soon = gw.key(acct, "Basic", expires_at=NOW + 100)
+    later = gw.key(acct, "Basic", expires_at=NOW + 50)
+    gw.key(acct, "Basic", expires_at=NOW + 10_000)
+    gone = gw.key(acct, "Basic", expires_at=NOW + 60)
+    gw.services.keys.apply(gw.call(gw.management.revoke_key(gone.record)))
+    due = [k.id for k in gw.services.keys.expiring(NOW, NOW + 1000) if k.account_id == acct.id]
+    assert due == [later.record.id, soon.record.id]

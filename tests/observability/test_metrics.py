@@ -37,6 +37,7 @@ PINNED: dict[str, tuple[str, frozenset[str]]] = {
     "modelgate_charged_microcredits": ("counter", frozenset({"model", "group"})),
     "modelgate_billing_refusals": ("counter", frozenset({"reason"})),
     "modelgate_refusal_records_dropped": ("counter", frozenset()),
+    "modelgate_key_access_refusals": ("counter", frozenset({"reason"})),
     "modelgate_max_tokens_clamps": ("counter", frozenset({"reason"})),
     "modelgate_upstream_attempts": ("counter", frozenset({"provider", "deployment"})),
     "modelgate_upstream_retries": ("counter", frozenset({"provider", "deployment"})),
@@ -231,6 +232,11 @@ def test_counters_equal_what_was_sent_and_what_the_usage_records_say(
 
 def test_metric_names_and_labels_are_pinned(gateway: GatewayServer, sdk: SdkClients) -> None:
     send_traffic(gateway, sdk)
+    expired = gateway.key(gateway.account("pinned-expired", 1), "Basic", expires_at=1.0)
+    refused = httpx.get(
+        f"{gateway.base_url}/v1/models", headers={"authorization": f"Bearer {expired.secret}"}
+    )
+    assert refused.status_code == 401  # a key_access refusal, so that family has a sample
     exported = families_of(scrape(gateway.base_url, TOKEN))
     assert {name: kind for name, (kind, _) in exported.items()} == {
         name: kind for name, (kind, _) in PINNED.items()

@@ -49,6 +49,7 @@ def check(
 ) -> None:
     """Refuse ``key`` if it has expired at ``now`` or the request comes from outside its ranges."""
     if key.expires_at is not None and now >= key.expires_at:
+        services.telemetry.metrics.key_access_refused("expired")
         raise errors.AuthenticationFailed(
             f"this API key expired at {_rfc3339(key.expires_at)}; ask the account's owner for a new key "
             "or a later expiry",
@@ -58,6 +59,8 @@ def check(
     if networks is None:
         return
     address = client_address(peer, _forwarded(headers), services.settings.server.trusted_networks)
+    if address is None or address not in networks:
+        services.telemetry.metrics.key_access_refused("address")
     if address is None:
         raise errors.PermissionDenied(
             "this API key is restricted to certain addresses and the client's address could not be "

@@ -72,6 +72,11 @@ class Metrics:
         self.billing_refusals = made.counter(
             "modelgate_billing_refusals", "402 refusals by reason.", ("reason",)
         )
+        self.key_access_refusals = made.counter(
+            "modelgate_key_access_refusals",
+            "Requests refused by a key's own rules: expired (401) or from outside its address ranges (403).",
+            ("reason",),
+        )
         self.refusal_records_dropped = made.counter(
             "modelgate_refusal_records_dropped",
             "Refused requests not recorded in the usage log: billing.max_pending_refusal_records were waiting.",
@@ -196,6 +201,9 @@ class Metrics:
 
     def billing_refused(self, reason: str) -> None:
         self.billing_refusals.inc((reason,))
+
+    def key_access_refused(self, reason: str) -> None:
+        self.key_access_refusals.inc((reason,))
 
     def refusal_record_dropped(self) -> None:
         self.refusal_records_dropped.inc(())
