@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @dataclass(frozen=True)
 class Shot:
     name: str
-    #: "operator" or "owner" (acme's owner token)
+    #: "operator", "owner" (acme's owner token) or "key" (acme's ci-pipeline key, on /dashboard/key)
     who: str
     #: the dashboard route, e.g. "#/keys?account=1"; "" for the sign-in page
     route: str
@@ -52,6 +52,7 @@ NAMES = (
     "overview-phone",
     "keys-phone",
     "usage-phone",
+    "key-page",
 )
 
 
@@ -123,6 +124,7 @@ def shots(seeded: Seeded) -> list[Shot]:
         Shot(
             "usage-phone", "owner", "#/usage", size=PHONE, full_page=False, caption="Usage log at phone width"
         ),
+        Shot("key-page", "key", "", caption="The key holder's page, signed in with the API key"),
     ]
     assert tuple(s.name for s in made) == NAMES
     return made
@@ -152,10 +154,18 @@ def sign_in(page: Page, token: str) -> None:
 
 def take(page: Page, base_url: str, seeded: Seeded, shot: Shot, folder: Path) -> Path:
     page.viewport(shot.size)
-    page.goto(f"{base_url}/dashboard")
+    start = f"{base_url}/dashboard" + ("/key" if shot.who == "key" else "")
+    page.goto(start)
     page.js("sessionStorage.clear(); true")
-    page.goto(f"{base_url}/dashboard")
-    if shot.who:
+    page.goto(start)
+    if shot.who == "key":
+        secret = seeded.acme.keys["ci-pipeline"].secret
+        page.js(
+            f"document.getElementById('key').value = {secret!r};"
+            " document.getElementById('signin-form').requestSubmit(); true"
+        )
+        page.wait("document.body.dataset.ready === 'key'")
+    elif shot.who:
         sign_in(page, seeded.operator if shot.who == "operator" else seeded.acme.owner.secret)
         view = shot.route.split("?")[0].removeprefix("#/")
         page.js(f"location.hash = {shot.route!r}; true")
