@@ -63,11 +63,14 @@ def key_requests(keys: dict[str, str], admin: str, rng: random.Random) -> Iterat
         if roll == 0:
             path = rng.choice(["/v1/key", "/v1/key/usage", "/v1/key/", "/v1/key/usage/x", "/v1/keys"])
             messages = rng.random() < 0.5
-            headers = {"x-api-key": key} if messages else {"authorization": f"Bearer {key}"}
+            headers = (
+                {} if not key else {"x-api-key": key} if messages else {"authorization": f"Bearer {key}"}
+            )
             if rng.random() < 0.3:
                 headers["x-forwarded-for"] = rng.choice(FORWARDED)
             method = rng.choice(["GET", "GET", "GET", "POST", "HEAD"])
-            shape = "none" if method == "HEAD" else "messages" if messages else "openai"
+            # The format of the calling SDK family: Messages when the client sends x-api-key.
+            shape = "none" if method == "HEAD" else "messages" if "x-api-key" in headers else "openai"
             yield Hostile(method, path + rng.choice(KEY_QUERIES), headers, shape=shape, tags=["key-view"])
         elif roll == 1:
             key = rng.choice([keys["Restricted"], keys["Expired"]])
