@@ -194,6 +194,8 @@ class Management:
         rpm: int | None = None,
         models: list[str] | None = None,
         monthly_cap_uc: int | None = None,
+        tpm: int | None = None,
+        max_concurrency: int | None = None,
     ) -> IssuedKey:
         typed_group = next((g for g in GROUPS if g == group), None)
         if typed_group is None:
@@ -202,6 +204,8 @@ class Management:
             raise ManagementError("rpm: must be at least 1")
         if monthly_cap_uc is not None:
             bounded_micro(monthly_cap_uc, "monthly_cap")
+        _check_limit(tpm, "tpm")
+        _check_limit(max_concurrency, "max_concurrency")
         secret = new_api_key()
         display = display_of(secret)
         record = await self.store.create_key(
@@ -216,6 +220,8 @@ class Management:
                 digest=self.digester.digest(secret),
                 prefix=display.prefix,
                 last4=display.last4,
+                tpm=tpm,
+                max_concurrency=max_concurrency,
             ),
             self.clock.time(),
         )
@@ -236,9 +242,14 @@ class Management:
         models: list[str] | None = None,
         monthly_cap_uc: int | None = None,
         clear_cap: bool = False,
+        tpm: int | None = None,
+        max_concurrency: int | None = None,
     ) -> KeyRecord:
+        """``tpm`` and ``max_concurrency``: a new limit, ``-1`` to remove it, ``None`` to keep it."""
         if rpm is not None and rpm < 1:
             raise ManagementError("rpm: must be at least 1")
+        _check_limit(None if tpm == -1 else tpm, "tpm")
+        _check_limit(None if max_concurrency == -1 else max_concurrency, "max_concurrency")
         if monthly_cap_uc is not None:
             bounded_micro(monthly_cap_uc, "monthly_cap")
         allowed = None
@@ -247,7 +258,14 @@ class Management:
         cap = -1 if clear_cap else monthly_cap_uc
         updated = await self.store.update_key(
             record.id,
-            KeyControls(name=name, rpm=rpm, allowed_models=allowed, monthly_cap_uc=cap),
+            KeyControls(
+                name=name,
+                rpm=rpm,
+                allowed_models=allowed,
+                monthly_cap_uc=cap,
+                tpm=tpm,
+                max_concurrency=max_concurrency,
+            ),
             self.clock.time(),
         )
         if updated is None:
@@ -358,3 +376,17 @@ def parse_lifetime(text: str, now: float) -> float:
             f"expires: between {MIN_TOKEN_LIFETIME:g} seconds and {MAX_TOKEN_LIFETIME // 86400} days from now"
         )
     return float(seconds)
+
+
+#: The largest token or concurrency limit (fits every engine's INTEGER column).
+MAX_LIMIT = 2**31 - 1
+
+
+def _check_limit(value: int | None, name: str) -> None:
+    """A token or concurrency limit one can set: an integer in 1 ..= ``MAX_LIMIT``."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ManagementError(f"{name}: must be an integer")
+    if not 1 <= value <= MAX_LIMIT:
+        raise ManagementError(f"{name}: must be between 1 and {MAX_LIMIT}")

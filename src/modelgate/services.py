@@ -26,6 +26,7 @@ from modelgate.limits.inflight import InFlightLimiter
 from modelgate.limits.redis_rpm import RedisRateLimiter
 from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
 from modelgate.limits.stored_room import StoredRoom
+from modelgate.limits.tickets import LocalTickets, TicketLimiter
 from modelgate.offload import Offload
 from modelgate.retention import StateSweeper
 from modelgate.secret_file import load_secret
@@ -121,6 +122,9 @@ class Services:
     #: Accounts' stored byte counts, as recent as ``responses.room_check_max_age_seconds``.
     stored_room: StoredRoom
     rate_limiter: RateLimiter = field(default_factory=RollingWindowLimiter)
+    #: Tokens per minute and requests in flight per key (``limits.tickets``); over the worker link
+    #: with ``server.workers`` above 1.
+    tickets: TicketLimiter = field(default_factory=LocalTickets)
     inflight: InFlightLimiter = field(default_factory=lambda: InFlightLimiter(2048))
     #: Large bodies (above ``server.offload_body_bytes``) held in memory at once.
     large_bodies: InFlightLimiter = field(default_factory=lambda: InFlightLimiter(8))

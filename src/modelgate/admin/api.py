@@ -29,6 +29,7 @@ from modelgate.admin.http import (
     query_int,
     route,
 )
+from modelgate.admin.key_limits import held_limit_changes
 from modelgate.admin.openapi import openapi_document
 from modelgate.admin.tokens import TokenEndpoints
 from modelgate.admin.usage import UsageEndpoints
@@ -180,6 +181,8 @@ class AdminAPI:
             rpm=body.rpm,
             models=body.allowed_models,
             monthly_cap_uc=cap,
+            tpm=body.tpm,
+            max_concurrency=body.max_concurrency,
         )
         record = self._applied(issued.record)
         return json_response(
@@ -203,6 +206,7 @@ class AdminAPI:
             raise bad_request("name: must be a string")
         if "rpm" in given and body.rpm is None:
             raise bad_request("rpm: must be an integer")
+        limits = held_limit_changes(record, body, given, principal.is_operator)
         updated = await self.management.update_key(
             record,
             name=body.name,
@@ -210,6 +214,7 @@ class AdminAPI:
             models=models if "allowed_models" in given else None,
             monthly_cap_uc=cap,
             clear_cap=cap_given and cap is None,
+            **limits,
         )
         return json_response(await self.context.key_view(self._applied(updated), self.context.month(request)))
 

@@ -139,6 +139,14 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
                 "type": "boolean",
                 "description": "the secret replaced by the last rotation still works (never for a revoked key)",
             },
+            "tpm": {
+                "type": ["integer", "null"],
+                "description": "input + output tokens per rolling minute; null: no limit",
+            },
+            "max_concurrency": {
+                "type": ["integer", "null"],
+                "description": "requests in flight at once; null: no limit",
+            },
         }
     ),
     "KeyWithSecret": {

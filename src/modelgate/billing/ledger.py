@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -140,6 +140,7 @@ class Hold:
         "cap_remaining_after_uc",
         "granted_uc",
         "max_tokens",
+        "on_end",
         "purpose",
     )
 
@@ -174,6 +175,9 @@ class Hold:
         #: Seconds the first attempt at the database gets before the settle is journaled instead.
         self._timeout = settle_timeout
         self._ended: asyncio.Future[Settlement] | None = None
+        #: Called once, as the hold ends, with the tokens the request used (0 when released): the
+        #: request's limit ticket is settled with it (``gateway.limit_tickets``).
+        self.on_end: Callable[[int], None] | None = None
 
     async def settle(self, usage: ir.Usage, status: UsageStatus) -> Settlement:
         """Charge what ``usage`` costs (capped by the hold) and free the rest."""
@@ -186,6 +190,9 @@ class Hold:
     async def _end(self, usage: ir.Usage, status: UsageStatus, *, charge: bool) -> Settlement:
         if self._ended is not None:
             return await asyncio.shield(self._ended)
+        if self.on_end is not None:
+            used = usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
+            self.on_end(used + usage.output_tokens if charge else 0)
         purpose = self.purpose
         record = UsageRecord(
             request_id=purpose.request_id,

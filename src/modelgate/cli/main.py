@@ -68,11 +68,13 @@ def key_row(key: KeyRecord) -> dict[str, Any]:
         "rotated": when(key.rotated_at),
         "revoked": when(key.revoked_at),
         "previous_secret_valid_until": when(key.previous_expires_at),
+        "tpm": key.tpm if key.tpm is not None else "none",
+        "concurrency": key.max_concurrency if key.max_concurrency is not None else "none",
     }
 
 
 KEY_COLUMNS = ["id", "name", "group", "key", "state", "rpm", "monthly_cap"]
-KEY_WIDE_COLUMNS = ("models", "created", "revoked")
+KEY_WIDE_COLUMNS = ("models", "tpm", "concurrency", "created", "revoked")
 
 
 @accounts_app.command("create")
@@ -159,6 +161,27 @@ def _credits(value: str, field: str) -> int:
         fail(str(exc))
 
 
+def _limit(value: str | None, flag: str, *, clearable: bool) -> int | None:
+    """A ``--tpm`` or ``--concurrency`` value: a whole number from 1 up, or (``clearable``)
+    ``none`` to remove the limit (-1); ``management`` checks the upper bound."""
+    if value is None:
+        return None
+    if clearable and value.strip().lower() == "none":
+        return -1
+    text = value.strip()
+    if not text.isdigit() or int(text) < 1:
+        fail(f"{flag}: must be a whole number from 1 up" + (" or 'none'" if clearable else ""))
+    return int(text)
+
+
+TpmOpt = Annotated[
+    str | None, typer.Option("--tpm", help="Input + output tokens per rolling minute ('none': no limit).")
+]
+ConcurrencyOpt = Annotated[
+    str | None, typer.Option("--concurrency", help="Requests in flight at once ('none': no limit).")
+]
+
+
 def _models(value: str | None) -> list[str] | None:
     return None if value is None else [m for m in value.split(",") if m.strip()]
 
@@ -177,6 +200,8 @@ def keys_create(
     monthly_cap: Annotated[
         str | None, typer.Option("--monthly-cap", help="Monthly credit cap (UTC month).")
     ] = None,
+    tpm: TpmOpt = None,
+    concurrency: ConcurrencyOpt = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
@@ -184,10 +209,19 @@ def keys_create(
     """Create a key; its secret is printed once and cannot be shown again."""
     options = Options(config, data_dir, json)
     cap = _credits(monthly_cap, "monthly-cap") if monthly_cap is not None else None
+    tpm_limit = _limit(tpm, "tpm", clearable=False)
+    concurrency_limit = _limit(concurrency, "concurrency", clearable=False)
 
     async def work(m: Management) -> Any:
         return await m.create_key(
-            await m.account(account), group, name=name, rpm=rpm, models=_models(models), monthly_cap_uc=cap
+            await m.account(account),
+            group,
+            name=name,
+            rpm=rpm,
+            models=_models(models),
+            monthly_cap_uc=cap,
+            tpm=tpm_limit,
+            max_concurrency=concurrency_limit,
         )
 
     issued = with_management(options, work)
@@ -269,6 +303,8 @@ def keys_update(
         str | None, typer.Option("--monthly-cap", help="Credits per UTC month; 'none' to clear.")
     ] = None,
     name: Annotated[str | None, typer.Option("--name", help="New label.")] = None,
+    tpm: TpmOpt = None,
+    concurrency: ConcurrencyOpt = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
@@ -277,6 +313,8 @@ def keys_update(
     options = Options(config, data_dir, json)
     clear = monthly_cap is not None and monthly_cap.lower() == "none"
     cap = _credits(monthly_cap, "monthly-cap") if monthly_cap is not None and not clear else None
+    tpm_limit = _limit(tpm, "tpm", clearable=True)
+    concurrency_limit = _limit(concurrency, "concurrency", clearable=True)
 
     async def work(m: Management) -> KeyRecord:
         return await m.update_key(
@@ -286,6 +324,8 @@ def keys_update(
             models=_models(models),
             monthly_cap_uc=cap,
             clear_cap=clear,
+            tpm=tpm_limit,
+            max_concurrency=concurrency_limit,
         )
 
     record = with_management(options, work)

@@ -29,7 +29,7 @@ from modelgate.billing.ledger import Hold, Purpose, UsageStatus
 from modelgate.billing.refusal import refused as billing_refusal
 from modelgate.catalogue import Model
 from modelgate.formats import CODECS, ClientRequest
-from modelgate.gateway import guards, policy
+from modelgate.gateway import guards, limit_tickets, policy
 from modelgate.gateway import headers as hdr
 from modelgate.gateway.bodies import (
     BodyRules,
@@ -285,14 +285,33 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
     purpose = Purpose(
         exchange.request_id, key.id, key.account_id, exchange.endpoint.name, model, exchange.started
     )
-    outcome = await services.ledger.reserve(
-        purpose, input_bound=input_bound, max_tokens=max_tokens, web_searches=admitted.facts.web_searches
-    )
+    ticket = await limit_tickets.take(services, exchange, key, admitted.admission, input_bound, max_tokens)
+    if ticket is not None and ticket.tokens < input_bound + max_tokens:
+        asked = requested if requested is not None else max_tokens
+        max_tokens = ticket.tokens - input_bound
+        exchange.response_headers[hdr.MAX_TOKENS_CLAMPED] = f"{asked}->{max_tokens}; reason=tpm"
+        services.telemetry.metrics.clamped("tpm")
+    try:
+        outcome = await services.ledger.reserve(
+            purpose, input_bound=input_bound, max_tokens=max_tokens, web_searches=admitted.facts.web_searches
+        )
+    except BaseException:
+        if ticket is not None:
+            services.tickets.release(ticket)
+        raise
+    if ticket is not None:
+        if isinstance(outcome, Refusal):
+            services.tickets.release(ticket)
+        else:
+            outcome.on_end = limit_tickets.ender(services, ticket)
     if isinstance(outcome, Refusal):
         # A refused request consumes no rate-limit unit either.
         admission = admitted.admission
         await services.rate_limiter.refund(key.id, admission)
         exchange.response_headers.update(replace(admission, remaining=admission.remaining + 1).headers())
+        if outcome.reason == "monthly_cap":
+            exchange.response_headers[hdr.LIMIT] = "cap-month"
+            services.telemetry.metrics.limit_refused("cap-month")
         raise billing_refusal(outcome, services.telemetry.metrics)
     if outcome.max_tokens < max_tokens:
         asked = requested if requested is not None else max_tokens

@@ -42,8 +42,9 @@ class PostgresKeys(PostgresRepository):
             version = await self._next_version(conn)
             row = await conn.fetchrow(
                 "INSERT INTO api_keys (id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, "
-                "digest, prefix, last4, created_at, version) "
-                f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING {_KEY_COLUMNS}",
+                "digest, prefix, last4, created_at, version, tpm, max_concurrency) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) "
+                f"RETURNING {_KEY_COLUMNS}",
                 key.id,
                 key.account_id,
                 key.name,
@@ -56,6 +57,8 @@ class PostgresKeys(PostgresRepository):
                 key.last4,
                 now,
                 version,
+                key.tpm,
+                key.max_concurrency,
             )
             return _key(row)
 
@@ -84,6 +87,9 @@ class PostgresKeys(PostgresRepository):
             values["allowed_models"] = list(controls.allowed_models) if controls.allowed_models else None
         if controls.monthly_cap_uc is not None:
             values["monthly_cap_uc"] = None if controls.monthly_cap_uc < 0 else controls.monthly_cap_uc
+        for column, limit in (("tpm", controls.tpm), ("max_concurrency", controls.max_concurrency)):
+            if limit is not None:  # -1: no limit
+                values[column] = None if limit < 0 else limit
         async with self._tx() as conn:
             if await self._get_key(conn, key_id) is None:
                 return None

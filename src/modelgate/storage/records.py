@@ -69,6 +69,10 @@ class KeyRecord:
     revoked_at: float | None = None
     #: Increases on every change; the auth view polls for versions above what it has.
     version: int = 0
+    #: Input + output tokens per rolling minute (None: no limit; ``limits.key_limits``).
+    tpm: int | None = None
+    #: Requests in flight at once (None: no limit).
+    max_concurrency: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +87,8 @@ class NewKey:
     digest: bytes
     prefix: str
     last4: str
+    tpm: int | None = None
+    max_concurrency: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +103,10 @@ class KeyControls:
     rpm: int | None = None
     allowed_models: tuple[str, ...] | None = None
     monthly_cap_uc: int | None = None
+    #: ``-1``: no limit.
+    tpm: int | None = None
+    #: ``-1``: no limit.
+    max_concurrency: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

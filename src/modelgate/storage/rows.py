@@ -13,7 +13,7 @@ from modelgate.storage.records import Account, AdminToken, KeyRecord, UsageRecor
 
 KEY_COLUMNS = (
     "id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, state, digest, prefix, last4, "
-    "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version"
+    "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version, tpm, max_concurrency"
 )
 ACCOUNT_COLUMNS = "id, name, balance_uc, reserved_uc, created_at"
 ADMIN_TOKEN_COLUMNS = (
@@ -47,6 +47,8 @@ def key_record(row: Sequence[Any], allowed_models: tuple[str, ...] | None) -> Ke
         rotated_at=row[14],
         revoked_at=row[15],
         version=row[16],
+        tpm=row[17],
+        max_concurrency=row[18],
     )
 
 

@@ -35,7 +35,8 @@ class SqliteKeys(SqliteRepository):
             with self._write() as db:
                 db.execute(
                     "INSERT INTO api_keys (id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, "
-                    "digest, prefix, last4, created_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "digest, prefix, last4, created_at, version, tpm, max_concurrency) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         key.id,
                         key.account_id,
@@ -49,6 +50,8 @@ class SqliteKeys(SqliteRepository):
                         key.last4,
                         now,
                         self._next_version(db),
+                        key.tpm,
+                        key.max_concurrency,
                     ),
                 )
                 record = self._get_key(db, key.id)
@@ -90,6 +93,10 @@ class SqliteKeys(SqliteRepository):
         if controls.monthly_cap_uc is not None:
             sets.append("monthly_cap_uc = ?")
             args.append(None if controls.monthly_cap_uc < 0 else controls.monthly_cap_uc)
+        for column, limit in (("tpm", controls.tpm), ("max_concurrency", controls.max_concurrency)):
+            if limit is not None:  # -1: no limit
+                sets.append(f"{column} = ?")
+                args.append(None if limit < 0 else limit)
 
         def op() -> KeyRecord | None:
             with self._write() as db:
