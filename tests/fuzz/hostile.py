@@ -377,6 +377,16 @@ ADMIN_BODIES: list[tuple[str, str, Any]] = [
     ("PATCH", "/admin/api/accounts/1", {"name": "ok", "balance_uc": 10**9}),
     ("PATCH", "/admin/api/accounts/9223372036854775808", {"name": "far"}),
     ("PATCH", "/admin/api/accounts/%C2%B2", {"name": "odd"}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "tpm": -5}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "tpm": 0}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "tpm": 2**63}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "tpm": "abc"}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "tpm": 1.5}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "max_concurrency": True}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "max_concurrency": -1}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "max_concurrency": 10**30}),
+    ("PATCH", "/admin/api/keys/key_nope", {"tpm": "5h=abc"}),
+    ("PATCH", "/admin/api/keys/key_nope", {"max_concurrency": [1]}),
 ]  # fmt: skip
 #: Credentials /health reads (public view without one, details with an operator token).
 HEALTH_CREDENTIALS = [

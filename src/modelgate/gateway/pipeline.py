@@ -286,7 +286,8 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
         exchange.request_id, key.id, key.account_id, exchange.endpoint.name, model, exchange.started
     )
     ticket = await limit_tickets.take(services, exchange, key, admitted.admission, input_bound, max_tokens)
-    if ticket is not None and ticket.tokens < input_bound + max_tokens:
+    if ticket is not None and key.tpm is not None and ticket.tokens < input_bound + max_tokens:
+        # Less than the worst case was left this minute (at least input + one output token).
         asked = requested if requested is not None else max_tokens
         max_tokens = ticket.tokens - input_bound
         exchange.response_headers[hdr.MAX_TOKENS_CLAMPED] = f"{asked}->{max_tokens}; reason=tpm"
