@@ -12,6 +12,7 @@ from typing import Any
 from modelgate import __version__
 from modelgate.admin import schemas
 from modelgate.admin.openapi_schemas import RESPONSE_SCHEMAS, ref
+from modelgate.admin.openapi_upstreams import upstream_components, upstream_paths
 
 _REF = "#/components/schemas/{model}"
 
@@ -319,6 +320,8 @@ def openapi_document() -> dict[str, Any]:
             )
         },
     }
+    paths.update(upstream_paths())
+    components.update(upstream_components())
     return {
         "openapi": "3.1.0",
         "info": {
