@@ -232,3 +232,30 @@ def test_aliases_through_the_api(api: Api, gateway: GatewayServer) -> None:
     assert api.call("DELETE", "/aliases/opus").status_code == 409  # the catalogue's
     api.ok("DELETE", "/aliases/fast")
     assert chat(gateway, key, model="fast").status_code == 404
+
+
+def test_every_hostile_upstream_body_of_the_fuzzer_is_a_4xx_and_changes_nothing(
+    api: Api, gateway: GatewayServer
+) -> None:
+    from tests.fuzz.hostile import ADMIN_BODIES, ADMIN_PATHS
+
+    upstream = ("/providers", "/models/", "/aliases")
+    bodies = [(m, p, b) for m, p, b in ADMIN_BODIES if any(part in p for part in upstream)]
+    paths = [p for p in ADMIN_PATHS if any(part in p for part in upstream)]
+    assert len(bodies) > 40 and paths
+    for method, path, body in bodies:
+        for raw in (body, "{" + "[" * 300):
+            sent = api.client.request(
+                method,
+                path.removeprefix("/admin/api"),
+                content=raw if isinstance(raw, str) else None,
+                json=None if isinstance(raw, str) else raw,
+                headers={**api.headers, "content-type": "application/json"},
+            )
+            assert 400 <= sent.status_code < 500, (method, path, body, sent.text)
+            assert sent.json()["error"]["message"]
+    for path in paths:
+        sent = api.client.get(path.removeprefix("/admin/api"), headers=api.headers)
+        assert sent.status_code < 500, (path, sent.text)
+    stored = gateway.call(gateway.services.live.store.snapshot())  # type: ignore[union-attr]
+    assert stored.generation == 0 and not stored.entries and not stored.prices

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from datetime import UTC, datetime
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
