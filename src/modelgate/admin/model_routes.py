@@ -181,7 +181,10 @@ class ModelRouteEndpoints:
 
     def _price_view(self, model_id: str, overlay: Overlay) -> dict[str, Any]:
         now = self.changes.now()
-        model = self._full_catalogue(overlay).models[model_id]
+        # What this process charges now (a scheduled price is in force once it was applied here,
+        # within admin.upstreams_refresh_seconds of its time); a hidden model: as it would be.
+        served = self.services.catalogue.models.get(model_id)
+        model = served if served is not None else self._full_catalogue(overlay).models[model_id]
         in_force = overlay.price_in_force(model_id, now)
         return {
             "model": model_id,

@@ -143,6 +143,8 @@ class LiveRouting:
     async def _apply(self, overlay: Overlay, file: Settings | None) -> None:
         host = self._host
         async with self._lock:
+            if file is None and overlay.generation < self._overlay.generation:
+                return  # read before a newer change this process already applied
             settings = file if file is not None else host.settings
             now = host.clock.time()
             effective = effective_settings(settings, overlay, now)
