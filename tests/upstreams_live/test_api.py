@@ -259,3 +259,38 @@ def test_every_hostile_upstream_body_of_the_fuzzer_is_a_4xx_and_changes_nothing(
         assert sent.status_code < 500, (path, sent.text)
     stored = gateway.call(gateway.services.live.store.snapshot())  # type: ignore[union-attr]
     assert stored.generation == 0 and not stored.entries and not stored.prices
+
+
+def test_a_change_keeps_the_providers_it_did_not_touch_with_their_cooldowns(
+    api: Api, gateway: GatewayServer, fakes: tuple[FakeUpstream, FakeUpstream]
+) -> None:
+    _, refusing = fakes
+    api.ok(
+        "POST",
+        "/providers",
+        {"name": "p-bad", "kind": "anthropic", "base_url": refusing.base_url, "api_key": SECRET},
+        201,
+    )
+    api.ok(
+        "PUT",
+        "/models/aria-opus-5/deployments",
+        {"deployments": [{"provider": "p-bad", "upstream_model": "m"}]},
+    )
+    key = gateway.key(gateway.account("acme"), "Basic").secret
+    assert chat(gateway, key, model="aria-opus-5").status_code >= 400  # our key refused: it cools down
+    router = gateway.services.router
+    provider = router.providers["p-bad"]
+
+    def cooling() -> float:
+        return max(s.cooling_for for s in gateway.services.router.status() if s.provider == "p-bad")
+
+    assert cooling() > 0
+    # An unrelated change: a new router, the same provider object, the cooldown kept.
+    api.ok("PUT", "/aliases/fast", {"target": "aria-haiku-4.5"})
+    assert gateway.services.router is not router
+    assert gateway.services.router.providers["p-bad"] is provider
+    assert cooling() > 0
+    assert api.ok("GET", "/providers/p-bad")["health"]["cooling_down"] is True
+    # A change to the provider itself rebuilds it (new settings, new connections).
+    api.ok("PATCH", "/providers/p-bad", {"max_concurrency": 3})
+    assert gateway.services.router.providers["p-bad"] is not provider
