@@ -183,24 +183,27 @@ def _unique_span(raw: bytes, key: str, value: Any) -> tuple[int, int] | None:
 
 
 def splice_top_level(
-    raw: bytes, changes: Mapping[str, Any], parsed: Mapping[str, Any] | None = None
+    raw: bytes,
+    changes: Mapping[str, Any],
+    parsed: Mapping[str, Any] | None = None,
+    spans: Mapping[str, tuple[int, int]] | None = None,
 ) -> bytes:
     """``raw`` with the given top-level fields replaced (or appended when absent).
 
-    With ``parsed`` (the decoded ``raw``) the usual case costs a few C-level searches: absent
-    keys are appended without a scan and present ones are found by ``_unique_span``. Anything
-    ambiguous falls back to tokenising the whole body.
+    With ``spans`` (each top-level value's span, from ``body_scan.scan_object``) this is a byte
+    copy and nothing else. With ``parsed`` (the decoded ``raw``) the usual case costs a few
+    C-level searches: absent keys are appended without a scan and present ones are found by
+    ``_unique_span``. Anything ambiguous falls back to tokenising the whole body.
     """
     if not changes:
         return raw
-    spans: dict[str, tuple[int, int]] | None = None
     fast = parsed is not None and b"\\u" not in raw
     edits: list[tuple[int, int, bytes]] = []
     appended: list[bytes] = []
     for key, value in changes.items():
         encoded = orjson.dumps(value)
         span: tuple[int, int] | None = None
-        if fast and parsed is not None:
+        if spans is None and fast and parsed is not None:
             if key not in parsed:
                 appended.append(orjson.dumps(key) + b":" + encoded)
                 continue
@@ -215,12 +218,33 @@ def splice_top_level(
             appended.append(orjson.dumps(key) + b":" + encoded)
         else:
             edits.append((span[0], span[1], encoded))
-    out = raw
-    for start, end, encoded in sorted(edits, reverse=True):
-        out = out[:start] + encoded + out[end:]
+    return _edited(raw, edits, appended)
+
+
+def _edited(raw: bytes, edits: list[tuple[int, int, bytes]], appended: list[bytes]) -> bytes:
+    """``raw`` with each span replaced and members appended before the closing brace, built by
+    one join (one copy of the body, whose copying releases the GIL for a large one)."""
+    view = memoryview(raw)
+    parts: list[bytes | memoryview] = []
+    done = 0
+    for start, end, encoded in sorted(edits):
+        parts += (view[done:start], encoded)
+        done = end
     if appended:
-        close = out.rstrip().rfind(b"}")
-        inner = out[:close].rstrip()
-        sep = b"" if inner.endswith(b"{") else b","
-        out = inner + sep + b",".join(appended) + out[close:]
-    return out
+        close = raw.rfind(b"}")
+        inner_end = _content_end(raw, done, close)
+        opened = raw[inner_end - 1 : inner_end] == b"{"
+        parts += (view[done:inner_end], b"" if opened else b",", b",".join(appended), view[close:])
+    else:
+        parts.append(view[done:])
+    return b"".join(parts)
+
+
+def _content_end(raw: bytes, start: int, end: int) -> int:
+    """Where the whitespace before ``end`` begins (looked for in a small window first, so the
+    usual case copies nothing large)."""
+    window = max(start, end - 4096)
+    kept = raw[window:end].rstrip()
+    if kept or window == start:
+        return window + len(kept)
+    return start + len(raw[start:end].rstrip())

@@ -1,0 +1,82 @@
+"""The one-pass scan of a large body (``body_scan.scan_object``) agrees with the parser and the
+full tokenizer: the same top-level members (escaped keys decoded, duplicates kept), the same
+depth verdict as the walk over the parsed value, and a splice from its spans equal to the others."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from modelgate.gateway.body import decoded_key, splice_top_level, too_deep, top_level_members
+from modelgate.gateway.body_scan import scan_object
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet='ab"\\{}[]:,\u001b\u00e9 ', max_size=8)
+)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["model", "max_tokens", "a]", '"{']), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+bodies = st.dictionaries(
+    st.sampled_from(["model", "max_tokens", "stream", "messages", "x", "mödel", "{["]), values, max_size=5
+)
+
+
+def _encode(body: dict[str, Any], style: int) -> bytes:
+    if style == 0:
+        return orjson.dumps(body)
+    if style == 1:
+        return json.dumps(body, indent=1).encode()  # whitespace and \\u escapes (ensure_ascii)
+    return json.dumps(body, separators=(", ", " : "), ensure_ascii=False).encode()
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=bodies, style=st.integers(0, 2), limit=st.integers(1, 6))
+def test_scan_agrees_with_tokenizer_and_parser(body: dict[str, Any], style: int, limit: int) -> None:
+    raw = _encode(body, style)
+    full = scan_object(raw, 1000)
+    assert full.members == [(decoded_key(k), span) for k, span in top_level_members(raw)]
+    assert not full.too_deep
+    assert scan_object(raw, limit).too_deep == too_deep(orjson.loads(raw), limit)
+    for key, (start, end) in full.members:
+        assert orjson.loads(raw[start:end]) == body[key]
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=bodies, style=st.integers(0, 2), model=st.text(max_size=5), limit=st.integers(1, 9))
+def test_splice_from_spans_equals_the_others(
+    body: dict[str, Any], style: int, model: str, limit: int
+) -> None:
+    raw = _encode(body, style)
+    edit = {"model": model, "max_tokens": limit}
+    spans = scan_object(raw, 1000).spans()
+    spliced = splice_top_level(raw, edit, spans=spans)
+    assert spliced == splice_top_level(raw, edit)
+    assert orjson.loads(spliced) == {**body, **edit}
+
+
+def test_duplicates_are_found_however_the_key_is_spelled() -> None:
+    raw = b'{"messages":[{"model":"a"}],"model":"x", "\\u006dodel" :"y","\\u006D\\u006fdel":"z"}'
+    layout = scan_object(raw, 8)
+    assert layout.duplicated(frozenset({"model"})) == "model"
+    assert [key for key, _ in layout.members] == ["messages", "model", "model", "model"]
+    assert layout.duplicated(frozenset({"messages"})) is None
+
+
+def test_nesting_is_counted_outside_strings_only() -> None:
+    raw = b'{"a":"[[[[[[[[\\"]]]","b":[[["{{{{"]]]}'
+    assert not scan_object(raw, 4).too_deep
+    assert scan_object(raw, 3).too_deep
+    assert scan_object(b"{}", 1).members == []
