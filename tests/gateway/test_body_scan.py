@@ -11,8 +11,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelgate.gateway.body import decoded_key, splice_top_level, too_deep, top_level_members
-from modelgate.gateway.body_scan import scan_object
+from modelgate.gateway.body import duplicate_key, splice_top_level, too_deep, top_level_members
+from modelgate.gateway.body_scan import decoded_key, scan_object
 
 scalars = (
     st.none()
@@ -80,3 +80,16 @@ def test_nesting_is_counted_outside_strings_only() -> None:
     assert not scan_object(raw, 4).too_deep
     assert scan_object(raw, 3).too_deep
     assert scan_object(b"{}", 1).members == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=bodies, style=st.integers(0, 2), twice=st.sampled_from(["model", "max_tokens", "x"]))
+def test_duplicate_check_agrees_with_the_scan(body: dict[str, Any], style: int, twice: str) -> None:
+    """The count-based fast path (kept for escaped control characters) never misses a duplicate."""
+    raw = _encode(body, style)
+    spelled = b'"\\u006dodel"' if twice == "model" and style == 1 else orjson.dumps(twice)
+    doubled = raw[:-1] + (b"," if body else b"") + spelled + b':"\\u001b"}'
+    keys = frozenset({"model", "max_tokens", "stream"})
+    expected = scan_object(doubled, 1000).duplicated(keys)
+    assert duplicate_key(doubled, orjson.loads(doubled), keys) == expected
+    assert (expected is not None) == (twice in body and twice in keys)

@@ -15,11 +15,23 @@ from typing import Any
 import orjson
 
 from modelgate.errors import InvalidRequest, RequestTooLarge
+from modelgate.gateway.body_scan import scan_object
 
 # Strings (with escapes) and brackets: all that is needed to know the nesting depth.
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]', re.DOTALL)
 _COLON = re.compile(rb"\s*:\s*")
 _SCALAR_END = re.compile(rb"[\s,}\]]")
+# An escape of a printable ASCII character: the only way to spell an ASCII key differently.
+# Escaped control characters (terminal output's ``\u001b``) are common in coding agents' bodies
+# and cannot be part of such a key, so they keep the fast paths below.
+_ESCAPED_ASCII = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
+#: Deeper than any body gets (the depth limit was applied before these fallbacks run).
+_ANY_DEPTH = 1 << 30
+
+
+def _respellable(raw: bytes, keys: Iterable[str]) -> bool:
+    """Whether one of ``keys`` could be written in ``raw`` in another spelling (an escape)."""
+    return not all(k.isascii() for k in keys) or _ESCAPED_ASCII.search(raw) is not None
 
 
 async def read_limited(
@@ -67,7 +79,7 @@ def parse_object(raw: bytes) -> dict[str, Any]:
 
 def top_level_members(raw: bytes) -> list[tuple[bytes, tuple[int, int]]]:
     """Each top-level key of a JSON object, as written (escapes kept), with the byte span of its
-    value, in document order, duplicates included (``decoded_key`` reads a key)."""
+    value, in document order, duplicates included (``body_scan.decoded_key`` reads a key)."""
     members: list[tuple[bytes, tuple[int, int]]] = []
     depth = 0
     tokens = _TOKENS.finditer(raw)
@@ -103,17 +115,6 @@ def top_level_members(raw: bytes) -> list[tuple[bytes, tuple[int, int]]]:
     return members
 
 
-def decoded_key(written: bytes) -> str:
-    """A key as ``top_level_members`` gives it (``\\u006dodel``), as a parser reads it (``model``)."""
-    if b"\\" not in written:
-        return written.decode("utf-8", "surrogateescape")
-    try:
-        key = orjson.loads(b'"' + written + b'"')
-    except orjson.JSONDecodeError:
-        return written.decode("utf-8", "surrogateescape")
-    return key if isinstance(key, str) else ""
-
-
 def top_level_spans(raw: bytes) -> dict[bytes, tuple[int, int]]:
     """Byte span of each top-level key's value in a JSON object, keyed as written (the last one
     wins on duplicates)."""
@@ -131,16 +132,9 @@ def duplicate_key(raw: bytes, parsed: Mapping[str, Any], keys: Iterable[str]) ->
     suspects = [k for k in keys if k in parsed]
     if not suspects:
         return None
-    escaped = b"\\u" in raw
-    if not escaped and all(raw.count(orjson.dumps(k)) == 1 for k in suspects):
+    if not _respellable(raw, suspects) and all(raw.count(orjson.dumps(k)) == 1 for k in suspects):
         return None
-    seen: set[str] = set()
-    for written, _ in top_level_members(raw):
-        key = decoded_key(written)
-        if key in seen and key in suspects:
-            return key
-        seen.add(key)
-    return None
+    return scan_object(raw, _ANY_DEPTH).duplicated(frozenset(suspects))
 
 
 def too_deep(value: Any, limit: int) -> bool:
@@ -165,8 +159,8 @@ def too_deep(value: Any, limit: int) -> bool:
 def _unique_span(raw: bytes, key: str, value: Any) -> tuple[int, int] | None:
     """Span of ``value`` after ``key`` found by C-level search, when that is unambiguous.
 
-    Sound only when the body has no ``\\u`` escapes (so the key cannot be spelled another way)
-    and the key occurs once: then the single occurrence is the top-level one the parsed body has.
+    Sound only when the body has no escapes of printable ASCII (so the key cannot be spelled
+    another way, ``_respellable``) and the key occurs once: then the single occurrence is the top-level one the parsed body has.
     """
     if isinstance(value, dict | list):
         return None
@@ -197,7 +191,7 @@ def splice_top_level(
     """
     if not changes:
         return raw
-    fast = parsed is not None and b"\\u" not in raw
+    fast = parsed is not None and not _respellable(raw, changes)
     edits: list[tuple[int, int, bytes]] = []
     appended: list[bytes] = []
     for key, value in changes.items():
@@ -212,7 +206,7 @@ def splice_top_level(
             if spans is None:
                 # Keyed as a parser reads them: a field written with escapes is replaced, never
                 # appended a second time.
-                spans = {decoded_key(k): v for k, v in top_level_members(raw)}
+                spans = scan_object(raw, _ANY_DEPTH).spans()
             span = spans.get(key)
         if span is None:
             appended.append(orjson.dumps(key) + b":" + encoded)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from modelgate.gateway.body import decoded_key
+import orjson
 
 _WS = re.compile(rb"[ \t\n\r]*")
 # A JSON string, escapes included (unrolled so the engine never backtracks per character).
@@ -87,6 +87,17 @@ def scan_object(raw: bytes, max_depth: int) -> Layout:
         if raw[pos] != 0x2C:  # not ",": the closing brace
             return layout
         pos = _after_ws(raw, pos + 1)
+
+
+def decoded_key(written: bytes) -> str:
+    """A key as ``top_level_members`` gives it (``\\u006dodel``), as a parser reads it (``model``)."""
+    if b"\\" not in written:
+        return written.decode("utf-8", "surrogateescape")
+    try:
+        key = orjson.loads(b'"' + written + b'"')
+    except orjson.JSONDecodeError:
+        return written.decode("utf-8", "surrogateescape")
+    return key if isinstance(key, str) else ""
 
 
 def _after_ws(raw: bytes, pos: int) -> int:
