@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from modelgate.gateway.body import duplicate_key, splice_top_level, too_deep, top_level_members
-from modelgate.gateway.body_scan import decoded_key, scan_object
+from modelgate.gateway.body_scan import decoded_key, quick_spans, scan_object
 
 scalars = (
     st.none()
@@ -93,3 +93,39 @@ def test_duplicate_check_agrees_with_the_scan(body: dict[str, Any], style: int, 
     expected = scan_object(doubled, 1000).duplicated(keys)
     assert duplicate_key(doubled, orjson.loads(doubled), keys) == expected
     assert (expected is not None) == (twice in body and twice in keys)
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=bodies, style=st.integers(0, 2), twice=st.sampled_from(["", "model", "messages"]))
+def test_quick_spans_are_the_scans_when_given(body: dict[str, Any], style: int, twice: str) -> None:
+    raw = _encode(body, style)
+    if twice:  # the same key again at the top level, or inside a nested value
+        raw = (
+            raw[:-1]
+            + (b"," if body else b"")
+            + b'"x":{"'
+            + twice.encode()
+            + b'":1},"'
+            + twice.encode()
+            + b'":2}'
+        )
+    parsed = orjson.loads(raw)
+    quick = quick_spans(raw, parsed)
+    layout = scan_object(raw, 1000)
+    if quick is not None:
+        assert quick == layout.spans()
+        assert layout.duplicated(frozenset(parsed)) is None
+    if twice:  # a key written twice is never answered by the quick path
+        assert quick is None
+
+
+def test_quick_spans_find_a_huge_members_end_without_scanning_it() -> None:
+    raw = (
+        b'{"model" : "m", "messages":['
+        + b'{"role":"user","content":"a \\u001b[0m \\"x\\""},' * 1000
+        + b'1] ,\n"max_tokens":5 }'
+    )
+    spans = quick_spans(raw, orjson.loads(raw))
+    assert spans is not None and spans == scan_object(raw, 10).spans()
+    start, end = spans["messages"]
+    assert raw[start:end].startswith(b"[{") and raw[start:end].endswith(b"1]")

@@ -4,8 +4,9 @@ worker process for large ones (``modelgate.offload``), so no body stalls the eve
 ``analyse`` parses the body and applies the strict input rules: valid JSON object, nesting at most
 ``server.max_json_depth`` levels, every control field (``Codec.control_fields``) given once, the
 format's own field checks, and the input-token bound of its text and media. For a large body the
-worker parses it once and scans its bytes once (``body_scan.scan_object``: depth, duplicated
-control fields and the byte span of every top-level value), and returns only the control fields,
+worker parses it once and finds the byte span of every top-level value by C-level searches
+(``body_scan.quick_spans``) or, when a key is written more than once or with escapes, by one scan
+of its bytes (``body_scan.scan_object``: depth, duplicated control fields, spans), and returns only the control fields,
 the spans and figures (``Facts.offloaded``). The passthrough body is then spliced in this process
 from those spans (a byte copy, no scan); only translation and the token estimate, which need the
 whole document, parse it again in a worker (the functions at the end of this module).
@@ -25,7 +26,7 @@ from modelgate.formats import CODECS, ClientRequest, FormatName
 from modelgate.formats.base import Codec, decode_untrusted
 from modelgate.formats.jsonutil import Json
 from modelgate.gateway.body import duplicate_key, parse_object, too_deep
-from modelgate.gateway.body_scan import scan_object
+from modelgate.gateway.body_scan import quick_spans, scan_object
 from modelgate.gateway.translate import HostedToolPolicy, build_body
 from modelgate.upstream.affinity_key import body_session
 from modelgate.upstream.base import Dialect
@@ -108,12 +109,21 @@ def analyse_in_worker(raw: bytes, fmt: FormatName, counting: bool, rules: BodyRu
     one parse and one scan of the bytes."""
     codec = CODECS[fmt]
     body = parse_object(raw)  # the one parse; a body that is not an object is refused here
-    layout = scan_object(raw, rules.max_depth)
-    if layout.too_deep:
-        raise _too_deep(rules)
-    duplicated = layout.duplicated(codec.control_fields)
-    if duplicated is not None:
-        raise _duplicated(duplicated)
+    # Usually every top-level key is written once in the whole body: then C-level searches find
+    # the spans and no key can be duplicated, and the depth is a walk over the parsed containers.
+    # Otherwise the one-pass scan of the bytes decides.
+    spans = quick_spans(raw, body)
+    if spans is not None:
+        if too_deep(body, rules.max_depth):
+            raise _too_deep(rules)
+    else:
+        layout = scan_object(raw, rules.max_depth)
+        if layout.too_deep:
+            raise _too_deep(rules)
+        duplicated = layout.duplicated(codec.control_fields)
+        if duplicated is not None:
+            raise _duplicated(duplicated)
+        spans = layout.spans()
     facts = _judged(raw, body, codec, counting, rules)
     request = None
     if facts.invalid is None and codec.echoes_request:
@@ -132,7 +142,7 @@ def analyse_in_worker(raw: bytes, fmt: FormatName, counting: bool, rules: BodyRu
         request=request,
         web_search=codec.offers_web_search(body),
         session_hint=body_session(body),
-        spans=layout.spans(),
+        spans=spans,
     )
 
 

@@ -15,23 +15,14 @@ from typing import Any
 import orjson
 
 from modelgate.errors import InvalidRequest, RequestTooLarge
-from modelgate.gateway.body_scan import scan_object
+from modelgate.gateway.body_scan import content_end, respellable, scan_object
 
 # Strings (with escapes) and brackets: all that is needed to know the nesting depth.
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]', re.DOTALL)
 _COLON = re.compile(rb"\s*:\s*")
 _SCALAR_END = re.compile(rb"[\s,}\]]")
-# An escape of a printable ASCII character: the only way to spell an ASCII key differently.
-# Escaped control characters (terminal output's ``\u001b``) are common in coding agents' bodies
-# and cannot be part of such a key, so they keep the fast paths below.
-_ESCAPED_ASCII = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
 #: Deeper than any body gets (the depth limit was applied before these fallbacks run).
 _ANY_DEPTH = 1 << 30
-
-
-def _respellable(raw: bytes, keys: Iterable[str]) -> bool:
-    """Whether one of ``keys`` could be written in ``raw`` in another spelling (an escape)."""
-    return not all(k.isascii() for k in keys) or _ESCAPED_ASCII.search(raw) is not None
 
 
 async def read_limited(
@@ -132,7 +123,7 @@ def duplicate_key(raw: bytes, parsed: Mapping[str, Any], keys: Iterable[str]) ->
     suspects = [k for k in keys if k in parsed]
     if not suspects:
         return None
-    if not _respellable(raw, suspects) and all(raw.count(orjson.dumps(k)) == 1 for k in suspects):
+    if not respellable(raw, suspects) and all(raw.count(orjson.dumps(k)) == 1 for k in suspects):
         return None
     return scan_object(raw, _ANY_DEPTH).duplicated(frozenset(suspects))
 
@@ -160,7 +151,8 @@ def _unique_span(raw: bytes, key: str, value: Any) -> tuple[int, int] | None:
     """Span of ``value`` after ``key`` found by C-level search, when that is unambiguous.
 
     Sound only when the body has no escapes of printable ASCII (so the key cannot be spelled
-    another way, ``_respellable``) and the key occurs once: then the single occurrence is the top-level one the parsed body has.
+    another way, ``body_scan.respellable``) and the key occurs once: then the single occurrence
+    is the top-level one the parsed body has.
     """
     if isinstance(value, dict | list):
         return None
@@ -191,7 +183,7 @@ def splice_top_level(
     """
     if not changes:
         return raw
-    fast = parsed is not None and not _respellable(raw, changes)
+    fast = parsed is not None and not respellable(raw, changes)
     edits: list[tuple[int, int, bytes]] = []
     appended: list[bytes] = []
     for key, value in changes.items():
@@ -226,19 +218,9 @@ def _edited(raw: bytes, edits: list[tuple[int, int, bytes]], appended: list[byte
         done = end
     if appended:
         close = raw.rfind(b"}")
-        inner_end = _content_end(raw, done, close)
+        inner_end = content_end(raw, done, close)
         opened = raw[inner_end - 1 : inner_end] == b"{"
         parts += (view[done:inner_end], b"" if opened else b",", b",".join(appended), view[close:])
     else:
         parts.append(view[done:])
     return b"".join(parts)
-
-
-def _content_end(raw: bytes, start: int, end: int) -> int:
-    """Where the whitespace before ``end`` begins (looked for in a small window first, so the
-    usual case copies nothing large)."""
-    window = max(start, end - 4096)
-    kept = raw[window:end].rstrip()
-    if kept or window == start:
-        return window + len(kept)
-    return start + len(raw[start:end].rstrip())

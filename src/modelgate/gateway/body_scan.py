@@ -16,7 +16,9 @@ nothing a parser checks, and stops as soon as the nesting passes the limit.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -26,6 +28,9 @@ _STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
 # Everything up to the next bracket outside a string.
 _TO_BRACKET = re.compile(rb'[^"\[\]{}]*+(?:"[^"\\]*+(?:\\.[^"\\]*+)*+"[^"\[\]{}]*+)*+', re.DOTALL)
 _SCALAR_END = re.compile(rb"[\s,}\]]")
+_COLON = re.compile(rb"[ \t\n\r]*:[ \t\n\r]*")
+# An escape of a printable ASCII character: the only way to respell an ASCII key.
+_ESCAPED_ASCII = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
 _OPEN = frozenset(b"{[")
 _CLOSE = frozenset(b"}]")
 
@@ -98,6 +103,55 @@ def decoded_key(written: bytes) -> str:
     except orjson.JSONDecodeError:
         return written.decode("utf-8", "surrogateescape")
     return key if isinstance(key, str) else ""
+
+
+def respellable(raw: bytes, keys: Iterable[str]) -> bool:
+    """Whether one of ``keys`` could be written in ``raw`` in another spelling (an escape).
+    Escaped control characters (terminal output's ``\\u001b``) cannot be part of such a key."""
+    return not all(k.isascii() for k in keys) or _ESCAPED_ASCII.search(raw) is not None
+
+
+def quick_spans(raw: bytes, parsed: Mapping[str, Any]) -> dict[str, tuple[int, int]] | None:
+    """Each top-level value's span found by C-level searches alone, when that is unambiguous:
+    every top-level key of ``parsed`` (the decoded ``raw``) is written exactly once in the whole
+    body, in the one spelling. Then each occurrence is the member itself (a parser saw the key,
+    and an escape-free ``"key"`` inside a string is impossible: its quotes would be escaped), no
+    key is duplicated, and each value runs from its key's colon to the comma before the next
+    key. None when any of that does not hold (``scan_object`` decides then)."""
+    if respellable(raw, parsed):
+        return None
+    found: list[tuple[int, str, int]] = []
+    for key in parsed:
+        token = orjson.dumps(key)
+        if raw.count(token) != 1:
+            return None
+        at = raw.find(token)
+        colon = _COLON.match(raw, at + len(token))
+        if colon is None:
+            return None
+        found.append((at, key, colon.end()))
+    found.sort()
+    spans: dict[str, tuple[int, int]] = {}
+    close = raw.rfind(b"}")
+    for index, (_, key, start) in enumerate(found):
+        last = index + 1 == len(found)
+        end = content_end(raw, start, close if last else found[index + 1][0])
+        if not last:
+            if raw[end - 1 : end] != b",":
+                return None
+            end = content_end(raw, start, end - 1)
+        spans[key] = (start, end)
+    return spans
+
+
+def content_end(raw: bytes, start: int, end: int) -> int:
+    """Where the whitespace before ``end`` begins (looked for in a small window first, so the
+    usual case copies nothing large)."""
+    window = max(start, end - 4096)
+    kept = raw[window:end].rstrip()
+    if kept or window == start:
+        return window + len(kept)
+    return start + len(raw[start:end].rstrip())
 
 
 def _after_ws(raw: bytes, pos: int) -> int:
