@@ -10,7 +10,7 @@ from functools import cache
 from typing import Any
 
 from modelgate import __version__
-from modelgate.admin import schemas
+from modelgate.admin import openapi_people, schemas
 from modelgate.admin.openapi_schemas import RESPONSE_SCHEMAS, ref
 
 _REF = "#/components/schemas/{model}"
@@ -319,6 +319,8 @@ def openapi_document() -> dict[str, Any]:
             )
         },
     }
+    paths.update(openapi_people.PATHS)
+    components.update(openapi_people.SCHEMAS)
     return {
         "openapi": "3.1.0",
         "info": {
