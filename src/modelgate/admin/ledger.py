@@ -201,6 +201,12 @@ class LedgerEndpoints:
             except ManagementError as exc:
                 raise bad_request(str(exc)) from None
         updated = await self.context.management.set_low_balance(account, threshold)
+        monitor = self.context.services.alerts
+        if monitor is not None:  # this process at once; the others at their next scan
+            if threshold is None:
+                monitor.thresholds.pop(updated.id, None)
+            else:
+                monitor.thresholds[updated.id] = threshold
         return json_response(self._alerts_view(updated.id, updated.low_balance_uc))
 
     def _alerts_view(self, account_id: int, own: int | None) -> dict[str, Any]:
