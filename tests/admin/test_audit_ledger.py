@@ -4,11 +4,13 @@ notes and actors; monthly statements that balance to the micro-credit, CSV inclu
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import sqlite3
 from typing import Any
 
+import httpx
 import pytest
 
 from modelgate.audit import describe
@@ -234,3 +236,51 @@ def test_statement_balances_to_the_micro_credit_and_matches_the_balance(admin: A
         tenant.admin.request("GET", f"/accounts/{tenant.account.id}/statement?month=9000-01").status_code
         == 400
     )
+
+
+def test_statement_balances_after_top_ups_race_200_requests(admin: Admin) -> None:
+    tenant = admin.tenant(credits=1)
+    key = admin.gateway.key(tenant.account, "Basic", name="racer", rpm=100_000)
+    base = admin.gateway.base_url
+    operator = {"authorization": f"Bearer {admin.operator.token}"}
+
+    async def race() -> tuple[list[int], list[int]]:
+        async with httpx.AsyncClient(
+            base_url=base, timeout=60, limits=httpx.Limits(max_connections=250)
+        ) as client:
+            requests = [
+                client.post(
+                    "/v1/chat/completions",
+                    headers={"authorization": f"Bearer {key.secret}"},
+                    json={
+                        "model": "aria-haiku-4.5",
+                        "messages": [{"role": "user", "content": "race"}],
+                        "max_tokens": 32,
+                    },
+                )
+                for _ in range(200)
+            ]
+            top_ups = [
+                client.post(
+                    f"/admin/api/accounts/{tenant.account.id}/topups",
+                    headers=operator,
+                    json={"amount_uc": 100_001 + i, "note": f"race {i}"},
+                )
+                for i in range(20)
+            ]
+            answers = await asyncio.gather(*requests, *top_ups)
+            return [r.status_code for r in answers[:200]], [r.status_code for r in answers[200:]]
+
+    served, topped = asyncio.run(race())
+    assert topped == [200] * 20
+    assert 200 in served and set(served) <= {200, 402}
+    statement = tenant.admin.ok("GET", f"/accounts/{tenant.account.id}/statement")
+    added = sum(100_001 + i for i in range(20))
+    assert statement["top_ups_uc"] == 1_000_000 + added
+    usage = admin.operator.ok("GET", f"/usage?account_id={tenant.account.id}")["summary"]
+    assert statement["usage_uc"] == usage["charged_uc"] > 0
+    assert (
+        statement["closing_uc"] == statement["top_ups_uc"] - statement["usage_uc"] == statement["balance_uc"]
+    )
+    assert statement["balance_uc"] == admin.stored_account(tenant.account.id).balance_uc  # type: ignore[union-attr]
+    assert len(tenant.admin.ok("GET", f"/accounts/{tenant.account.id}/ledger?limit=500")["data"]) == 21
