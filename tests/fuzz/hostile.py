@@ -352,6 +352,17 @@ ADMIN_PATHS = [
     "/admin/api/usage/quality?from=not-a-date", "/admin/api/usage/quality?key_id=key_%00",
     "/admin/api/usage/quality?from=2026-12-31&to=2026-01-01", "/admin/api/usage/quality?status=" + "s" * 5000,
     "/admin/api/usage/quality?account_id=9223372036854775808",
+    "/admin/api/audit?since=not-a-date", "/admin/api/audit?until=2026-02-30", "/admin/api/audit?since=99999-01-01",
+    "/admin/api/audit?since=2026-01-01T25:61:00Z", "/admin/api/audit?since=2027-01-01&until=2026-01-01",
+    "/admin/api/audit?limit=99999999999999999999", "/admin/api/audit?limit=0", "/admin/api/audit?limit=%C2%B2",
+    "/admin/api/audit?cursor=-1", "/admin/api/audit?cursor=%FF", "/admin/api/audit?action=DROP%20TABLE",
+    "/admin/api/audit?actor=%00", "/admin/api/audit?target=" + "t" * 5000, "/admin/api/audit?account_id=x",
+    "/admin/api/audit?format=csv&since=%2B1", "/admin/api/audit?since=1970-01-01T00:00:00%2B99:99",
+    "/admin/api/accounts/1/ledger?limit=1e9", "/admin/api/accounts/1/ledger?cursor=%C2%B2",
+    "/admin/api/accounts/1/ledger?format=csv&cursor=99999999999999999999", "/admin/api/accounts/%C2%B2/ledger",
+    "/admin/api/accounts/1/statement?month=2026-13", "/admin/api/accounts/1/statement?month=%3D1%2B1",
+    "/admin/api/accounts/1/statement?month=9999-12", "/admin/api/accounts/9223372036854775808/statement",
+    "/admin/api/accounts/1/statement?month=0000-01&format=csv", "/admin/api/accounts/0/alerts",
     "/dashboard/%2e%2e%2f%2e%2e%2fetc%2fpasswd", "/dashboard/..%2fapp.js", "/dashboard/%00", "/dashboard/a/b/c.js",
 ]  # fmt: skip
 ADMIN_BODIES: list[tuple[str, str, Any]] = [
@@ -377,6 +388,17 @@ ADMIN_BODIES: list[tuple[str, str, Any]] = [
     ("PATCH", "/admin/api/accounts/1", {"name": "ok", "balance_uc": 10**9}),
     ("PATCH", "/admin/api/accounts/9223372036854775808", {"name": "far"}),
     ("PATCH", "/admin/api/accounts/%C2%B2", {"name": "odd"}),
+    ("POST", "/admin/api/accounts/1/adjustments", {"amount": "-1e5", "note": "x"}),
+    ("POST", "/admin/api/accounts/1/adjustments", {"amount_uc": -(2**70), "note": "x"}),
+    ("POST", "/admin/api/accounts/1/adjustments", {"amount_uc": 0, "note": "x"}),
+    ("POST", "/admin/api/accounts/1/adjustments", {"amount_uc": 5}),
+    ("POST", "/admin/api/accounts/1/adjustments", {"amount": "--5", "note": "=cmd"}),
+    ("POST", "/admin/api/accounts/1/adjustments", {"amount": "1", "amount_uc": 1, "note": "both"}),
+    ("POST", "/admin/api/accounts/1/adjustments", {"amount_uc": -5, "note": "n" * 10_000}),
+    ("PUT", "/admin/api/accounts/1/alerts", {"low_balance": "-1"}),
+    ("PUT", "/admin/api/accounts/1/alerts", {"low_balance_uc": 2**64}),
+    ("PUT", "/admin/api/accounts/1/alerts", {"low_balance": "1", "low_balance_uc": 1}),
+    ("PUT", "/admin/api/accounts/1/alerts", {"threshold": 5}),
 ]  # fmt: skip
 #: Credentials /health reads (public view without one, details with an operator token).
 HEALTH_CREDENTIALS = [

@@ -162,6 +162,8 @@ class LedgerEndpoints:
         month = query.month(request, current)
         if month > current:
             raise bad_request(f"month: {month} has not started yet")
+        if int(month[:4]) < query.FIRST_YEAR:
+            raise bad_request(f"month: a year from {query.FIRST_YEAR}")
         since, until = month_bounds(month)
         figures = await self.store.statement_figures(account.id, since, until, month)
         lines = statement_lines(figures)
