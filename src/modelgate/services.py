@@ -221,7 +221,16 @@ class Services:
         """The alert monitor, when ``[[alerts.webhooks]]`` are configured (made on the loop)."""
         if self.settings.alerts.webhooks and self.alerts is None:
             self.alerts = AlertMonitor(
-                self.settings.alerts, self.store, self.keys.get, self.clock, Deliverer(self.settings.alerts)
+                self.settings.alerts,
+                self.store,
+                self.keys.get,
+                self.clock,
+                Deliverer(self.settings.alerts),
+                # Read through self.router at each scan: a reload installs a new router.
+                upstreams=lambda: (
+                    (f"{s.provider}/{s.upstream_model}", s.cooling_for, s.consecutive_failures)
+                    for s in self.router.status()
+                ),
             )
 
     async def start(self) -> None:

@@ -229,3 +229,61 @@ def test_slack_format_carries_text_and_is_signed(tmp_path: Path, receiver: Recei
         _verify(receiver)
     finally:
         gateway.stop()
+
+
+def test_a_deployment_whose_credentials_are_refused_is_upstream_down_once(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    from tests.fakes import FakeUpstream, Fault
+    from tests.loop_thread import LoopThread
+    from tests.resilience.harness import ENV, anthropic_provider
+
+    with LoopThread("fake-upstreams") as fakes:
+        dead = fakes.start(FakeUpstream(default=Fault.status(401, error_type="authentication_error")))
+        gateway = GatewayServer(
+            make_settings(
+                tmp_path / "data",
+                alerts=_alerts(receiver),
+                providers=[anthropic_provider("ant-dead", dead.base_url)],
+                deployments={"aria-sonnet-4.6": [{"provider": "ant-dead", "upstream_model": "claude-up"}]},
+                default_provider="",
+                unrouted="hide",
+                routing={"cooldown": 600.0, "max_attempts": 1},
+            ),
+            env=ENV,
+        ).start()
+        try:
+            account = gateway.account("down", 100)
+            key = gateway.key(account, "Basic", name="k", rpm=100_000)
+            body = {
+                "model": "aria-sonnet-4.6",
+                "max_tokens": 16,
+                "messages": [{"role": "user", "content": "hi"}],
+            }
+
+            async def burst() -> list[int]:
+                async with httpx.AsyncClient(base_url=gateway.base_url, timeout=60) as client:
+                    calls = [
+                        client.post(
+                            "/v1/messages",
+                            headers={"x-api-key": key.secret, "anthropic-version": "2023-06-01"},
+                            json=body,
+                        )
+                        for _ in range(50)
+                    ]
+                    return [r.status_code for r in await asyncio.gather(*calls)]
+
+            statuses = asyncio.run(burst())
+            assert 200 not in statuses
+            wait_until(lambda: receiver.events("upstream.down"), "upstream.down delivered")
+            monitor = gateway.services.alerts
+            assert monitor is not None
+            for _ in range(3):  # more scans while it stays down in the same window: nothing new
+                gateway.call(monitor.scan())
+            wait_until(lambda: _settled((gateway,)), "deliveries ended")
+            (down,) = receiver.events("upstream.down")
+            assert down["subject"] == "deployment:ant-dead/claude-up"
+            assert down["cooling_for_seconds"] > 0
+            _verify(receiver)
+        finally:
+            gateway.stop()

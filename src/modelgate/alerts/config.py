@@ -53,10 +53,11 @@ class AlertsConfig(_Section):
     max_backoff_seconds: float = Field(300.0, gt=0, le=86400)
     #: Seconds one POST may take.
     timeout_seconds: float = Field(10.0, gt=0, le=300)
-    #: How often keys are looked over for ``key.expiring``.
-    scan_interval_seconds: float = Field(60.0, gt=0, le=86400)
+    #: How often deployments (``upstream.down``), keys (``key.revoked``, ``key.expiring``) and
+    #: accounts' thresholds are looked over.
+    scan_interval_seconds: float = Field(10.0, gt=0, le=86400)
     #: A balance or cap found not crossed is looked at again after this many seconds at most.
-    recheck_seconds: float = Field(30.0, gt=0, le=3600)
+    recheck_seconds: float = Field(2.0, gt=0, le=3600)
 
     @field_validator("cap_levels")
     @classmethod

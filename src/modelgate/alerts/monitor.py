@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -33,6 +33,10 @@ from modelgate.storage.base import AccountStore, KeyRecord, KeyStore, LedgerStor
 log = logging.getLogger("modelgate.alerts")
 #: A revocation older than this when first seen (the start of a process) is not news.
 REVOKED_NEWS_SECONDS = 120.0
+
+
+#: Deployments as the router reports them: (``provider/upstream-model``, seconds cooling, failures).
+UpstreamStatus = Callable[[], Iterable[tuple[str, float, int]]]
 
 
 class AlertStore(AuditStore, AccountStore, KeyStore, LedgerStore, Protocol):
@@ -56,8 +60,10 @@ class AlertMonitor:
         key_of: Callable[[str], KeyRecord | None],
         clock: Clock,
         deliverer: Deliverer,
+        upstreams: UpstreamStatus | None = None,
     ) -> None:
         self.config = config
+        self.upstreams = upstreams
         self.store = store
         self.key_of = key_of
         self.clock = clock
@@ -203,6 +209,7 @@ class AlertMonitor:
             await asyncio.sleep(self.config.scan_interval_seconds)
 
     async def scan(self) -> None:
+        await self._scan_upstreams()
         accounts = await self.store.list_accounts()
         self.thresholds = {a.id: a.low_balance_uc for a in accounts if a.low_balance_uc is not None}
         changed = await self.store.keys_changed_since(self._key_version)
@@ -235,6 +242,29 @@ class AlertMonitor:
                     f"expires:{expires!r}",
                     {"key_id": key_id, "account_id": account_id, "expires_in_seconds": round(expires - now)},
                 )
+
+    async def _scan_upstreams(self) -> None:
+        """A deployment cooling down (failures, a retry-after, or its credentials refused) is
+        ``upstream.down``, once per deployment per ``upstream_down_window_seconds`` while it lasts."""
+        if self.upstreams is None:
+            return
+        now = self.clock.time()
+        window = f"{self.config.upstream_down_window_seconds:g}s:{math.floor(now / self.config.upstream_down_window_seconds)}"
+        seen: set[str] = set()
+        for deployment, cooling_for, failures in self.upstreams():
+            if cooling_for <= 0 or deployment in seen:
+                continue
+            seen.add(deployment)
+            await self._claim_and_send(
+                "upstream.down",
+                f"deployment:{deployment}",
+                window,
+                {
+                    "deployment": deployment,
+                    "cooling_for_seconds": round(cooling_for, 1),
+                    "consecutive_failures": failures,
+                },
+            )
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
