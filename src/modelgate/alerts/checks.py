@@ -16,6 +16,8 @@ from collections.abc import Awaitable, Callable
 
 log = logging.getLogger("modelgate.alerts")
 Check = Callable[[], Awaitable[object]]
+#: Subjects whose last check time is kept before the memo is emptied.
+MEMO_LIMIT = 100_000
 
 
 class Checks:
@@ -62,6 +64,8 @@ class Checks:
         except Exception:  # a failed check is retried on the next crossing seen
             log.warning("alert check for %s failed", subject, exc_info=True)
         finally:
+            if len(self._last) > MEMO_LIMIT:  # only spacing: forgetting it costs one early check
+                self._last.clear()
             self._last[subject] = time.monotonic()
             self._running.discard(subject)
             self._busy.discard(subject)

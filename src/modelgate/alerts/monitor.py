@@ -31,6 +31,9 @@ from modelgate.storage.audit import AuditStore
 from modelgate.storage.base import AccountStore, KeyRecord, KeyStore, LedgerStore, Settlement
 
 log = logging.getLogger("modelgate.alerts")
+#: Entries kept in a memo of alerts already sent before it is emptied (the database's claims
+#: are what decide; the memo only spares them a query).
+MEMO_LIMIT = 100_000
 #: A revocation older than this when first seen (the start of a process) is not news.
 REVOKED_NEWS_SECONDS = 120.0
 
@@ -86,6 +89,12 @@ class AlertMonitor:
     # the request path: one comparison ---------------------------------------------------------
 
     def settled(self, key_id: str, account_id: int, month: str, settlement: Settlement) -> None:
+        try:
+            self._settled(key_id, account_id, month, settlement)
+        except Exception:  # on the request path: an alert never fails a request
+            log.warning("alert check after a settlement failed", exc_info=True)
+
+    def _settled(self, key_id: str, account_id: int, month: str, settlement: Settlement) -> None:
         threshold = self.thresholds.get(account_id, self.config.low_balance_uc)
         if threshold is not None and settlement.balance_uc < threshold:
             self.checks.ask(f"account:{account_id}", lambda: self._check_balance(account_id))
@@ -109,6 +118,12 @@ class AlertMonitor:
     def refused(self, key_id: str, account_id: int, month: str, reason: str) -> None:
         """A hold refused for the key's cap: its 100 % level is reached (``refused``: true), even
         while part of the cap is only held by requests in flight."""
+        try:
+            self._refused(key_id, account_id, month, reason)
+        except Exception:  # on the request path: an alert never fails a request
+            log.warning("alert check after a refusal failed", exc_info=True)
+
+    def _refused(self, key_id: str, account_id: int, month: str, reason: str) -> None:
         if reason == "monthly_cap":
             key = self.key_of(key_id)
             cap = None if key is None else key.monthly_cap_uc
@@ -154,6 +169,8 @@ class AlertMonitor:
         window = f"ledger:{latest[0].id if latest else 0}:threshold:{threshold}"
         if self._balance_window.get(account_id) == window:
             return
+        if len(self._balance_window) > MEMO_LIMIT:
+            self._balance_window.clear()
         await self._claim_and_send(
             "balance.low",
             f"account:{account_id}",
@@ -170,6 +187,8 @@ class AlertMonitor:
 
     async def _check_cap(self, key_id: str, account_id: int, limit: SpendLimit, exhausted: bool) -> None:
         spent, held = await self.store.month_spend(key_id, limit.period)
+        if len(self._cap_done) > MEMO_LIMIT:  # a memo only: the claims in the database decide
+            self._cap_done.clear()
         done = self._cap_done.setdefault((key_id, limit.window, limit.period, limit.limit_uc), set())
         for level in self.config.cap_levels:
             reached = spent * 100 >= limit.limit_uc * level
