@@ -71,6 +71,12 @@ def wants_stream(method: Method, query: Mapping[str, str]) -> bool:
     return True
 
 
+def check_query(route_streams: bool, query: Mapping[str, str]) -> None:
+    """What a route needs of the query string: ``alt=sse`` on the stream route (``wants_stream``)."""
+    if route_streams:
+        wants_stream("streamGenerateContent", query)
+
+
 def api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
     """The client's key: the ``x-goog-api-key`` header, else the ``key`` query parameter."""
     key = headers.get(KEY_HEADER)
