@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from modelgate import errors
-from modelgate.formats import Format, format_for_client
+from modelgate.formats import Format, format_for_client, format_for_path
 from modelgate.gateway import policy
 from modelgate.gateway.guards import KEY_ONLY, guarded
 from modelgate.gateway.replies import json_reply
@@ -47,7 +47,8 @@ async def list_models(services: Services, request: Request, fmt: Format | None =
 async def get_model(
     services: Services, request: Request, model_id: str, fmt: Format | None = None
 ) -> Response:
-    shape = fmt or format_for_client(request.headers, request.query_params)
+    # A path only one format's clients call (a colon verb under /v1/models/) is answered in it.
+    shape = fmt or format_for_path(request.url.path, request.headers, request.query_params)
 
     async def run(key: KeyRecord) -> Response:
         for model in policy.visible_models(services.catalogue, key):
