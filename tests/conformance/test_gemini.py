@@ -10,6 +10,7 @@ shape (``{"error": {"code", "message", "status"}}``), with the key sent as ``x-g
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Protocol
 
 import httpx
@@ -21,6 +22,7 @@ from google.genai import types
 
 from tests.conformance.conftest import Wired, issue_key, usage_records
 from tests.fakes.upstream import Fault, Reply
+from tests.gateway_server import running_gateway
 
 WEATHER = types.FunctionDeclaration(
     name="get_weather",
@@ -394,3 +396,22 @@ def test_rate_limit_and_spend_refusals(wired: Wired, gemini: Gemini) -> None:
     assert (over_cap.value.code, over_cap.value.status) == (402, "FAILED_PRECONDITION")
     assert wired.fake.count == 1
     assert balance(wired, poor.id) == (1, 0)
+
+
+def test_a_body_too_large_is_refused_in_googles_shape(tmp_path: Path) -> None:
+    with running_gateway(tmp_path / "data", server={"max_body_bytes": 1024}) as gateway:
+        account = gateway.account("gemini-large", 10)
+        secret = gateway.key(account, "Pro", rpm=100).secret
+        big = {"contents": [{"role": "user", "parts": [{"text": "x" * 4000}]}]}
+        with httpx.Client(base_url=gateway.base_url, timeout=30) as http:
+            declared = http.post(
+                "/v1beta/models/aria-haiku-4.5:generateContent", json=big, headers={"x-goog-api-key": secret}
+            )
+            chunked = http.post(
+                f"/v1/models/aria-haiku-4.5:streamGenerateContent?alt=sse&key={secret}",
+                content=iter([orjson.dumps(big)]),
+            )
+        assert "1024" in google_error(declared, 413, "INVALID_ARGUMENT")
+        google_error(chunked, 413, "INVALID_ARGUMENT")
+        stored = gateway.call(gateway.services.store.get_account(account.id))
+        assert stored is not None and (stored.balance_uc, stored.reserved_uc) == (10_000_000, 0)
