@@ -87,7 +87,7 @@ _LABEL = {"type": "string", "pattern": "^[A-Za-z0-9._:/-]{1,100}$"}
 _FILTERS = [
     *_SCOPE,
     _query("model", _LABEL, "canonical model id"),
-    _query("endpoint", _LABEL, "messages, count_tokens, chat or responses"),
+    _query("endpoint", _LABEL, "messages, count_tokens, chat, responses or generate_content"),
     _query("status", _LABEL, "usage status, e.g. ok, client_disconnected, upstream_rate_limit"),
     _query("from", _DAY, "first UTC day (inclusive)"),
     _query("to", _DAY, "last UTC day (inclusive)"),
