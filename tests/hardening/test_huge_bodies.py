@@ -150,3 +150,21 @@ def test_small_requests_are_answered_while_huge_bodies_are_processed(tmp_path: P
         assert statuses == [200, 200, 200]
         # Every small request was answered while the huge ones were still being processed.
         assert events == ["small"] * 5 + ["large"] * 3
+
+
+def test_a_huge_gemini_body_is_translated_and_completes(gateway: GatewayServer) -> None:
+    """Gemini is inbound only: a large body is always translated, in a body worker."""
+    text = "word " * (10 * MIB // 5)
+    body = {
+        "contents": [{"role": "user", "parts": [{"text": text}]}],
+        "generationConfig": {"maxOutputTokens": 20},
+    }
+    key = gateway.key(gateway.account(f"acct-{next(_accounts)}", 10_000), "Basic").secret
+    response = httpx.post(
+        f"{gateway.base_url}/v1beta/models/aria-haiku-4.5:generateContent",
+        json=body,
+        headers={"x-goog-api-key": key},
+        timeout=300,
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["usageMetadata"]["promptTokenCount"] > 10 * MIB // 40
