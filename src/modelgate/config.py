@@ -18,6 +18,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from modelgate.alerts.config import AlertsConfig
 from modelgate.billing.input_bound import MediaRules
 from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE
 from modelgate.upstream.config import (
@@ -69,7 +70,7 @@ class ServerConfig(_Section):
     #: Bodies larger than this are parsed, checked and translated in worker processes, never on
     #: the event loop (``body_workers`` of them); smaller bodies are handled inline.
     offload_body_bytes: int = Field(256 * 1024, ge=1024)
-    body_workers: int = Field(1, ge=1, le=64)
+    body_workers: int = Field(2, ge=1, le=64)
     #: Large bodies (above ``offload_body_bytes``) held at once; beyond it: a fast 429.
     max_large_bodies: int = Field(8, ge=1)
     #: Deepest JSON nesting accepted in a request body (400 "nested too deeply" beyond).
@@ -287,6 +288,7 @@ class Settings(_Section):
     request_log: bool = True
     metrics: MetricsConfig = MetricsConfig()
     otel: OtelConfig = OtelConfig()
+    alerts: AlertsConfig = AlertsConfig()
 
     @model_validator(mode="after")
     def _check_default_provider(self) -> Settings:

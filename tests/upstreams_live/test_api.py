@@ -131,6 +131,10 @@ def test_a_provider_added_through_the_api_serves_the_next_request(
     tried = api.ok("POST", "/providers/fake-ant/test", {})
     assert tried["ok"] is True and tried["status"] == 200 and tried["error"] is None
     assert [d["dialect"] for d in tried["dialects"]] == ["messages"]
+    # The audit log has each change, by this token, with the key's hint only.
+    audit = api.call("GET", "/audit?action=upstream.create")
+    assert audit.status_code == 200, audit.text
+    assert "provider fake-ant" in audit.text and "…" + SECRET[-4:] in audit.text
     # At rest the credential is sealed: not in the database's files (WAL included).
     files = list((tmp_path / "data").glob("modelgate.db*"))
     assert files

@@ -158,7 +158,7 @@ class ModelRouteEndpoints:
         entry = StoredEntry("deployments", model_id, orjson.dumps(listed).decode(), None, self.changes.now())
         await self.changes.commit(candidate, lambda: live.store.put_entry(entry))
         after = self._deployments_view(model_id, live.overlay)
-        self.changes.record_change(principal, "replace", f"deployments of {model_id}", before, after)
+        await self.changes.record_change(principal, "replace", f"deployments of {model_id}", before, after)
         return json_response(after)
 
     async def deployments_delete(self, request: Request, principal: Principal) -> Response:
@@ -174,7 +174,7 @@ class ModelRouteEndpoints:
         live = self.changes.live
         await self.changes.commit(candidate, lambda: live.store.delete_entry("deployments", model_id))
         after = self._deployments_view(model_id, live.overlay)
-        self.changes.record_change(principal, "delete", f"deployments of {model_id}", before, after)
+        await self.changes.record_change(principal, "delete", f"deployments of {model_id}", before, after)
         return json_response(after)
 
     # prices --------------------------------------------------------------------------------
@@ -220,7 +220,7 @@ class ModelRouteEndpoints:
         row = StoredPrice(model_id, start, orjson.dumps(micro).decode(), now)
         await self.changes.commit(candidate, lambda: live.store.put_price(row))
         after = self._price_view(model_id, live.overlay)
-        self.changes.record_change(principal, "price", f"price of {model_id}", before, after)
+        await self.changes.record_change(principal, "price", f"price of {model_id}", before, after)
         return json_response(after)
 
     async def price_delete(self, request: Request, principal: Principal) -> Response:
@@ -242,7 +242,7 @@ class ModelRouteEndpoints:
         live = self.changes.live
         await self.changes.commit(candidate, lambda: live.store.delete_price(model_id, match.effective_from))
         after = self._price_view(model_id, live.overlay)
-        self.changes.record_change(principal, "delete", f"scheduled price of {model_id}", before, after)
+        await self.changes.record_change(principal, "delete", f"scheduled price of {model_id}", before, after)
         return json_response(after)
 
     # aliases -------------------------------------------------------------------------------
@@ -274,7 +274,7 @@ class ModelRouteEndpoints:
         entry = StoredEntry("alias", alias, orjson.dumps(body.target).decode(), None, self.changes.now())
         await self.changes.commit(candidate, lambda: live.store.put_entry(entry))
         view = {"alias": alias, "target": body.target, "source": "api"}
-        self.changes.record_change(
+        await self.changes.record_change(
             principal, "replace", f"alias {alias}", {"target": before} if before else None, view
         )
         return json_response(view)
@@ -292,7 +292,7 @@ class ModelRouteEndpoints:
         )
         live = self.changes.live
         await self.changes.commit(candidate, lambda: live.store.delete_entry("alias", alias))
-        self.changes.record_change(
+        await self.changes.record_change(
             principal, "delete", f"alias {alias}", {"target": overlay.aliases[alias]}, None
         )
         return json_response({"deleted": alias})

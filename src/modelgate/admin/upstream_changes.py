@@ -7,9 +7,9 @@ usable deployment, an alias to nothing): a refusal is a 400 naming the key, and 
 stored. A stored change is applied in this process before the answer and in every other
 process within ``admin.upstreams_refresh_seconds`` (``liveconfig.live``).
 
-``record_change`` is the one place a change is reported after it was stored, with the entry's
-view before and after: views never hold a credential value (only its hint), so an audit log can
-keep them as they are.
+``record_change`` is the one place a change is reported after it was stored: an audit entry
+(``upstream.create``, ``upstream.price``, ...) with the entry's view before and after. Views never
+hold a credential value (only its hint), so the audit log keeps them as they are.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 from modelgate.admin.auth import Principal
 from modelgate.admin.http import AdminError, bad_request
+from modelgate.audit.actor import record
 from modelgate.config import ConfigError, Settings
 from modelgate.liveconfig.live import LiveRouting
 from modelgate.liveconfig.overlay import Overlay, effective_settings
@@ -83,7 +84,7 @@ class UpstreamChanges:
         except ConfigError as exc:  # another change raced in between: every process logs it
             log.error("a stored upstream change is not applied: %s", exc)
 
-    def record_change(
+    async def record_change(
         self,
         principal: Principal,
         action: str,
@@ -91,7 +92,22 @@ class UpstreamChanges:
         before: dict[str, Any] | None,
         after: dict[str, Any] | None,
     ) -> None:
-        """After a change was stored: tell the listeners (redacted views only)."""
+        """After a change was stored: an audit entry (``upstream.<action>``, by the request's
+        actor) and the listeners, with redacted views (hints, never a credential value; a
+        provider's live health left out)."""
         log.info("upstream change by token %s: %s %s", principal.token_id, action, target)
+        shown_before, shown_after = _audited(before), _audited(after)
+        await record(
+            self.services.store,
+            f"upstream.{action}",
+            target,
+            self.now(),
+            before=shown_before,
+            after=shown_after,
+        )
         for listener in self.listeners:
-            listener(principal, action, target, before, after)
+            listener(principal, action, target, shown_before, shown_after)
+
+
+def _audited(view: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if view is None else {k: v for k, v in view.items() if k != "health"}
