@@ -135,7 +135,10 @@ async function edit(ctx, p) {
       const base = $("dlg-provider-base").value.trim();
       if (base) body.base_url = base;
       const key = $("dlg-provider-key").value.trim();
-      if (key) body.api_key = key;
+      if (key) {
+        body.api_key = key; // a typed key replaces the variable names a file provider had
+        delete body.api_key_env;
+      }
       if (!p) return api("POST", "/providers", { name: $("dlg-provider-name").value.trim(), ...body });
       return api("PATCH", `/providers/${encodeURIComponent(p.name)}`, body);
     },
