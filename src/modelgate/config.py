@@ -19,6 +19,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from modelgate.billing.input_bound import MediaRules
+from modelgate.sso_config import SsoConfig
 from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE
 from modelgate.upstream.config import (
     DeploymentConfig,
@@ -284,6 +285,8 @@ class Settings(_Section):
     request_log: bool = True
     metrics: MetricsConfig = MetricsConfig()
     otel: OtelConfig = OtelConfig()
+    #: OpenID Connect sign-in for the dashboard and admin API (docs/people.md).
+    sso: SsoConfig = SsoConfig()
 
     @model_validator(mode="after")
     def _check_default_provider(self) -> Settings:

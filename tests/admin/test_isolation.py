@@ -52,6 +52,12 @@ UNTARGETED = {
     ("GET", "/admin/api/accounts"): 403,
     ("POST", "/admin/api/accounts"): 403,
     ("GET", "/admin/api/models"): 200,
+    # Single sign-on (not configured on this gateway); a token has no session to show or end.
+    ("GET", "/admin/api/sso"): 200,
+    ("GET", "/admin/api/sso/login"): 404,
+    ("GET", "/admin/api/sso/callback"): 404,
+    ("GET", "/admin/api/sso/session"): 404,
+    ("POST", "/admin/api/sso/logout"): 400,
 }
 
 

@@ -30,6 +30,8 @@ from modelgate.admin.http import (
     route,
 )
 from modelgate.admin.openapi import openapi_document
+from modelgate.admin.sessions import Sessions
+from modelgate.admin.sso import SsoEndpoints
 from modelgate.admin.tokens import TokenEndpoints
 from modelgate.admin.usage import UsageEndpoints
 from modelgate.admin.usage_quality import QualityEndpoints
@@ -65,6 +67,8 @@ class AdminAPI:
         self.usage = UsageEndpoints(self.context)
         self.tokens = TokenEndpoints(self.context)
         self.quality = QualityEndpoints(self.context, self.usage)
+        self.sessions = Sessions(services.people, services.digester, services.clock, services.settings.sso)
+        self.sso = SsoEndpoints(self.context, self.sessions)
 
     @property
     def management(self) -> Management:
@@ -77,7 +81,12 @@ class AdminAPI:
 
         async def run(request: Request) -> Response:
             principal = await authenticate(
-                request, self.services.tokens, self.services.digester, self.services.clock, resolution
+                request,
+                self.services.tokens,
+                self.services.digester,
+                self.services.clock,
+                resolution,
+                self.sessions,
             )
             try:
                 return await handler(request, principal)
@@ -105,6 +114,8 @@ class AdminAPI:
             {
                 "token_id": principal.token_id,
                 "scope": "operator" if principal.is_operator else "account",
+                "actor": principal.actor,
+                "role": principal.session_role,
                 "account": account,
                 "now": schemas.when(now),
                 "month": month_of(now),
@@ -251,6 +262,11 @@ class AdminAPI:
         return [
             route(f"{PREFIX}/openapi.json", {"GET": openapi}),
             route(f"{PREFIX}/me", {"GET": a(self.me)}),
+            route(f"{PREFIX}/sso", {"GET": self.sso.status}),
+            route(f"{PREFIX}/sso/login", {"GET": self.sso.login}),
+            route(f"{PREFIX}/sso/callback", {"GET": self.sso.callback}),
+            route(f"{PREFIX}/sso/session", {"GET": a(self.sso.session)}),
+            route(f"{PREFIX}/sso/logout", {"POST": a(self.sso.logout)}),
             route(f"{PREFIX}/accounts", {"GET": a(self.accounts_list), "POST": a(self.accounts_create)}),
             route(
                 f"{PREFIX}/accounts/{{account_id}}",

@@ -11,6 +11,7 @@ from typing import Any
 
 from modelgate import __version__
 from modelgate.admin import schemas
+from modelgate.admin.openapi_people import PEOPLE_PATHS, PEOPLE_SCHEMAS
 from modelgate.admin.openapi_schemas import RESPONSE_SCHEMAS, ref
 
 _REF = "#/components/schemas/{model}"
@@ -18,7 +19,7 @@ _REF = "#/components/schemas/{model}"
 
 _ERRORS = {
     "400": "Invalid request (bad JSON, unknown or invalid field; the message names the field)",
-    "401": "Missing, malformed or unknown admin token",
+    "401": "Missing, malformed or unknown admin token (or session)",
     "403": "Needs an operator token",
     "404": "No such id, or not visible to this token (indistinguishable)",
     "405": "Method not allowed on this path",
@@ -102,7 +103,7 @@ _CSV = {
 
 @cache
 def openapi_document() -> dict[str, Any]:
-    components: dict[str, Any] = dict(RESPONSE_SCHEMAS)
+    components: dict[str, Any] = {**RESPONSE_SCHEMAS, **PEOPLE_SCHEMAS}
     for model in schemas.REQUEST_MODELS:
         components[model.__name__] = model.model_json_schema(ref_template=_REF)
     paths: dict[str, Any] = {
@@ -319,6 +320,7 @@ def openapi_document() -> dict[str, Any]:
             )
         },
     }
+    paths.update(PEOPLE_PATHS)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -330,11 +332,14 @@ def openapi_document() -> dict[str, Any]:
                 "exactly like a missing id. Money: *_uc integers in micro-credits plus credits strings."
             ),
         },
-        "security": [{"adminToken": []}],
+        "security": [{"adminToken": []}, {"session": []}],
         "paths": paths,
         "components": {
             "schemas": components,
-            "securitySchemes": {"adminToken": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "adminToken": {"type": "http", "scheme": "bearer"},
+                "session": {"type": "apiKey", "in": "cookie", "name": "mg_session"},
+            },
             "responses": {
                 f"E{code}": {
                     "description": text,

@@ -20,6 +20,7 @@ from modelgate.storage.base import (
     LedgerStore,
     UsageStore,
 )
+from modelgate.storage.people import PeopleStore
 from modelgate.storage.records import (
     Account,
     AdminToken,
@@ -79,6 +80,7 @@ class ComposedStore:
         usage: UsageStore,
         reports: UsageReports,
         responses: ResponseStore,
+        people: PeopleStore,
     ) -> None:
         self.database = database
         self.accounts = accounts
@@ -88,6 +90,8 @@ class ComposedStore:
         self.usage = usage
         self.reports = reports
         self.responses = responses
+        #: People, sessions, members and invitations (``storage.people``).
+        self.people = people
 
     # the database -------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from modelgate.storage.composed import ComposedStore
 from modelgate.storage.postgres_accounts import PostgresAccounts
 from modelgate.storage.postgres_database import PostgresDatabase
 from modelgate.storage.postgres_keys import PostgresKeys
+from modelgate.storage.postgres_people import PostgresPeople
 from modelgate.storage.postgres_reports import PostgresReports
 from modelgate.storage.postgres_reservations import PostgresLedger
 from modelgate.storage.postgres_responses import PostgresResponses
@@ -54,6 +55,7 @@ class PostgresStore(ComposedStore):
             usage=PostgresUsage(database),
             reports=PostgresReports(database),
             responses=PostgresResponses(database),
+            people=PostgresPeople(database),
         )
         self.url = url
 

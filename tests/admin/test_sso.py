@@ -1,0 +1,167 @@
+"""Single sign-on (OpenID Connect) end to end against a real provider on loopback: sign-in,
+refusals (state, replayed code, unverified email, no role, another browser), group mappings,
+sessions (CSRF, expiry, sign-out) and admin tokens beside them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import pytest
+
+from modelgate.storage.base import Account
+from tests.admin.sso_fixtures import OPERATORS, SsoSetup, person, sso_gateway
+from tests.gateway_server import ManualClock
+
+IDLE = 600.0
+
+
+@pytest.fixture(scope="module")
+def clock() -> ManualClock:
+    return ManualClock(time.time())
+
+
+@pytest.fixture(scope="module")
+def team_account(sso: SsoSetup) -> Account:
+    found = sso.gateway.call(sso.gateway.services.accounts.get_account(1))
+    assert found is not None and found.name == "team-a"
+    return found
+
+
+@pytest.fixture(scope="module")
+def sso(tmp_path_factory: pytest.TempPathFactory, clock: ManualClock) -> Iterator[SsoSetup]:
+    # The rule names account 1: the first account this fresh database makes (team_account).
+    rules = [{"group": "team-a", "account_id": 1, "role": "owner"}]
+    with sso_gateway(
+        tmp_path_factory.mktemp("sso") / "data", clock=clock, accounts=rules, session_idle_seconds=IDLE
+    ) as setup:
+        setup.gateway.account("team-a")  # account 1, before any test makes another
+        yield setup
+
+
+def test_an_operator_signs_in_and_the_session_authenticates_the_admin_api(sso: SsoSetup) -> None:
+    alice = sso.provider.add_user(person("Alice", OPERATORS))
+    with sso.browser() as browser:
+        answer = sso.sign_in(browser, alice.sub)
+        assert answer.status_code == 303, answer.text
+        assert answer.headers["location"] == "/dashboard"
+        cookie = next(c for c in answer.headers.get_list("set-cookie") if c.startswith("mg_session="))
+        attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")}
+        assert {"httponly", "path", "max-age", "samesite"} <= attributes
+        assert "samesite=lax" in cookie.lower() and "path=/admin/api" in cookie.lower()
+        assert "secure" not in attributes  # loopback HTTP only
+        me = browser.get("/admin/api/me").json()
+        assert me["scope"] == "operator" and me["role"] == "operator"
+        assert me["actor"] == "Alice <alice@example.com>"
+        # The stored session is a digest: the cookie's value is nowhere in the database.
+        value = browser.cookies["mg_session"]
+        stored = sso.gateway.call(sso.gateway.services.people.find_session(value.encode()))
+        assert stored is None
+        # Writes need the CSRF token; with it, the person manages the gateway.
+        refused = browser.post("/admin/api/accounts", json={"name": "by-alice"})
+        assert refused.status_code == 403 and "x-csrf-token" in refused.json()["error"]["message"]
+        wrong = browser.post("/admin/api/accounts", json={"name": "by-alice"}, headers={"x-csrf-token": "x"})
+        assert wrong.status_code == 403
+        created = sso.write(browser, "POST", "/accounts", {"name": "by-alice"})
+        assert created.status_code == 201, created.text
+        # A request a browser marks cross-site is refused even for reads.
+        cross = browser.get("/admin/api/me", headers={"sec-fetch-site": "cross-site"})
+        assert cross.status_code == 403
+        # Signing out ends the session everywhere it was used.
+        assert sso.write(browser, "POST", "/sso/logout").json() == {"signed_out": True}
+        browser.cookies.set("mg_session", value, domain="127.0.0.1", path="/admin/api")
+        assert browser.get("/admin/api/me").status_code == 401
+
+
+def test_a_group_rule_maps_a_person_to_an_account_as_owner(sso: SsoSetup, team_account: Account) -> None:
+    bob = sso.provider.add_user(person("Bob", "team-a"))
+    other = sso.gateway.account("not-bobs")
+    with sso.browser() as browser:
+        assert sso.sign_in(browser, bob.sub).status_code == 303
+        me = browser.get("/admin/api/me").json()
+        assert me["scope"] == "account" and me["role"] == "owner"
+        assert me["account"]["id"] == team_account.id
+        # Another account answers exactly like a missing one.
+        hidden = browser.get(f"/admin/api/accounts/{other.id}")
+        missing = browser.get("/admin/api/accounts/999999")
+        assert hidden.status_code == missing.status_code == 404
+        assert hidden.json()["error"]["message"] == f"account {other.id} not found"
+        assert browser.get("/admin/api/accounts").status_code == 403  # operators only
+        members = sso.gateway.call(sso.gateway.services.people.members(team_account.id))
+        assert [(m.person.email, m.role) for m in members] == [("bob@example.com", "owner")]
+
+
+def test_a_wrong_state_is_refused_and_the_real_one_still_works(sso: SsoSetup) -> None:
+    carol = sso.provider.add_user(person("Carol", OPERATORS))
+    with sso.browser() as browser:
+        callback = sso.approve(browser, sso.start(browser), carol.sub)
+        params = dict(parse_qsl(urlsplit(callback).query))
+        forged = browser.get("/admin/api/sso/callback?" + urlencode({**params, "state": "forged-state"}))
+        assert forged.status_code == 400 and "state" in forged.json()["error"]["message"]
+        assert "mg_session" not in browser.cookies
+        assert browser.get(callback).status_code == 303
+
+
+def test_a_replayed_code_is_refused(sso: SsoSetup) -> None:
+    dave = sso.provider.add_user(person("Dave", OPERATORS))
+    with sso.browser() as browser:
+        callback = sso.approve(browser, sso.start(browser), dave.sub)
+        assert browser.get(callback).status_code == 303
+        # The same callback again: its state was taken once.
+        again = browser.get(callback)
+        assert again.status_code == 400
+        # The same code under a fresh sign-in's state: the provider refuses to redeem it twice.
+        code = dict(parse_qsl(urlsplit(callback).query))["code"]
+        fresh = dict(parse_qsl(urlsplit(sso.approve(browser, sso.start(browser), dave.sub)).query))
+        replay = browser.get("/admin/api/sso/callback?" + urlencode({"code": code, "state": fresh["state"]}))
+        assert replay.status_code == 400, replay.text
+        assert "refused the code" in replay.json()["error"]["message"]
+        assert sso.provider.redemptions.count(code) == 2
+
+
+def test_an_unverified_email_is_refused(sso: SsoSetup) -> None:
+    eve = sso.provider.add_user(person("Eve", OPERATORS, verified=False))
+    with sso.browser() as browser:
+        answer = sso.sign_in(browser, eve.sub)
+        assert answer.status_code == 403
+        assert "verified" in answer.json()["error"]["message"]
+        assert "mg_session" not in browser.cookies
+        assert browser.get("/admin/api/me").status_code == 401
+
+
+def test_a_person_without_a_role_is_refused(sso: SsoSetup) -> None:
+    frank = sso.provider.add_user(person("Frank", "unrelated-group"))
+    with sso.browser() as browser:
+        answer = sso.sign_in(browser, frank.sub)
+        assert answer.status_code == 403 and "no role" in answer.json()["error"]["message"]
+        assert "mg_session" not in browser.cookies
+
+
+def test_a_callback_in_another_browser_is_refused(sso: SsoSetup) -> None:
+    grace = sso.provider.add_user(person("Grace", OPERATORS))
+    with sso.browser() as started, sso.browser() as victim:
+        callback = sso.approve(started, sso.start(started), grace.sub)
+        answer = victim.get(callback)
+        assert answer.status_code == 400 and "another browser" in answer.json()["error"]["message"]
+        assert "mg_session" not in victim.cookies
+
+
+def test_sessions_end_when_idle_and_admin_tokens_keep_working(sso: SsoSetup, clock: ManualClock) -> None:
+    heidi = sso.provider.add_user(person("Heidi", OPERATORS))
+    token = sso.gateway.call(sso.gateway.management.create_admin_token(None))
+    with sso.browser() as browser:
+        assert sso.sign_in(browser, heidi.sub).status_code == 303
+        assert browser.get("/admin/api/me").status_code == 200
+        # An Authorization header wins over the cookie: automation is unchanged.
+        me = browser.get("/admin/api/me", headers={"authorization": f"Bearer {token}"}).json()
+        assert me["role"] is None and me["actor"] == me["token_id"]
+        clock.advance(IDLE + 1)
+        ended = browser.get("/admin/api/me")
+        assert ended.status_code == 401 and "ended" in ended.json()["error"]["message"]
+        assert browser.get("/admin/api/me", headers={"authorization": f"Bearer {token}"}).status_code == 200
+
+
+def test_the_dashboard_learns_whether_sign_in_is_offered(sso: SsoSetup) -> None:
+    with sso.browser() as browser:
+        assert browser.get("/admin/api/sso").json() == {"enabled": True, "login_url": "/admin/api/sso/login"}
