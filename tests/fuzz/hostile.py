@@ -352,6 +352,8 @@ ADMIN_PATHS = [
     "/admin/api/usage/quality?from=not-a-date", "/admin/api/usage/quality?key_id=key_%00",
     "/admin/api/usage/quality?from=2026-12-31&to=2026-01-01", "/admin/api/usage/quality?status=" + "s" * 5000,
     "/admin/api/usage/quality?account_id=9223372036854775808",
+    "/admin/api/sso/callback?code=%00&state=" + "s" * 5000, "/admin/api/sso/login?invite=%FF%FE",
+    "/admin/api/sso/session", "/admin/api/sso?x=" + "y" * 5000,
     "/dashboard/%2e%2e%2f%2e%2e%2fetc%2fpasswd", "/dashboard/..%2fapp.js", "/dashboard/%00", "/dashboard/a/b/c.js",
 ]  # fmt: skip
 ADMIN_BODIES: list[tuple[str, str, Any]] = [

@@ -3,7 +3,7 @@
 // server is inserted as text (see dom.js). Routes live in the URL fragment (#/keys?account=2), so
 // back/forward and bookmarks work and nothing secret is ever in a URL.
 
-import { ApiError, api, token } from "./api.js";
+import { ApiError, api, ssoSession, ssoSignOut, ssoStatus, token } from "./api.js";
 import { closeAll, onUnauthorized, wireDialogs } from "./dialogs.js";
 import { $ } from "./dom.js";
 import * as accounts from "./view-accounts.js";
@@ -15,7 +15,7 @@ import * as usage from "./view-usage.js";
 const VIEWS = { overview, keys, usage, accounts, tokens };
 const OPERATOR_ONLY = new Set(["accounts"]);
 // `shown`: the view and account last shown; a message belongs to the view it was said in.
-const session = { me: null, render: 0, shown: "" };
+const session = { me: null, person: null, render: 0, shown: "" };
 
 function say(message, isError) {
   $("status").textContent = message || "";
@@ -108,10 +108,25 @@ async function signIn(value) {
     token.clear();
     throw err;
   }
+  await enter();
+}
+
+// A person signed in with single sign-on (the session cookie), if there is one.
+async function resume() {
+  const found = await ssoSession();
+  if (!found) return false;
+  session.me = await api("GET", "/me");
+  session.person = found.person;
+  await enter();
+  return true;
+}
+
+async function enter() {
   const operator = session.me.scope === "operator";
   document.body.classList.toggle("operator", operator);
   for (const node of document.querySelectorAll("[data-operator]")) node.hidden = !operator;
-  $("who").textContent = operator ? "Operator" : "Account " + session.me.account.name;
+  const where = operator ? "Operator" : "Account " + session.me.account.name;
+  $("who").textContent = session.person ? `${session.me.actor} · ${where}` : where;
   $("signin").hidden = true;
   $("nav").hidden = false;
   $("signout").hidden = false;
@@ -121,8 +136,10 @@ async function signIn(value) {
 
 // Everything the page held for the last session goes: token, dialogs, form contents, tables.
 function signOut(message, isError, keepRoute) {
+  if (session.person) ssoSignOut().catch(() => {});
   token.clear();
   session.me = null;
+  session.person = null;
   session.shown = "";
   session.render++;
   closeAll();
@@ -156,7 +173,14 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("signout").addEventListener("click", () => signOut("Signed out."));
   window.addEventListener("hashchange", () => show().catch(fail));
+  ssoStatus().then((sso) => {
+    $("sso").hidden = !sso.enabled;
+    if (sso.login_url) $("sso-link").href = sso.login_url;
+  });
   const saved = token.get();
   if (saved) signIn(saved).catch((err) => signOut("Sign-in failed: " + err.message, true));
-  else signOut("", false, true);
+  else
+    resume()
+      .then((entered) => entered || signOut("", false, true))
+      .catch((err) => signOut("Sign-in failed: " + err.message, true));
 });
