@@ -30,7 +30,11 @@ def test_openapi_paths_are_exactly_the_served_routes(admin: Admin) -> None:
     assert set(document["paths"]) == served
     for path, item in document["paths"].items():
         concrete = (
-            path.replace("{account_id}", "1").replace("{key_id}", "key_x").replace("{token_id}", "tok_x")
+            path.replace("{account_id}", "1")
+            .replace("{key_id}", "key_x")
+            .replace("{token_id}", "tok_x")
+            .replace("{person_id}", "person_x")
+            .replace("{invite_id}", "inv_x")
         )
         for method in item:
             answer = admin.client.request(method.upper(), concrete)

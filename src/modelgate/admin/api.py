@@ -29,6 +29,7 @@ from modelgate.admin.http import (
     query_int,
     route,
 )
+from modelgate.admin.members import MemberEndpoints
 from modelgate.admin.openapi import openapi_document
 from modelgate.admin.sessions import Sessions
 from modelgate.admin.sso import SsoEndpoints
@@ -69,6 +70,7 @@ class AdminAPI:
         self.quality = QualityEndpoints(self.context, self.usage)
         self.sessions = Sessions(services.people, services.digester, services.clock, services.settings.sso)
         self.sso = SsoEndpoints(self.context, self.sessions)
+        self.members = MemberEndpoints(self.context, self.sessions)
 
     @property
     def management(self) -> Management:
@@ -172,7 +174,7 @@ class AdminAPI:
         if account_id is not None:
             account_id = (await self.context.account(principal, account_id)).id
         month = self.context.month(request)
-        records = await self.key_records.list_keys(account_id)
+        records = await self.context.visible_keys(principal, await self.key_records.list_keys(account_id))
         return json_response(
             {"month": month, "data": await self.context.key_views(records, month, account_id)}
         )
@@ -193,6 +195,8 @@ class AdminAPI:
             monthly_cap_uc=cap,
         )
         record = self._applied(issued.record)
+        if principal.person is not None:  # a person's key: theirs to manage even as a member
+            await self.services.people.set_key_owner(record.id, principal.person.id, account.id)
         return json_response(
             await self.context.key_view(record, self.context.month(request), issued.secret), 201
         )
@@ -267,6 +271,16 @@ class AdminAPI:
             route(f"{PREFIX}/sso/callback", {"GET": self.sso.callback}),
             route(f"{PREFIX}/sso/session", {"GET": a(self.sso.session)}),
             route(f"{PREFIX}/sso/logout", {"POST": a(self.sso.logout)}),
+            route(f"{PREFIX}/accounts/{{account_id}}/members", {"GET": a(self.members.list)}),
+            route(
+                f"{PREFIX}/accounts/{{account_id}}/members/{{person_id}}",
+                {"PATCH": a(self.members.update), "DELETE": a(self.members.remove)},
+            ),
+            route(
+                f"{PREFIX}/invites",
+                {"GET": a(self.members.invites_list), "POST": a(self.members.invite_create)},
+            ),
+            route(f"{PREFIX}/invites/{{invite_id}}", {"DELETE": a(self.members.invite_revoke)}),
             route(f"{PREFIX}/accounts", {"GET": a(self.accounts_list), "POST": a(self.accounts_create)}),
             route(
                 f"{PREFIX}/accounts/{{account_id}}",

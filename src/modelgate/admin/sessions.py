@@ -21,6 +21,7 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
+from dataclasses import replace
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -111,6 +112,13 @@ class Sessions:
         if now >= session.expires_at or now - session.last_seen_at >= self.config.session_idle_seconds:
             await self.store.delete_session(session.digest)
             raise _unauthorized("the session has ended: sign in again")
+        if session.account_id is not None:
+            # Membership is read on every request: a removed member is out, a new role applies now.
+            member = await self.store.member(session.account_id, session.person.id)
+            if member is None:
+                await self.store.delete_session(session.digest)
+                raise _unauthorized("no longer a member of this account: sign in again")
+            session = replace(session, role=member.role)
         if now - session.last_seen_at >= self.touch_resolution:
             try:
                 await self.store.touch_session(session.digest, now)

@@ -1,0 +1,201 @@
+"""Members of an account, end to end through single sign-on against the real provider: an operator
+invites the first owner, the owner invites a member, each signs in with their one-time link; a
+member manages only their own keys, an owner all of the account's keys and its members; another
+account's member and invitation ids answer exactly like missing ones."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from modelgate.storage.base import Account
+from tests.admin.sso_fixtures import SsoSetup, person, sso_gateway
+from tests.gateway_server import ManualClock
+
+TTL = 3600.0
+
+
+@pytest.fixture(scope="module")
+def clock() -> ManualClock:
+    return ManualClock(time.time())
+
+
+@pytest.fixture(scope="module")
+def sso(tmp_path_factory: pytest.TempPathFactory, clock: ManualClock) -> Iterator[SsoSetup]:
+    with sso_gateway(
+        tmp_path_factory.mktemp("members") / "data", clock=clock, invite_ttl_seconds=TTL
+    ) as setup:
+        yield setup
+
+
+@pytest.fixture(scope="module")
+def operator(sso: SsoSetup) -> Iterator[httpx.Client]:
+    token = sso.gateway.call(sso.gateway.management.create_admin_token(None))
+    with httpx.Client(
+        base_url=sso.gateway.base_url + "/admin/api", headers={"authorization": f"Bearer {token}"}, timeout=10
+    ) as client:
+        yield client
+
+
+def ok(response: httpx.Response, status: int = 200) -> Any:
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+def invite(operator: httpx.Client, account: Account, role: str = "owner") -> dict[str, Any]:
+    made: dict[str, Any] = ok(
+        operator.post("/invites", json={"account_id": account.id, "role": role, "email": "x@example.com"}),
+        201,
+    )
+    return made
+
+
+@contextmanager
+def joined(sso: SsoSetup, link: str, name: str) -> Iterator[httpx.Client]:
+    """A person who opens the invitation link and signs in: their browser, signed in."""
+    user = sso.provider.add_user(person(name))
+    with sso.browser() as browser:
+        answer = sso.sign_in(browser, user.sub, path=link)
+        assert answer.status_code == 303, answer.text
+        yield browser
+
+
+def test_owners_invite_members_who_manage_only_their_own_keys(sso: SsoSetup, operator: httpx.Client) -> None:
+    account = sso.gateway.account("shared-team")
+    issued = invite(operator, account)
+    assert issued["token"].startswith("mg-inv-") and issued["link"].endswith(issued["token"])
+    assert issued["state"] == "open" and issued["role"] == "owner"
+    # The list never shows the token again.
+    listed = ok(operator.get("/invites", params={"account_id": account.id}))["data"]
+    assert [i["id"] for i in listed] == [issued["id"]] and "token" not in listed[0]
+
+    with joined(sso, issued["link"], "Olivia") as olivia:
+        me = ok(olivia.get("/admin/api/me"))
+        assert (me["scope"], me["role"], me["account"]["id"]) == ("account", "owner", account.id)
+        # The link was one-time: another browser cannot use it.
+        with sso.browser() as late:
+            assert late.get(issued["link"]).status_code == 400
+        made = ok(sso.write(olivia, "POST", "/invites", {"role": "member"}), 201)
+        assert made["account_id"] == account.id and made["created_by"] == "Olivia <olivia@example.com>"
+
+        with joined(sso, made["link"], "Mark") as mark:
+            assert ok(mark.get("/admin/api/me"))["role"] == "member"
+            marks = ok(sso.write(mark, "POST", "/keys", {"group": "Basic", "name": "mark's"}), 201)
+            olivias = ok(sso.write(olivia, "POST", "/keys", {"group": "Basic", "name": "olivia's"}), 201)
+            # A member lists and reaches only their own keys; an owner sees every key of the account.
+            assert [k["id"] for k in ok(mark.get("/admin/api/keys"))["data"]] == [marks["id"]]
+            assert {k["id"] for k in ok(olivia.get("/admin/api/keys"))["data"]} == {
+                marks["id"],
+                olivias["id"],
+            }
+            for method, suffix, body in [
+                ("GET", "", None),
+                ("PATCH", "", {"rpm": 1}),
+                ("POST", "/rotate", {"grace_seconds": 0}),
+                ("POST", "/revoke", None),
+            ]:
+                theirs = sso.write(mark, method, f"/keys/{olivias['id']}{suffix}", body)
+                missing = sso.write(mark, method, f"/keys/key_ZZZZZZZZZZZZZZZZ{suffix}", body)
+                assert theirs.status_code == missing.status_code == 404
+                assert theirs.json()["error"]["message"].replace(olivias["id"], "K") == missing.json()[
+                    "error"
+                ]["message"].replace("key_ZZZZZZZZZZZZZZZZ", "K")
+            assert ok(sso.write(mark, "PATCH", f"/keys/{marks['id']}", {"rpm": 7}))["rpm"] == 7
+            # The owner manages the member's key too.
+            assert ok(sso.write(olivia, "POST", f"/keys/{marks['id']}/revoke"))["state"] == "disabled"
+            # Members change nothing about people or tokens.
+            assert sso.write(mark, "POST", "/invites", {"role": "member"}).status_code == 403
+            mark_id = next(
+                m["person_id"]
+                for m in ok(mark.get(f"/admin/api/accounts/{account.id}/members"))["data"]
+                if m["name"] == "Mark"
+            )
+            assert (
+                sso.write(
+                    mark, "PATCH", f"/accounts/{account.id}/members/{mark_id}", {"role": "owner"}
+                ).status_code
+                == 403
+            )
+            assert mark.get("/admin/api/tokens").status_code == 403
+            # The last owner cannot step down; after promoting Mark, Olivia can.
+            olivia_id = (
+                ok(sso.session(olivia))["person"]["id"] if False else sso.session(olivia)["person"]["id"]
+            )
+            demote = sso.write(
+                olivia, "PATCH", f"/accounts/{account.id}/members/{olivia_id}", {"role": "member"}
+            )
+            assert demote.status_code == 409
+            promoted = ok(
+                sso.write(olivia, "PATCH", f"/accounts/{account.id}/members/{mark_id}", {"role": "owner"})
+            )
+            assert promoted["role"] == "owner"
+            assert ok(mark.get("/admin/api/me"))["role"] == "owner"  # applies from the next request
+            # Removing a member ends their session with their next request.
+            removed = ok(sso.write(olivia, "DELETE", f"/accounts/{account.id}/members/{mark_id}"))
+            assert removed["removed"] is True
+            gone = mark.get("/admin/api/me")
+            assert gone.status_code == 401 and "no longer a member" in gone.json()["error"]["message"]
+
+
+def test_other_accounts_members_and_invitations_answer_like_missing_ones(
+    sso: SsoSetup, operator: httpx.Client
+) -> None:
+    mine, theirs = sso.gateway.account("iso-mine"), sso.gateway.account("iso-theirs")
+    with (
+        joined(sso, invite(operator, mine)["link"], "Ivy") as ivy,
+        joined(sso, invite(operator, theirs)["link"], "Tom") as tom,
+    ):
+        tom_id = sso.session(tom)["person"]["id"]
+        their_invite = invite(operator, theirs, "member")["id"]
+        pairs = [
+            (
+                "PATCH",
+                f"/accounts/{mine.id}/members/{tom_id}",
+                f"/accounts/{mine.id}/members/person_ZZZZ",
+                {"role": "member"},
+            ),
+            (
+                "DELETE",
+                f"/accounts/{mine.id}/members/{tom_id}",
+                f"/accounts/{mine.id}/members/person_ZZZZ",
+                None,
+            ),
+            (
+                "PATCH",
+                f"/accounts/{theirs.id}/members/{tom_id}",
+                "/accounts/987654321/members/person_ZZZZ",
+                {"role": "member"},
+            ),
+            ("DELETE", f"/invites/{their_invite}", "/invites/inv_ZZZZ", None),
+            ("GET", f"/accounts/{theirs.id}/members", "/accounts/987654321/members", None),
+        ]
+        for method, foreign, missing, body in pairs:
+            a, b = sso.write(ivy, method, foreign, body), sso.write(ivy, method, missing, body)
+            assert a.status_code == b.status_code == 404, (method, foreign, a.text)
+            assert a.json()["error"]["type"] == b.json()["error"]["type"] == "not_found_error"
+        assert [m["name"] for m in ok(tom.get(f"/admin/api/accounts/{theirs.id}/members"))["data"]] == ["Tom"]
+        assert [
+            i["state"] for i in ok(operator.get("/invites", params={"account_id": theirs.id}))["data"]
+        ] == ["used", "open"]
+
+
+def test_an_expired_or_withdrawn_invitation_is_refused(
+    sso: SsoSetup, operator: httpx.Client, clock: ManualClock
+) -> None:
+    account = sso.gateway.account("late-team")
+    withdrawn = invite(operator, account)
+    assert ok(operator.delete(f"/invites/{withdrawn['id']}"))["revoked"] is True
+    with sso.browser() as browser:
+        refused = browser.get(withdrawn["link"])
+        assert refused.status_code == 400 and "invitation" in refused.json()["error"]["message"]
+    expiring = invite(operator, account)
+    clock.advance(TTL + 1)
+    with sso.browser() as browser:
+        assert browser.get(expiring["link"]).status_code == 400
+    listed = ok(operator.get("/invites", params={"account_id": account.id}))["data"]
+    assert [i["state"] for i in listed] == ["expired"]
