@@ -379,6 +379,15 @@ ADMIN_BODIES: list[tuple[str, str, Any]] = [
     ("PATCH", "/admin/api/accounts/1", {"name": "ok", "balance_uc": 10**9}),
     ("PATCH", "/admin/api/accounts/9223372036854775808", {"name": "far"}),
     ("PATCH", "/admin/api/accounts/%C2%B2", {"name": "odd"}),
+    ("POST", "/admin/api/invites", {"account_id": 1, "role": "king"}),
+    ("POST", "/admin/api/invites", {"account_id": 2**70}),
+    ("POST", "/admin/api/invites", {"account_id": 1, "email": "e" * 10_000}),
+    ("POST", "/admin/api/invites", {"account_id": "1", "token": "mg-inv-mine"}),
+    ("DELETE", "/admin/api/invites/%00", {}),
+    ("DELETE", "/admin/api/invites/" + "i" * 5000, {}),
+    ("PATCH", "/admin/api/accounts/1/members/person_%00", {"role": 5}),
+    ("PATCH", "/admin/api/accounts/1/members/x", {"role": "owner", "account_id": 2}),
+    ("DELETE", "/admin/api/accounts/%C2%B2/members/x", {}),
 ]  # fmt: skip
 #: Credentials /health reads (public view without one, details with an operator token).
 HEALTH_CREDENTIALS = [

@@ -33,10 +33,10 @@ from modelgate.admin.http import (
     path_int,
     query_int,
 )
-from modelgate.admin.sessions import Sessions
+from modelgate.admin.sessions import Sessions, kind_digest
 from modelgate.admin.sso import INVITE_PREFIX, LOGIN_PATH
-from modelgate.keys import random_base62
-from modelgate.storage.people import Invite, Member, Role
+from modelgate.keys import Digester, random_base62
+from modelgate.storage.people import Invite, Member, PeopleStore, Role
 
 
 class MemberUpdate(schemas.Body):
@@ -45,7 +45,7 @@ class MemberUpdate(schemas.Body):
 
 class InviteCreate(schemas.Body):
     #: The account to invite to (default: the caller's).
-    account_id: int | None = Field(None, ge=1)
+    account_id: schemas.AccountId | None = None
     role: Literal["owner", "member"] = "member"
     #: Who the link is meant for (shown in the list; the link works for whoever opens it first).
     email: str = Field("", max_length=320)
@@ -86,6 +86,36 @@ def invite_view(invite: Invite, now: float) -> dict[str, Any]:
         "used_at": None if invite.used_at is None else schemas.when(invite.used_at),
         "used_by": invite.used_by,
     }
+
+
+def invite_link(token: str) -> str:
+    """The sign-in link that accepts an invitation (relative to the gateway's address)."""
+    return f"{LOGIN_PATH}/login?invite={token}"
+
+
+async def issue_invite(
+    people: PeopleStore,
+    digester: Digester,
+    account_id: int,
+    role: Role,
+    email: str,
+    created_by: str,
+    now: float,
+    ttl: float,
+) -> tuple[Invite, str]:
+    """A new invitation and its one-time token (only the token's digest is stored)."""
+    token = INVITE_PREFIX + secrets.token_urlsafe(32)
+    invite = await people.create_invite(
+        "inv_" + random_base62(16),
+        kind_digest(digester, "invite", token),
+        account_id,
+        role,
+        email,
+        created_by,
+        now,
+        now + ttl,
+    )
+    return invite, token
 
 
 class MemberEndpoints:
@@ -150,20 +180,18 @@ class MemberEndpoints:
             raise bad_request("account_id: required with an operator token")
         account = await self.context.account(principal, account_id)
         principal.require_owner()
-        token = INVITE_PREFIX + secrets.token_urlsafe(32)
         now = self.context.now()
-        invite = await self.people.create_invite(
-            "inv_" + random_base62(16),
-            self.sessions.digest("invite", token),
+        invite, token = await issue_invite(
+            self.people,
+            self.sessions.digester,
             account.id,
             body.role,
             body.email.strip(),
             principal.actor,
             now,
-            now + self.context.settings.sso.invite_ttl_seconds,
+            self.context.settings.sso.invite_ttl_seconds,
         )
-        link = f"{LOGIN_PATH}/login?invite={token}"
-        return json_response({**invite_view(invite, now), "token": token, "link": link}, 201)
+        return json_response({**invite_view(invite, now), "token": token, "link": invite_link(token)}, 201)
 
     async def invite_revoke(self, request: Request, principal: Principal) -> Response:
         invite_id = str(request.path_params["invite_id"])

@@ -48,6 +48,12 @@ def _unauthorized(message: str) -> AdminError:
     return AdminError(401, "authentication_error", message, _CHALLENGE)
 
 
+def kind_digest(digester: Digester, kind: str, value: str) -> bytes:
+    """The stored form of a secret of one kind (session, state, browser, invite): kinds never
+    collide, so one kind's value cannot be replayed as another's."""
+    return digester.digest(f"{kind}:{value}")
+
+
 class Sessions:
     def __init__(self, store: PeopleStore, digester: Digester, clock: Clock, config: SsoConfig) -> None:
         self.store = store
@@ -57,9 +63,7 @@ class Sessions:
         self.touch_resolution = min(60.0, config.session_idle_seconds / 10)
 
     def digest(self, kind: str, value: str) -> bytes:
-        """The stored form of a secret of one kind (session, state, browser, invite): kinds never
-        collide, so one kind's value cannot be replayed as another's."""
-        return self.digester.digest(f"{kind}:{value}")
+        return kind_digest(self.digester, kind, value)
 
     def set_cookie(self, response: Response, name: str, value: str, path: str, max_age: int) -> None:
         response.set_cookie(
