@@ -189,7 +189,7 @@ def test_the_docs_show_every_view_in_a_screenshot() -> None:
     docs = Path(__file__).resolve().parents[2] / "docs"
     text = (docs / "dashboard.md").read_text("utf-8")
     # The single sign-on shots are taken by tests/admin/test_sso_browser.py (a real provider).
-    sso_shots = {"sso-sign-in", "sso-signed-in"}
+    sso_shots = {"sso-sign-in", "sso-signed-in", "people"}
     assert set(re.findall(r"\]\(screenshots/([a-z-]+)\.png\)", text)) == set(NAMES) | sso_shots
     for name in [*NAMES, *sso_shots]:
         head = (docs / "screenshots" / f"{name}.png").read_bytes()[:24]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+import httpx
 import pytest
 
 from tests.admin.sso_fixtures import OPERATORS, SsoSetup, person, sso_gateway
@@ -124,3 +125,44 @@ def test_an_unverified_email_is_refused_in_the_browser(sso: SsoSetup, page: Page
     page.goto(f"{sso.gateway.base_url}/dashboard")
     settle(page, "document.body.dataset.ready === 'signin'")
     assert page.js("fetch('/admin/api/me').then(r => r.status)") == 401
+
+
+def test_an_owner_invites_a_member_from_the_people_view(sso: SsoSetup, page: Page) -> None:
+    token = sso.gateway.call(sso.gateway.management.create_admin_token(None))
+    account = sso.gateway.account("browser-team")
+    with httpx.Client(
+        base_url=sso.gateway.base_url, headers={"authorization": f"Bearer {token}"}
+    ) as operator:
+        first = operator.post("/admin/api/invites", json={"account_id": account.id, "role": "owner"}).json()
+    olivia = sso.provider.add_user(person("Olivia"))
+    page.send("Page.navigate", {"url": sso.gateway.base_url + first["link"]}, True)
+    settle(page, "!!document.getElementById('username')")
+    page.js(f"document.getElementById('username').value = {olivia.sub!r}; document.forms[0].submit(); true")
+    settle(page, "document.body.dataset.ready === 'overview'")
+    page.js("location.hash = '#/members'; true")
+    settle(
+        page,
+        "document.body.dataset.ready === 'members' && !!document.querySelector('#members-rows [data-person]')",
+    )
+    assert page.js("document.querySelector('#members-rows tr').innerText").startswith("Olivia")
+    page.js("document.getElementById('invite-new').click(); true")
+    settle(page, "document.getElementById('dlg-invite').open")
+    page.js(
+        "document.getElementById('dlg-invite-email').value = 'mark@example.com';"
+        "document.querySelector('#dlg-invite form').requestSubmit(); true"
+    )
+    link = settle(
+        page,
+        "document.getElementById('dlg-secret').open && document.getElementById('dlg-secret-value').value",
+    )
+    assert link.startswith(sso.gateway.base_url + "/admin/api/sso/login?invite=mg-inv-")
+    page.js("document.querySelector('#dlg-secret form').requestSubmit(); true")
+    settle(page, "!!document.querySelector('#invites-rows [data-invite]')")
+    page.screenshot(SCREENSHOTS / "people.png", full_page=False)
+    # The link works for the person it was handed to, as a member.
+    mark = sso.provider.add_user(person("Mark"))
+    with sso.browser() as browser:
+        assert sso.sign_in(browser, mark.sub, path=link.removeprefix(sso.gateway.base_url)).status_code == 303
+        assert browser.get("/admin/api/me").json()["role"] == "member"
+    page.js("location.hash = '#/members?refresh=1'; true")
+    settle(page, "document.querySelectorAll('#members-rows [data-person]').length === 2")

@@ -8,11 +8,12 @@ import { closeAll, onUnauthorized, wireDialogs } from "./dialogs.js";
 import { $ } from "./dom.js";
 import * as accounts from "./view-accounts.js";
 import * as keys from "./view-keys.js";
+import * as members from "./view-members.js";
 import * as overview from "./view-overview.js";
 import * as tokens from "./view-tokens.js";
 import * as usage from "./view-usage.js";
 
-const VIEWS = { overview, keys, usage, accounts, tokens };
+const VIEWS = { overview, keys, usage, accounts, tokens, members };
 const OPERATOR_ONLY = new Set(["accounts"]);
 // `shown`: the view and account last shown; a message belongs to the view it was said in.
 const session = { me: null, person: null, render: 0, shown: "" };
@@ -56,6 +57,7 @@ async function show() {
   let { view, account, search } = route();
   if (!operator) account = session.me.account.id;
   if (!operator && OPERATOR_ONLY.has(view)) view = "overview";
+  if (session.me.role === "member" && view === "tokens") view = "overview";
   // Another view (or another account's): the last view's message goes with it.
   const shown = `${view}|${account}`;
   if (shown !== session.shown) say("");
@@ -125,6 +127,8 @@ async function enter() {
   const operator = session.me.scope === "operator";
   document.body.classList.toggle("operator", operator);
   for (const node of document.querySelectorAll("[data-operator]")) node.hidden = !operator;
+  // A member (single sign-on) manages only their own keys: no admin tokens.
+  for (const node of document.querySelectorAll("[data-owner]")) node.hidden = session.me.role === "member";
   const where = operator ? "Operator" : "Account " + session.me.account.name;
   $("who").textContent = session.person ? `${session.me.actor} · ${where}` : where;
   $("signin").hidden = true;
