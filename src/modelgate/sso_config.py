@@ -10,7 +10,7 @@ import ipaddress
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 def is_loopback_host(host: str | None) -> bool:
@@ -79,23 +79,39 @@ class SsoConfig(BaseModel):
         parts = urlsplit(self.redirect_url)
         return not (parts.scheme == "http" and is_loopback_host(parts.hostname))
 
+    @field_validator("issuer")
+    @classmethod
+    def _check_issuer(cls, value: str) -> str:
+        if value and not _https_or_loopback(value):
+            raise ValueError(f"{value!r} must be an https:// URL (http only on loopback)")
+        return value
+
+    @field_validator("redirect_url")
+    @classmethod
+    def _check_redirect_url(cls, value: str) -> str:
+        if value and not _https_or_loopback(value):
+            raise ValueError(f"{value!r} must be an https:// URL (http only on loopback)")
+        if value and not urlsplit(value).path.endswith("/admin/api/sso/callback"):
+            raise ValueError("must end in /admin/api/sso/callback (register the same URL at the provider)")
+        return value
+
+    @field_validator("scopes")
+    @classmethod
+    def _check_scopes(cls, value: list[str]) -> list[str]:
+        if "openid" not in value:
+            raise ValueError('must include "openid"')
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> SsoConfig:
-        if not self.issuer:
-            return self
-        if not _https_or_loopback(self.issuer):
-            raise ValueError(f"issuer: {self.issuer!r} must be an https:// URL (http only on loopback)")
-        if not self.client_id:
-            raise ValueError("client_id: required with sso.issuer (the client registered at the provider)")
-        if not self.redirect_url or not _https_or_loopback(self.redirect_url):
-            raise ValueError(
-                "redirect_url: required with sso.issuer, an https:// URL ending in /admin/api/sso/callback "
-                "(http only on loopback)"
-            )
-        if not urlsplit(self.redirect_url).path.endswith("/admin/api/sso/callback"):
-            raise ValueError("redirect_url: must end in /admin/api/sso/callback")
-        if "openid" not in self.scopes:
-            raise ValueError('scopes: must include "openid"')
         if self.session_idle_seconds > self.session_max_seconds:
             raise ValueError("session_idle_seconds: must not exceed session_max_seconds")
+        if not self.issuer:
+            return self
+        if not self.client_id:
+            raise ValueError("client_id: required with sso.issuer (the client registered at the provider)")
+        if not self.redirect_url:
+            raise ValueError(
+                "redirect_url: required with sso.issuer: https://<this gateway>/admin/api/sso/callback"
+            )
         return self

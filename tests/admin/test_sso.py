@@ -10,6 +10,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
 
+from modelgate.config import ConfigError, load_settings
 from modelgate.storage.base import Account
 from tests.admin.sso_fixtures import OPERATORS, SsoSetup, person, sso_gateway
 from tests.gateway_server import ManualClock
@@ -165,3 +166,50 @@ def test_sessions_end_when_idle_and_admin_tokens_keep_working(sso: SsoSetup, clo
 def test_the_dashboard_learns_whether_sign_in_is_offered(sso: SsoSetup) -> None:
     with sso.browser() as browser:
         assert browser.get("/admin/api/sso").json() == {"enabled": True, "login_url": "/admin/api/sso/login"}
+
+
+@pytest.mark.parametrize(
+    ("sso", "message"),
+    [
+        ({"issuer": "http://idp.example.com", "client_id": "c"}, "sso.issuer"),
+        (
+            {"issuer": "https://idp.example.com", "redirect_url": "https://gw/admin/api/sso/callback"},
+            "client_id",
+        ),
+        ({"issuer": "https://idp.example.com", "client_id": "c"}, "redirect_url"),
+        (
+            {"issuer": "https://idp.example.com", "client_id": "c", "redirect_url": "https://gw/cb"},
+            "redirect_url",
+        ),
+        (
+            {
+                "issuer": "https://i",
+                "client_id": "c",
+                "redirect_url": "https://gw/admin/api/sso/callback",
+                "scopes": ["email"],
+            },
+            "sso.scopes",
+        ),
+        ({"accounts": [{"group": "g", "account_id": 0}]}, "sso.accounts.0.account_id"),
+        ({"session_idle_seconds": 5}, "sso.session_idle_seconds"),
+    ],
+)
+def test_sso_settings_are_validated_with_messages_naming_the_key(
+    sso: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        load_settings(None, environ={}, sso=sso)
+    assert message in str(raised.value)
+
+
+def test_sso_settings_come_from_the_environment_too() -> None:
+    settings = load_settings(
+        None,
+        environ={
+            "MODELGATE_SSO__ISSUER": "https://idp.example.com",
+            "MODELGATE_SSO__CLIENT_ID": "gw",
+            "MODELGATE_SSO__REDIRECT_URL": "https://gw.example.com/admin/api/sso/callback",
+            "MODELGATE_SSO__OPERATOR_GROUPS": '["admins"]',
+        },
+    )
+    assert settings.sso.enabled and settings.sso.operator_groups == ["admins"] and settings.sso.secure_cookies
