@@ -93,6 +93,11 @@ async def test_members_invitations_and_key_owners(store: Store) -> None:
     assert not await people.remove_member(account.id, guest.id)
     assert await people.member(account.id, guest.id) is None
     assert await people.delete_invite("inv_1") and await people.get_invite("inv_1") is None
+    # An owner who opens a member invitation stays an owner.
+    await people.create_invite("inv_2", b"inv-2", account.id, "member", "", owner.id, 80.0, 1000.0)
+    assert await people.use_invite(b"inv-2", owner.id, 90.0) is not None
+    kept = await people.member(account.id, owner.id)
+    assert kept is not None and kept.role == "owner"
     await people.set_key_owner("key_1", guest.id, account.id)
     await people.set_key_owner("key_1", owner.id, account.id)  # the first owner stays
     assert await people.key_owner("key_1") == guest.id

@@ -114,8 +114,15 @@ class RelyingParty:
                 method = "POST" if form is not None else "GET"
                 sent = {"accept": "application/json", **(headers or {})}
                 async with http.request(method, url, data=form, headers=sent) as response:
-                    body = await response.content.read(MAX_PROVIDER_BYTES + 1)
                     status = response.status
+                    parts: list[bytes] = []
+                    size = 0
+                    async for chunk in response.content.iter_chunked(64 * 1024):
+                        parts.append(chunk)
+                        size += len(chunk)
+                        if size > MAX_PROVIDER_BYTES:
+                            break
+                    body = b"".join(parts)
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("OpenID provider unreachable at %s: %s", url, type(exc).__name__)
             raise OidcError(502, "the sign-in provider could not be reached") from None

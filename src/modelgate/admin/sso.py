@@ -15,6 +15,7 @@ invitation the sign-in carries; the first account the person is a member of. Nob
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import secrets
@@ -24,7 +25,7 @@ from starlette.responses import RedirectResponse, Response
 
 from modelgate.admin.auth import Principal
 from modelgate.admin.context import AdminContext
-from modelgate.admin.http import AdminError, bad_request, forbidden, json_response, not_found
+from modelgate.admin.http import AdminError, ErrorType, bad_request, forbidden, json_response, not_found
 from modelgate.admin.oidc import Identity, OidcError, RelyingParty
 from modelgate.admin.sessions import Sessions
 from modelgate.config import ConfigError
@@ -51,8 +52,12 @@ def _param(request: Request, name: str) -> str | None:
 
 
 def _oidc_error(exc: OidcError) -> AdminError:
-    kind = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error"}
-    return AdminError(exc.status, kind.get(exc.status, "invalid_request_error"), exc.message)  # type: ignore[arg-type]
+    kind: dict[int, ErrorType] = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        403: "permission_error",
+    }
+    return AdminError(exc.status, kind.get(exc.status, "upstream_error"), exc.message)
 
 
 class SsoEndpoints:
@@ -127,7 +132,7 @@ class SsoEndpoints:
         browser = request.cookies.get(LOGIN_COOKIE, "")
         if not browser or len(browser) > MAX_PARAM_CHARS:
             raise bad_request("this sign-in was started in another browser: start it again")
-        if self.sessions.digest("browser", browser) != pending.browser_digest:
+        if not hmac.compare_digest(self.sessions.digest("browser", browser), pending.browser_digest):
             raise bad_request("this sign-in was started in another browser: start it again")
         now = self.context.now()
         if now - pending.created_at > self.config.login_timeout_seconds:

@@ -16,6 +16,11 @@ from modelgate.storage.people import (
 from modelgate.storage.postgres_database import PostgresRepository
 
 _PERSON = "p.id, p.issuer, p.subject, p.email, p.name, p.created_at, p.last_login_at"
+#: An invitation makes its person a member with its role, but never demotes an owner.
+_JOIN = (
+    "INSERT INTO account_members VALUES ($1, $2, $3, $4) ON CONFLICT (account_id, person_id) DO UPDATE SET "
+    "role = CASE WHEN account_members.role = 'owner' THEN 'owner' ELSE excluded.role END"
+)
 _INVITE = "id, account_id, role, email, created_by, created_at, expires_at, used_at, used_by"
 _PUT_MEMBER = (
     "INSERT INTO account_members VALUES ($1, $2, $3, $4) "
@@ -257,7 +262,7 @@ class PostgresPeople(PostgresRepository):
             if row is None:
                 return None
             invite = _invite(row)
-            await conn.execute(_PUT_MEMBER, invite.account_id, person_id, invite.role, now)
+            await conn.execute(_JOIN, invite.account_id, person_id, invite.role, now)
             return invite
 
     async def delete_invite(self, invite_id: str) -> bool:

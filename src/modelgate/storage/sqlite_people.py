@@ -17,6 +17,11 @@ from modelgate.storage.people import (
 from modelgate.storage.sqlite_database import SqliteRepository
 
 _PERSON = "p.id, p.issuer, p.subject, p.email, p.name, p.created_at, p.last_login_at"
+#: An invitation makes its person a member with its role, but never demotes an owner.
+_JOIN = (
+    "INSERT INTO account_members VALUES (?, ?, ?, ?) ON CONFLICT (account_id, person_id) DO UPDATE SET "
+    "role = CASE WHEN account_members.role = 'owner' THEN 'owner' ELSE excluded.role END"
+)
 _INVITE = "id, account_id, role, email, created_by, created_at, expires_at, used_at, used_by"
 
 
@@ -290,7 +295,7 @@ class SqlitePeople(SqliteRepository):
                 if row is None:
                     return None
                 invite = _invite(row)
-                self._put_member(db, invite.account_id, person_id, invite.role, now)
+                db.execute(_JOIN, (invite.account_id, person_id, invite.role, now))
                 return invite
 
         return await self._run(op)
