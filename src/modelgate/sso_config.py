@@ -64,6 +64,9 @@ class SsoConfig(BaseModel):
     session_max_seconds: float = Field(12 * 3600.0, ge=60, le=90 * 86400)
     #: A sign-in must come back from the provider within this many seconds.
     login_timeout_seconds: float = Field(600.0, ge=10, le=3600)
+    #: Sign-ins started and not yet back from the provider, at most (each keeps a row for up to
+    #: ``login_timeout_seconds``); past it a new sign-in is refused with 429 until some finish.
+    max_pending_sign_ins: int = Field(10_000, ge=1, le=10_000_000)
     #: Timeout of each call to the provider (discovery, keys, token exchange).
     http_timeout_seconds: float = Field(10.0, gt=0, le=120)
     #: How long an invitation link stays usable (seconds).

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
@@ -213,3 +214,19 @@ def test_sso_settings_come_from_the_environment_too() -> None:
         },
     )
     assert settings.sso.enabled and settings.sso.operator_groups == ["admins"] and settings.sso.secure_cookies
+
+
+def test_sign_ins_under_way_are_bounded(tmp_path: Path) -> None:
+    clock = ManualClock(time.time())
+    with (
+        sso_gateway(tmp_path / "data", clock=clock, max_pending_sign_ins=2) as setup,
+        setup.browser() as browser,
+    ):
+        setup.start(browser)
+        setup.start(browser)
+        refused = browser.get("/admin/api/sso/login")
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "60"
+        assert refused.json()["error"]["type"] == "rate_limit_error"
+        # Unfinished sign-ins expire after login_timeout_seconds, and new ones start again.
+        clock.advance(setup.gateway.settings.sso.login_timeout_seconds + 1)
+        setup.start(browser)

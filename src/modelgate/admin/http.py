@@ -25,6 +25,7 @@ ErrorType = Literal[
     "conflict_error",
     "request_too_large",
     "upstream_error",
+    "rate_limit_error",
 ]
 MAX_BODY_BYTES = 64 * 1024
 NO_STORE = {"cache-control": "no-store", "x-content-type-options": "nosniff"}

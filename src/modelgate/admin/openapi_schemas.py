@@ -45,6 +45,8 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
                             "method_not_allowed",
                             "conflict_error",
                             "request_too_large",
+                            "upstream_error",
+                            "rate_limit_error",
                         ],
                     },
                     "message": _STR,

@@ -102,6 +102,14 @@ class SsoEndpoints:
         browser = secrets.token_urlsafe(32)
         await self.people.prune_logins(now - self.config.login_timeout_seconds)
         await self.people.prune_sessions(now - self.config.session_idle_seconds, now)
+        # Starting a sign-in needs no credential, so the rows it leaves are bounded.
+        if await self.people.count_logins() >= self.config.max_pending_sign_ins:
+            raise AdminError(
+                429,
+                "rate_limit_error",
+                "too many sign-ins under way: try again in a minute",
+                {"retry-after": "60"},
+            )
         await self.people.save_login(
             self.sessions.digest("state", auth.state),
             self.sessions.digest("browser", browser),

@@ -100,6 +100,8 @@ class PeopleStore(Protocol):
 
     async def prune_logins(self, before: float) -> int: ...
 
+    async def count_logins(self) -> int: ...
+
     # sessions -----------------------------------------------------------------------------
     async def create_session(
         self,

@@ -127,6 +127,10 @@ class PostgresPeople(PostgresRepository):
     async def prune_logins(self, before: float) -> int:
         return await self._status("DELETE FROM sso_logins WHERE created_at < $1", before)
 
+    async def count_logins(self) -> int:
+        row = await self._one("SELECT COUNT(*) FROM sso_logins")
+        return int(row[0])
+
     # sessions -----------------------------------------------------------------------------
     async def create_session(
         self,

@@ -133,6 +133,10 @@ class SqlitePeople(SqliteRepository):
 
         return await self._run(op)
 
+    async def count_logins(self) -> int:
+        row = await self._run(self._one, "SELECT COUNT(*) FROM sso_logins")
+        return int(row[0])
+
     # sessions -----------------------------------------------------------------------------
     async def create_session(
         self,
