@@ -32,7 +32,7 @@ def garbage(rng: random.Random) -> str:
     if kind == 0:
         return ""
     if kind == 1:
-        return "A" * rng.choice([2048, 2049, 10_000, 60_000])
+        return "A" * rng.choice([4096, 4097, 10_000, 60_000])
     if kind == 2:
         return "".join(rng.choice(string.printable) for _ in range(rng.randrange(1, 200)))
     if kind == 3:

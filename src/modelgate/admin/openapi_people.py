@@ -25,7 +25,7 @@ def _json(schema: str, description: str = "OK") -> dict[str, Any]:
 
 
 def _query(name: str, description: str) -> dict[str, Any]:
-    schema = {"type": "string", "maxLength": 2048}
+    schema = {"type": "string", "maxLength": 4096}
     return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
 
 

@@ -37,8 +37,9 @@ log = logging.getLogger("modelgate.admin.sso")
 LOGIN_COOKIE = "mg_sso_login"
 LOGIN_PATH = "/admin/api/sso"
 INVITE_PREFIX = "mg-inv-"
-#: Longest ``code``, ``state`` or invitation token a callback or sign-in link may carry.
-MAX_PARAM_CHARS = 2048
+#: Longest ``code``, ``state`` or invitation token a callback or sign-in link may carry (some
+#: providers issue codes over a thousand characters long).
+MAX_PARAM_CHARS = 4096
 AFTER_SIGN_IN = "/dashboard"
 
 
