@@ -110,6 +110,14 @@ def test_owners_invite_members_who_manage_only_their_own_keys(sso: SsoSetup, ope
                     "error"
                 ]["message"].replace("key_ZZZZZZZZZZZZZZZZ", "K")
             assert ok(sso.write(mark, "PATCH", f"/keys/{marks['id']}", {"rpm": 7}))["rpm"] == 7
+            # Another member's key is just as out of reach.
+            second = ok(sso.write(olivia, "POST", "/invites", {"role": "member"}), 201)
+            with joined(sso, second["link"], "Nina") as nina:
+                ninas = ok(sso.write(nina, "POST", "/keys", {"group": "Basic", "name": "nina's"}), 201)
+                assert [k["id"] for k in ok(nina.get("/admin/api/keys"))["data"]] == [ninas["id"]]
+                assert sso.write(mark, "POST", f"/keys/{ninas['id']}/revoke").status_code == 404
+                assert sso.write(nina, "PATCH", f"/keys/{marks['id']}", {"rpm": 1}).status_code == 404
+                assert ok(nina.get(f"/admin/api/keys/{ninas['id']}"))["state"] == "active"
             # The owner manages the member's key too.
             assert ok(sso.write(olivia, "POST", f"/keys/{marks['id']}/revoke"))["state"] == "disabled"
             # Members change nothing about people or tokens.
