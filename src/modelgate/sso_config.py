@@ -62,6 +62,9 @@ class SsoConfig(BaseModel):
     session_idle_seconds: float = Field(3600.0, ge=60, le=30 * 86400)
     #: A session ends this long after sign-in, however much it is used (seconds).
     session_max_seconds: float = Field(12 * 3600.0, ge=60, le=90 * 86400)
+    #: A session's id is replaced this often (seconds) while it is used; the old id keeps working
+    #: for a few seconds, for requests already on their way.
+    session_rotate_seconds: float = Field(900.0, ge=60, le=90 * 86400)
     #: A sign-in must come back from the provider within this many seconds.
     login_timeout_seconds: float = Field(600.0, ge=10, le=3600)
     #: Sign-ins started and not yet back from the provider, at most (each keeps a row for up to

@@ -17,6 +17,7 @@ from tests.admin.sso_fixtures import OPERATORS, SsoSetup, person, sso_gateway
 from tests.gateway_server import ManualClock
 
 IDLE = 600.0
+ROTATE = 300.0
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,11 @@ def sso(tmp_path_factory: pytest.TempPathFactory, clock: ManualClock) -> Iterato
     # The rule names account 1: the first account this fresh database makes (team_account).
     rules = [{"group": "team-a", "account_id": 1, "role": "owner"}]
     with sso_gateway(
-        tmp_path_factory.mktemp("sso") / "data", clock=clock, accounts=rules, session_idle_seconds=IDLE
+        tmp_path_factory.mktemp("sso") / "data",
+        clock=clock,
+        accounts=rules,
+        session_idle_seconds=IDLE,
+        session_rotate_seconds=ROTATE,
     ) as setup:
         setup.gateway.account("team-a")  # account 1, before any test makes another
         yield setup
@@ -230,3 +235,40 @@ def test_sign_ins_under_way_are_bounded(tmp_path: Path) -> None:
         # Unfinished sign-ins expire after login_timeout_seconds, and new ones start again.
         clock.advance(setup.gateway.settings.sso.login_timeout_seconds + 1)
         setup.start(browser)
+
+
+def test_a_session_in_use_gets_a_new_id_and_the_old_one_ends_soon_after(
+    sso: SsoSetup, clock: ManualClock
+) -> None:
+    ivan = sso.provider.add_user(person("Ivan", OPERATORS))
+    with sso.browser() as browser:
+        assert sso.sign_in(browser, ivan.sub).status_code == 303
+        first = browser.cookies["mg_session"]
+        csrf = sso.session(browser)["csrf_token"]
+        clock.advance(ROTATE + 1)
+        renewed = browser.get("/admin/api/accounts/987654321")  # any answer carries the new id
+        assert renewed.status_code == 404
+        second = browser.cookies["mg_session"]
+        assert second != first
+        # The new id keeps the person, the role and the CSRF token.
+        assert sso.session(browser)["csrf_token"] == csrf
+        assert browser.get("/admin/api/me").json()["actor"] == "Ivan <ivan@example.com>"
+        # The old id still works for requests already on their way, without rotating again.
+        with sso.browser() as late:
+            late.cookies.set("mg_session", first, domain="127.0.0.1", path="/admin/api")
+            old = late.get("/admin/api/me")
+            assert old.status_code == 200 and "mg_session=" not in old.headers.get("set-cookie", "")
+        clock.advance(31)
+        with sso.browser() as stale:
+            stale.cookies.set("mg_session", first, domain="127.0.0.1", path="/admin/api")
+            assert stale.get("/admin/api/me").status_code == 401
+        assert browser.get("/admin/api/me").status_code == 200
+        # Signing out right when a rotation is due ends both ids.
+        clock.advance(ROTATE + 1)
+        signed_out = browser.post("/admin/api/sso/logout", headers={"x-csrf-token": csrf})
+        assert signed_out.status_code == 200
+        assert "mg_session" not in browser.cookies
+        for value in (second, first):
+            with sso.browser() as again:
+                again.cookies.set("mg_session", value, domain="127.0.0.1", path="/admin/api")
+                assert again.get("/admin/api/me").status_code == 401

@@ -68,6 +68,28 @@ async def test_sessions_are_found_by_digest_touched_and_pruned(store: Store) -> 
     assert await people.find_session(b"d1") is None
 
 
+async def test_a_session_is_rotated_once_to_a_new_id(store: Store) -> None:
+    people = people_of(store)
+    person = await people.upsert_person("person_r", ISSUER, "sub-r", "r@example.com", "R", 0.0)
+    await people.create_session(b"old", person.id, None, "operator", "csrf-r", 10.0, 5000.0)
+    assert await people.rotate_session(b"old", b"new", 100.0, 130.0)
+    new = await people.find_session(b"new")
+    old = await people.find_session(b"old")
+    assert new is not None and old is not None
+    assert (new.person, new.role, new.csrf, new.created_at, new.expires_at) == (
+        person,
+        "operator",
+        "csrf-r",
+        100.0,
+        5000.0,
+    )
+    assert old.expires_at == 130.0
+    # Already rotated (it ends by then), or gone: nothing happens.
+    assert not await people.rotate_session(b"old", b"newer", 110.0, 140.0)
+    assert await people.find_session(b"newer") is None
+    assert not await people.rotate_session(b"missing", b"x", 110.0, 140.0)
+
+
 async def test_members_invitations_and_key_owners(store: Store) -> None:
     people = people_of(store)
     account = await store.create_account("members-contract", 0, 0.0)

@@ -23,6 +23,7 @@ from modelgate.admin.http import (
     Handler,
     bad_request,
     conflict,
+    error_response,
     json_response,
     parse_body,
     path_int,
@@ -91,13 +92,20 @@ class AdminAPI:
                 self.sessions,
             )
             try:
-                return await handler(request, principal)
+                response = await handler(request, principal)
             except NotFoundError as exc:  # pragma: no cover - lookups below raise their own 404s
-                raise AdminError(404, "not_found_error", str(exc)) from None
+                response = error_response(AdminError(404, "not_found_error", str(exc)))
             except (ConflictError, Conflict) as exc:
-                raise conflict(str(exc)) from None
+                response = error_response(conflict(str(exc)))
             except ManagementError as exc:
-                raise bad_request(str(exc)) from None
+                response = error_response(bad_request(str(exc)))
+            except AdminError as error:
+                response = error_response(error)
+            if principal.renewed_session is not None and principal.session is not None:
+                # Whatever the answer, it carries the session's new id (the old one ends soon),
+                # unless the handler set the cookie itself (sign-out clears it).
+                self.sessions.renew_cookie(response, principal.renewed_session, principal.session.expires_at)
+            return response
 
         return run
 

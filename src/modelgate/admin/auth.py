@@ -37,7 +37,7 @@ from modelgate.admin.sessions import Sessions
 from modelgate.clock import Clock
 from modelgate.keys import ACCOUNT_TOKEN_PREFIX, OPERATOR_TOKEN_PREFIX, Digester, is_well_formed_admin_token
 from modelgate.storage.base import AdminTokenStore, StorageError
-from modelgate.storage.people import Person, SessionRole
+from modelgate.storage.people import AdminSession, Person, SessionRole
 
 log = logging.getLogger("modelgate.admin")
 
@@ -58,6 +58,10 @@ class Principal:
     #: A session's role: ``operator``, ``owner`` or ``member`` (None: an admin token, whose
     #: scope alone says what it may do; an account token acts as an owner).
     session_role: SessionRole | None = None
+    #: The signed-in session itself (None: an admin token).
+    session: AdminSession | None = None
+    #: The session's new id when it was rotated by this request: the answer sets it as the cookie.
+    renewed_session: str | None = None
 
     @property
     def is_operator(self) -> bool:
@@ -111,14 +115,17 @@ async def authenticate(
 ) -> Principal:
     """The admin token in ``Authorization`` or, without one, the signed-in session's cookie."""
     if sessions is not None and "authorization" not in request.headers:
-        session = await sessions.find(request)
-        if session is not None:
+        found = await sessions.find(request)
+        if found is not None:
+            session, renewed = found
             sessions.check_csrf(request, session)
             return Principal(
                 token_id=f"person:{session.person.id}",
                 account_id=session.account_id,
                 person=session.person,
                 session_role=session.role,
+                session=session,
+                renewed_session=renewed,
             )
     token = bearer_token(request)
     if not is_well_formed_admin_token(token):

@@ -4,7 +4,8 @@ The cookie ``mg_session`` carries 256 random bits; the database holds only its H
 the server secret, so a copy of the database opens no session. The cookie is ``HttpOnly``,
 ``SameSite=Lax``, scoped to ``/admin/api``, and ``Secure`` unless the gateway is reached over
 loopback HTTP (``sso.redirect_url``). Every sign-in makes a new id (the one the browser held
-before is deleted), so an id planted before the sign-in is worth nothing after it.
+before is deleted), so an id planted before the sign-in is worth nothing after it, and a session in
+use gets a new id every ``sso.session_rotate_seconds`` (the old one works a few seconds more).
 
 A session ends when unused for ``sso.session_idle_seconds`` or ``sso.session_max_seconds`` after
 the sign-in, whichever comes first; ``last_seen_at`` is written at most once a minute (or a tenth
@@ -41,6 +42,8 @@ COOKIE_PATH = "/admin/api"
 #: Cookie values longer than this are not looked up.
 MAX_COOKIE_CHARS = 128
 SAFE_METHODS = frozenset({"GET", "HEAD"})
+#: Seconds a rotated-away session id still works (requests already sent with it).
+ROTATION_GRACE_SECONDS = 30.0
 _CHALLENGE = {"www-authenticate": 'Bearer realm="modelgate-admin"'}
 
 
@@ -101,9 +104,9 @@ class Sessions:
         )
         self.set_cookie(response, SESSION_COOKIE, value, COOKIE_PATH, int(self.config.session_max_seconds))
 
-    async def find(self, request: Request) -> AdminSession | None:
-        """The live session the request's cookie names (None without a cookie); 401 for an unknown
-        or ended one."""
+    async def find(self, request: Request) -> tuple[AdminSession, str | None] | None:
+        """The live session the request's cookie names (None without a cookie) and, when its id was
+        due for rotation, the new cookie value to send back; 401 for an unknown or ended one."""
         value = request.cookies.get(SESSION_COOKIE)
         if not value:
             return None
@@ -128,7 +131,23 @@ class Sessions:
                 await self.store.touch_session(session.digest, now)
             except StorageError as exc:  # bookkeeping only: the request goes on
                 log.warning("could not record a session's use: %s", exc)
-        return session
+        renewed = None
+        if now - session.created_at >= self.config.session_rotate_seconds:
+            # A new id; the old one lives ROTATION_GRACE_SECONDS more for requests on their way (a
+            # row ending that soon is never rotated again, so racing requests make one new id each).
+            fresh = secrets.token_urlsafe(32)
+            if await self.store.rotate_session(
+                session.digest, self.digest("session", fresh), now, now + ROTATION_GRACE_SECONDS
+            ):
+                renewed = fresh
+        return session, renewed
+
+    def renew_cookie(self, response: Response, value: str, expires_at: float) -> None:
+        if any(v.startswith(SESSION_COOKIE + "=") for v in response.headers.getlist("set-cookie")):
+            return  # the handler set the session cookie itself (sign-out clears it)
+        self.set_cookie(
+            response, SESSION_COOKIE, value, COOKIE_PATH, max(1, int(expires_at - self.clock.time()))
+        )
 
     @staticmethod
     def check_csrf(request: Request, session: AdminSession) -> None:
@@ -142,8 +161,10 @@ class Sessions:
                 f"a signed-in session's write needs the {CSRF_HEADER} header from GET /admin/api/me"
             )
 
-    async def end(self, request: Request, response: Response) -> None:
-        value = request.cookies.get(SESSION_COOKIE)
-        if value and len(value) <= MAX_COOKIE_CHARS:
-            await self.store.delete_session(self.digest("session", value))
+    async def end(self, request: Request, response: Response, renewed: str | None = None) -> None:
+        """Sign out: the session behind the cookie is deleted, and the id it was just rotated to
+        (``renewed``) too; the cookie is cleared."""
+        for value in (request.cookies.get(SESSION_COOKIE), renewed):
+            if value and len(value) <= MAX_COOKIE_CHARS:
+                await self.store.delete_session(self.digest("session", value))
         self.clear_cookie(response, SESSION_COOKIE, COOKIE_PATH)

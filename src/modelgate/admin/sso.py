@@ -194,8 +194,8 @@ class SsoEndpoints:
 
     async def session(self, request: Request, principal: Principal) -> Response:
         """The signed-in person, their role and the CSRF token their writes must carry."""
-        found = await self.sessions.find(request) if "authorization" not in request.headers else None
-        if found is None or principal.person is None:
+        found = principal.session
+        if found is None:
             raise not_found("session", "(this caller is an admin token)")
         person = found.person
         return json_response(
@@ -212,5 +212,5 @@ class SsoEndpoints:
         if principal.person is None:
             raise bad_request("only a signed-in session can sign out (admin tokens are revoked instead)")
         response = json_response({"signed_out": True})
-        await self.sessions.end(request, response)
+        await self.sessions.end(request, response, principal.renewed_session)
         return response

@@ -118,6 +118,12 @@ class PeopleStore(Protocol):
 
     async def touch_session(self, digest: bytes, now: float) -> None: ...
 
+    async def rotate_session(self, old: bytes, new: bytes, now: float, old_ends: float) -> bool:
+        """A new id for a session: a copy under ``new`` (same person, role, CSRF token and absolute
+        end), while ``old`` ends at ``old_ends``. False (nothing done) when ``old`` is gone or
+        already ends by then (it was rotated)."""
+        ...
+
     async def delete_session(self, digest: bytes) -> None: ...
 
     async def prune_sessions(self, idle_before: float, now: float) -> int:

@@ -175,6 +175,18 @@ class PostgresPeople(PostgresRepository):
     async def touch_session(self, digest: bytes, now: float) -> None:
         await self._status("UPDATE admin_sessions SET last_seen_at = $2 WHERE digest = $1", digest, now)
 
+    async def rotate_session(self, old: bytes, new: bytes, now: float, old_ends: float) -> bool:
+        copied = await self._status(
+            "WITH old AS (SELECT * FROM admin_sessions WHERE digest = $1 AND expires_at > $4 FOR UPDATE), "
+            "ended AS (UPDATE admin_sessions s SET expires_at = $4 FROM old WHERE s.digest = old.digest) "
+            "INSERT INTO admin_sessions SELECT $2, person_id, account_id, role, csrf, $3, $3, expires_at FROM old",
+            old,
+            new,
+            now,
+            old_ends,
+        )
+        return copied == 1
+
     async def delete_session(self, digest: bytes) -> None:
         await self._status("DELETE FROM admin_sessions WHERE digest = $1", digest)
 

@@ -184,6 +184,20 @@ class SqlitePeople(SqliteRepository):
 
         await self._run(op)
 
+    async def rotate_session(self, old: bytes, new: bytes, now: float, old_ends: float) -> bool:
+        def op() -> bool:
+            with self._write() as db:
+                copied = db.execute(
+                    "INSERT INTO admin_sessions SELECT ?, person_id, account_id, role, csrf, ?, ?, expires_at "
+                    "FROM admin_sessions WHERE digest = ? AND expires_at > ?",
+                    (new, now, now, old, old_ends),
+                ).rowcount
+                if copied:
+                    db.execute("UPDATE admin_sessions SET expires_at = ? WHERE digest = ?", (old_ends, old))
+                return copied == 1
+
+        return await self._run(op)
+
     async def delete_session(self, digest: bytes) -> None:
         def op() -> None:
             with self._write() as db:
