@@ -11,7 +11,7 @@ from typing import Any
 
 from modelgate import __version__
 from modelgate.admin import schemas
-from modelgate.admin.openapi_people import PEOPLE_PATHS, PEOPLE_SCHEMAS, people_request_schemas
+from modelgate.admin.openapi_sso import SSO_PATHS, SSO_SCHEMAS, sso_request_schemas
 from modelgate.admin.openapi_schemas import RESPONSE_SCHEMAS, ref
 
 _REF = "#/components/schemas/{model}"
@@ -103,10 +103,10 @@ _CSV = {
 
 @cache
 def openapi_document() -> dict[str, Any]:
-    components: dict[str, Any] = {**RESPONSE_SCHEMAS, **PEOPLE_SCHEMAS}
+    components: dict[str, Any] = {**RESPONSE_SCHEMAS, **SSO_SCHEMAS}
     for model in schemas.REQUEST_MODELS:
         components[model.__name__] = model.model_json_schema(ref_template=_REF)
-    components.update(people_request_schemas(_REF))
+    components.update(sso_request_schemas(_REF))
     paths: dict[str, Any] = {
         "/admin/api/me": {
             "get": _op("getMe", "The calling token's scope (and account)", ("200", "Me"), errors=("401",))
@@ -321,7 +321,7 @@ def openapi_document() -> dict[str, Any]:
             )
         },
     }
-    paths.update(PEOPLE_PATHS)
+    paths.update(SSO_PATHS)
     return {
         "openapi": "3.1.0",
         "info": {

@@ -1,4 +1,5 @@
-"""The OpenAPI paths and schemas of single sign-on (``admin.sso``), merged into the admin API's
+"""The OpenAPI paths and schemas of single sign-on (``admin.sso``) and account members
+(``admin.members``), merged into the admin API's
 document by ``admin.openapi``."""
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def _query(name: str, description: str) -> dict[str, Any]:
     return {"name": name, "in": "query", "required": False, "schema": schema, "description": description}
 
 
-PEOPLE_SCHEMAS: dict[str, Any] = {
+SSO_SCHEMAS: dict[str, Any] = {
     "SsoStatus": _obj({"enabled": {"type": "boolean"}, "login_url": _NULLABLE_STR}),
     "Person": _obj({"id": _STR, "email": _STR, "name": _STR}),
     "SsoSession": _obj(
@@ -83,7 +84,7 @@ PEOPLE_SCHEMAS: dict[str, Any] = {
 }
 
 
-PEOPLE_PATHS: dict[str, Any] = {
+SSO_PATHS: dict[str, Any] = {
     "/admin/api/sso": {
         "get": {
             "operationId": "getSsoStatus",
@@ -145,7 +146,7 @@ _ACCOUNT = {"name": "account_id", "in": "path", "required": True, "schema": {"ty
 _PERSON = {"name": "person_id", "in": "path", "required": True, "schema": _STR}
 _INVITE = {"name": "invite_id", "in": "path", "required": True, "schema": _STR}
 
-PEOPLE_PATHS.update(
+SSO_PATHS.update(
     {
         "/admin/api/accounts/{account_id}/members": {
             "get": {
@@ -201,5 +202,5 @@ PEOPLE_PATHS.update(
 )
 
 
-def people_request_schemas(ref_template: str) -> dict[str, Any]:
+def sso_request_schemas(ref_template: str) -> dict[str, Any]:
     return {m.__name__: m.model_json_schema(ref_template=ref_template) for m in MEMBER_REQUEST_MODELS}
