@@ -18,6 +18,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from modelgate.alerts.config import AlertsConfig
 from modelgate.billing.input_bound import MediaRules
 from modelgate.sso_config import SsoConfig
 from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE
@@ -287,6 +288,7 @@ class Settings(_Section):
     otel: OtelConfig = OtelConfig()
     #: OpenID Connect sign-in for the dashboard and admin API (docs/people.md).
     sso: SsoConfig = SsoConfig()
+    alerts: AlertsConfig = AlertsConfig()
 
     @model_validator(mode="after")
     def _check_default_provider(self) -> Settings:

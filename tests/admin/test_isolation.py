@@ -48,6 +48,15 @@ TARGETED: list[tuple[str, str, Any]] = [
     ("GET", "/accounts/{account}/members", None),
     ("GET", "/invites?account_id={account}", None),
     ("POST", "/invites", {"account_id": "{account}", "role": "owner"}),
+    ("GET", "/audit?account_id={account}", None),
+    ("GET", "/audit?account_id={account}&format=csv", None),
+    ("GET", "/accounts/{account}/ledger", None),
+    ("GET", "/accounts/{account}/ledger?format=csv", None),
+    ("POST", "/accounts/{account}/adjustments", {"amount": "-1", "note": "taken"}),
+    ("GET", "/accounts/{account}/statement", None),
+    ("GET", "/accounts/{account}/statement?format=csv", None),
+    ("GET", "/accounts/{account}/alerts", None),
+    ("PUT", "/accounts/{account}/alerts", {"low_balance": "5"}),
 ]
 # Operations on a member or an invitation id: their isolation (another account's ids answer like
 # missing ones) is checked with real people and invitations in tests/admin/test_members.py.

@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from modelgate.admin import query, schemas
+from modelgate.admin.audit import AuditEndpoints, request_actor
 from modelgate.admin.auth import Principal, authenticate
 from modelgate.admin.context import AdminContext
 from modelgate.admin.dashboard import dashboard_routes
@@ -30,6 +31,7 @@ from modelgate.admin.http import (
     query_int,
     route,
 )
+from modelgate.admin.ledger import LedgerEndpoints
 from modelgate.admin.members import MemberEndpoints
 from modelgate.admin.openapi import openapi_document
 from modelgate.admin.sessions import Sessions
@@ -37,6 +39,7 @@ from modelgate.admin.sso import SsoEndpoints
 from modelgate.admin.tokens import TokenEndpoints
 from modelgate.admin.usage import UsageEndpoints
 from modelgate.admin.usage_quality import QualityEndpoints
+from modelgate.audit.actor import acting
 from modelgate.clock import month_of
 from modelgate.management import ConflictError, Management, ManagementError, NotFoundError, parse_credits
 from modelgate.services import Services
@@ -72,6 +75,8 @@ class AdminAPI:
         self.sessions = Sessions(services.people, services.digester, services.clock, services.settings.sso)
         self.sso = SsoEndpoints(self.context, self.sessions)
         self.members = MemberEndpoints(self.context, self.sessions)
+        self.audit = AuditEndpoints(self.context)
+        self.ledger = LedgerEndpoints(self.context)
 
     @property
     def management(self) -> Management:
@@ -91,16 +96,20 @@ class AdminAPI:
                 resolution,
                 self.sessions,
             )
-            try:
-                response = await handler(request, principal)
-            except NotFoundError as exc:  # pragma: no cover - lookups below raise their own 404s
-                response = error_response(AdminError(404, "not_found_error", str(exc)))
-            except (ConflictError, Conflict) as exc:
-                response = error_response(conflict(str(exc)))
-            except ManagementError as exc:
-                response = error_response(bad_request(str(exc)))
-            except AdminError as error:
-                response = error_response(error)
+            # Every write reached from here records this caller (a token's id, or the signed-in
+            # person by name), request and client (audit.actor).
+            with acting(request_actor(request, principal.actor)) as actor:
+                try:
+                    response = await handler(request, principal)
+                    response.headers["x-request-id"] = actor.request_id
+                except NotFoundError as exc:  # pragma: no cover - lookups below raise their own 404s
+                    response = error_response(AdminError(404, "not_found_error", str(exc)))
+                except (ConflictError, Conflict) as exc:
+                    response = error_response(conflict(str(exc)))
+                except ManagementError as exc:
+                    response = error_response(bad_request(str(exc)))
+                except AdminError as error:
+                    response = error_response(error)
             if principal.renewed_session is not None and principal.session is not None:
                 # Whatever the answer, it carries the session's new id (the old one ends soon),
                 # unless the handler set the cookie itself (sign-out clears it).
@@ -309,6 +318,8 @@ class AdminAPI:
             route(f"{PREFIX}/usage/daily", {"GET": a(self.usage.daily)}),
             route(f"{PREFIX}/usage/top-keys", {"GET": a(self.usage.top_keys)}),
             route(f"{PREFIX}/usage/quality", {"GET": a(self.quality.daily)}),
+            *self.audit.routes(PREFIX, a),
+            *self.ledger.routes(PREFIX, a),
             route(PREFIX + "/{rest:path}", {m: unknown for m in ("GET", "POST", "PATCH", "PUT", "DELETE")}),
         ]
 

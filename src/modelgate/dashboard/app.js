@@ -7,13 +7,14 @@ import { ApiError, api, ssoSession, ssoSignOut, ssoStatus, token } from "./api.j
 import { closeAll, onUnauthorized, wireDialogs } from "./dialogs.js";
 import { $ } from "./dom.js";
 import * as accounts from "./view-accounts.js";
+import * as audit from "./view-audit.js";
 import * as keys from "./view-keys.js";
 import * as members from "./view-members.js";
 import * as overview from "./view-overview.js";
 import * as tokens from "./view-tokens.js";
 import * as usage from "./view-usage.js";
 
-const VIEWS = { overview, keys, usage, accounts, tokens, members };
+const VIEWS = { overview, keys, usage, accounts, tokens, members, audit };
 const OPERATOR_ONLY = new Set(["accounts"]);
 // `shown`: the view and account last shown; a message belongs to the view it was said in.
 const session = { me: null, person: null, render: 0, shown: "" };
