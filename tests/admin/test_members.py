@@ -152,6 +152,19 @@ def test_owners_invite_members_who_manage_only_their_own_keys(sso: SsoSetup, ope
             assert removed["removed"] is True
             gone = mark.get("/admin/api/me")
             assert gone.status_code == 401 and "no longer a member" in gone.json()["error"]["message"]
+    # The audit log names the people who did each thing (oldest first here).
+    entries = ok(operator.get("/audit", params={"account_id": account.id, "limit": 500}))["data"][::-1]
+    done = [(e["actor"], e["action"]) for e in entries if e["action"].startswith(("member.", "key.create"))]
+    olivia_name, mark_name = "Olivia <olivia@example.com>", "Mark <mark@example.com>"
+    assert done[0][0].startswith("tok_") and done[0][1] == "member.invite"  # the operator's token
+    assert done[1:5] == [
+        (olivia_name, "member.join"),
+        (olivia_name, "member.invite"),
+        (mark_name, "member.join"),
+        (mark_name, "key.create"),
+    ]
+    assert (olivia_name, "member.update") in done and done[-1] == (olivia_name, "member.remove")
+    assert all("mg-inv-" not in str(e) for e in entries)  # never an invitation's token
 
 
 def test_other_accounts_members_and_invitations_answer_like_missing_ones(

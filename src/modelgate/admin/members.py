@@ -35,7 +35,9 @@ from modelgate.admin.http import (
 )
 from modelgate.admin.sessions import Sessions, kind_digest
 from modelgate.admin.sso import INVITE_PREFIX, LOGIN_PATH
+from modelgate.audit.actor import record
 from modelgate.keys import Digester, random_base62
+from modelgate.storage.audit import State
 from modelgate.storage.people import Invite, Member, PeopleStore, Role
 
 
@@ -144,6 +146,15 @@ class MemberEndpoints:
         members = await self.people.members(account.id)
         return json_response({"data": [member_view(m) for m in members]})
 
+    async def _audit(
+        self, action: str, target: str, account_id: int, before: State | None, after: State | None
+    ) -> None:
+        """An audit entry by the current actor (``audit.actor``); never an invitation's token."""
+        await record(
+            self.context.services.store, action, target, self.context.now(), account_id=account_id,
+            before=before, after=after,
+        )  # fmt: skip
+
     async def update(self, request: Request, principal: Principal) -> Response:
         member = await self._member(principal, request)
         principal.require_owner()
@@ -152,6 +163,10 @@ class MemberEndpoints:
         updated = await self.people.put_member(
             member.account_id, member.person.id, body.role, self.context.now()
         )
+        await self._audit(
+            "member.update", f"person:{member.person.id}", member.account_id,
+            {"role": member.role}, {"role": updated.role},
+        )  # fmt: skip
         return json_response(member_view(updated))
 
     async def remove(self, request: Request, principal: Principal) -> Response:
@@ -159,6 +174,10 @@ class MemberEndpoints:
         principal.require_owner()
         await self._keep_an_owner(principal, member, None)
         await self.people.remove_member(member.account_id, member.person.id)
+        await self._audit(
+            "member.remove", f"person:{member.person.id}", member.account_id,
+            {"role": member.role, "email": member.person.email}, None,
+        )  # fmt: skip
         return json_response({**member_view(member), "removed": True})
 
     # invitations --------------------------------------------------------------------------
@@ -191,6 +210,10 @@ class MemberEndpoints:
             now,
             self.context.settings.sso.invite_ttl_seconds,
         )
+        await self._audit(
+            "member.invite", f"invite:{invite.id}", account.id, None,
+            {"role": invite.role, "email": invite.email, "expires_at": invite_view(invite, now)["expires_at"]},
+        )  # fmt: skip
         return json_response({**invite_view(invite, now), "token": token, "link": invite_link(token)}, 201)
 
     async def invite_revoke(self, request: Request, principal: Principal) -> Response:
@@ -200,4 +223,8 @@ class MemberEndpoints:
             raise not_found("invite", invite_id[:40])
         principal.require_owner()
         await self.people.delete_invite(invite.id)
+        await self._audit(
+            "member.invite_revoke", f"invite:{invite.id}", invite.account_id,
+            {"role": invite.role, "email": invite.email}, None,
+        )  # fmt: skip
         return json_response({**invite_view(invite, self.context.now()), "revoked": True})

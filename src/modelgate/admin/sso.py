@@ -28,6 +28,7 @@ from modelgate.admin.context import AdminContext
 from modelgate.admin.http import AdminError, ErrorType, bad_request, forbidden, json_response, not_found
 from modelgate.admin.oidc import Identity, OidcError, RelyingParty
 from modelgate.admin.sessions import Sessions
+from modelgate.audit.actor import Actor, acting, record
 from modelgate.config import ConfigError
 from modelgate.keys import random_base62
 from modelgate.storage.people import Person, SessionRole
@@ -173,6 +174,12 @@ class SsoEndpoints:
             invited = await self.people.use_invite(invite_digest, person.id, now)
             if invited is None:
                 raise bad_request("invite: this invitation is unknown, used or expired")
+            # The person joins by their own hand: they are the actor of this entry.
+            with acting(Actor(Principal(f"person:{person.id}", invited.account_id, person).actor)):
+                await record(
+                    self.context.services.store, "member.join", f"person:{person.id}", now,
+                    account_id=invited.account_id, after={"role": invited.role, "invite": invited.id},
+                )  # fmt: skip
         groups = set(identity.groups)
         if groups & set(self.config.operator_groups):
             return "operator", None
