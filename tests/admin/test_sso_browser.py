@@ -24,7 +24,15 @@ pytestmark = pytest.mark.skipif(
     BROWSER is None, reason="no Chromium: apt-get install chromium-headless-shell"
 )
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+#: The single sign-on screenshots in docs/ are taken by these tests when `make screenshots` runs
+#: them (MODELGATE_TEST_SCREENSHOTS=docs/screenshots); otherwise they go to a scratch folder, so a
+#: test run leaves the work tree as it was.
+SCREENSHOTS = os.environ.get("MODELGATE_TEST_SCREENSHOTS")
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    return Path(SCREENSHOTS) if SCREENSHOTS else tmp_path
 
 
 @pytest.fixture(scope="module")
@@ -66,18 +74,18 @@ def through_provider(page: Page, sso: SsoSetup, username: str) -> None:
     page.js(f"document.getElementById('username').value = {username!r}; document.forms[0].submit(); true")
 
 
-def test_a_person_signs_in_to_the_dashboard_and_out_again(sso: SsoSetup, page: Page) -> None:
+def test_a_person_signs_in_to_the_dashboard_and_out_again(sso: SsoSetup, page: Page, shots: Path) -> None:
     alice = sso.provider.add_user(person("Alice", OPERATORS))
     page.goto(f"{sso.gateway.base_url}/dashboard")
     settle(page, "!document.getElementById('sso').hidden")
-    page.screenshot(SCREENSHOTS / "sso-sign-in.png", full_page=False)
+    page.screenshot(shots / "sso-sign-in.png", full_page=False)
     through_provider(page, sso, alice.sub)
     settle(page, "document.body.dataset.ready === 'overview'")
     assert page.js("location.pathname") == "/dashboard"
     assert page.js("document.getElementById('who').textContent") == "Alice <alice@example.com> · Operator"
     # The session cookie is HttpOnly: the page's scripts never see it.
     assert "mg_session" not in page.js("document.cookie")
-    page.screenshot(SCREENSHOTS / "sso-signed-in.png", full_page=False)
+    page.screenshot(shots / "sso-signed-in.png", full_page=False)
     # A write from the page (it carries the CSRF token): a new account, which the gateway agrees on.
     created = page.js(
         "import('/dashboard/api.js').then(m => m.api('POST', '/accounts', {name: 'made-in-browser'}))"
@@ -127,7 +135,7 @@ def test_an_unverified_email_is_refused_in_the_browser(sso: SsoSetup, page: Page
     assert page.js("fetch('/admin/api/me').then(r => r.status)") == 401
 
 
-def test_an_owner_invites_a_member_from_the_people_view(sso: SsoSetup, page: Page) -> None:
+def test_an_owner_invites_a_member_from_the_people_view(sso: SsoSetup, page: Page, shots: Path) -> None:
     token = sso.gateway.call(sso.gateway.management.create_admin_token(None))
     account = sso.gateway.account("browser-team")
     with httpx.Client(
@@ -158,7 +166,7 @@ def test_an_owner_invites_a_member_from_the_people_view(sso: SsoSetup, page: Pag
     assert link.startswith(sso.gateway.base_url + "/admin/api/sso/login?invite=mg-inv-")
     page.js("document.querySelector('#dlg-secret form').requestSubmit(); true")
     settle(page, "!!document.querySelector('#invites-rows [data-invite]')")
-    page.screenshot(SCREENSHOTS / "people.png", full_page=False)
+    page.screenshot(shots / "people.png", full_page=False)
     # The link works for the person it was handed to, as a member.
     mark = sso.provider.add_user(person("Mark"))
     with sso.browser() as browser:
