@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from modelgate.alerts.config import AlertsConfig
 from modelgate.billing.input_bound import MediaRules
+from modelgate.sso_config import SsoConfig
 from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE
 from modelgate.upstream.config import (
     DeploymentConfig,
@@ -288,6 +289,8 @@ class Settings(_Section):
     request_log: bool = True
     metrics: MetricsConfig = MetricsConfig()
     otel: OtelConfig = OtelConfig()
+    #: OpenID Connect sign-in for the dashboard and admin API (docs/people.md).
+    sso: SsoConfig = SsoConfig()
     alerts: AlertsConfig = AlertsConfig()
 
     @model_validator(mode="after")

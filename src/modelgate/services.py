@@ -39,6 +39,7 @@ from modelgate.secret_file import load_secret
 from modelgate.storage import open_store
 from modelgate.storage.base import AccountStore, AdminTokenStore, KeyStore, LedgerStore, Store, UsageStore
 from modelgate.storage.composed import Database
+from modelgate.storage.people import PeopleStore
 from modelgate.storage.reports import UsageReports
 from modelgate.storage.responses import ResponseStore
 from modelgate.storage.upstream_store import upstream_store
@@ -82,6 +83,8 @@ class Services:
     #: API key records (``keys`` is the authentication view built on them).
     key_records: KeyStore
     tokens: AdminTokenStore
+    #: People who sign in (OpenID Connect), their sessions, account members and invitations.
+    people: PeopleStore
     #: Holds, settlements and their figures (``ledger`` is the billing logic built on them).
     ledger_store: LedgerStore
     usage: UsageStore
@@ -148,6 +151,7 @@ class Services:
             accounts=store.accounts,
             key_records=store.keys,
             tokens=store.tokens,
+            people=store.people,
             ledger_store=store.ledger,
             usage=store.usage,
             reports=store.reports,

@@ -24,6 +24,7 @@ from modelgate.admin.http import (
     Handler,
     bad_request,
     conflict,
+    error_response,
     json_response,
     parse_body,
     path_int,
@@ -31,7 +32,10 @@ from modelgate.admin.http import (
     route,
 )
 from modelgate.admin.ledger import LedgerEndpoints
+from modelgate.admin.members import MemberEndpoints
 from modelgate.admin.openapi import openapi_document
+from modelgate.admin.sessions import Sessions
+from modelgate.admin.sso import SsoEndpoints
 from modelgate.admin.tokens import TokenEndpoints
 from modelgate.admin.upstream_routes import upstream_routes
 from modelgate.admin.usage import UsageEndpoints
@@ -69,6 +73,9 @@ class AdminAPI:
         self.usage = UsageEndpoints(self.context)
         self.tokens = TokenEndpoints(self.context)
         self.quality = QualityEndpoints(self.context, self.usage)
+        self.sessions = Sessions(services.people, services.digester, services.clock, services.settings.sso)
+        self.sso = SsoEndpoints(self.context, self.sessions)
+        self.members = MemberEndpoints(self.context, self.sessions)
         self.audit = AuditEndpoints(self.context)
         self.ledger = LedgerEndpoints(self.context)
 
@@ -83,20 +90,32 @@ class AdminAPI:
 
         async def run(request: Request) -> Response:
             principal = await authenticate(
-                request, self.services.tokens, self.services.digester, self.services.clock, resolution
+                request,
+                self.services.tokens,
+                self.services.digester,
+                self.services.clock,
+                resolution,
+                self.sessions,
             )
-            try:
-                # Every write reached from here records this token, request and client (audit.actor).
-                with acting(request_actor(request, principal.token_id)) as actor:
+            # Every write reached from here records this caller (a token's id, or the signed-in
+            # person by name), request and client (audit.actor).
+            with acting(request_actor(request, principal.actor)) as actor:
+                try:
                     response = await handler(request, principal)
-                response.headers["x-request-id"] = actor.request_id
-                return response
-            except NotFoundError as exc:  # pragma: no cover - lookups below raise their own 404s
-                raise AdminError(404, "not_found_error", str(exc)) from None
-            except (ConflictError, Conflict) as exc:
-                raise conflict(str(exc)) from None
-            except ManagementError as exc:
-                raise bad_request(str(exc)) from None
+                    response.headers["x-request-id"] = actor.request_id
+                except NotFoundError as exc:  # pragma: no cover - lookups below raise their own 404s
+                    response = error_response(AdminError(404, "not_found_error", str(exc)))
+                except (ConflictError, Conflict) as exc:
+                    response = error_response(conflict(str(exc)))
+                except ManagementError as exc:
+                    response = error_response(bad_request(str(exc)))
+                except AdminError as error:
+                    response = error_response(error)
+            if principal.renewed_session is not None and principal.session is not None:
+                # Whatever the answer, it carries the session's new id (the old one ends soon),
+                # unless the handler set the cookie itself (sign-out clears it).
+                self.sessions.renew_cookie(response, principal.renewed_session, principal.session.expires_at)
+            return response
 
         return run
 
@@ -115,6 +134,8 @@ class AdminAPI:
             {
                 "token_id": principal.token_id,
                 "scope": "operator" if principal.is_operator else "account",
+                "actor": principal.actor,
+                "role": principal.session_role,
                 "account": account,
                 "now": schemas.when(now),
                 "month": month_of(now),
@@ -171,7 +192,7 @@ class AdminAPI:
         if account_id is not None:
             account_id = (await self.context.account(principal, account_id)).id
         month = self.context.month(request)
-        records = await self.key_records.list_keys(account_id)
+        records = await self.context.visible_keys(principal, await self.key_records.list_keys(account_id))
         return json_response(
             {"month": month, "data": await self.context.key_views(records, month, account_id)}
         )
@@ -192,6 +213,8 @@ class AdminAPI:
             monthly_cap_uc=cap,
         )
         record = self._applied(issued.record)
+        if principal.person is not None:  # a person's key: theirs to manage even as a member
+            await self.services.people.set_key_owner(record.id, principal.person.id, account.id)
         return json_response(
             await self.context.key_view(record, self.context.month(request), issued.secret), 201
         )
@@ -261,6 +284,21 @@ class AdminAPI:
         return [
             route(f"{PREFIX}/openapi.json", {"GET": openapi}),
             route(f"{PREFIX}/me", {"GET": a(self.me)}),
+            route(f"{PREFIX}/sso", {"GET": self.sso.status}),
+            route(f"{PREFIX}/sso/login", {"GET": self.sso.login}),
+            route(f"{PREFIX}/sso/callback", {"GET": self.sso.callback}),
+            route(f"{PREFIX}/sso/session", {"GET": a(self.sso.session)}),
+            route(f"{PREFIX}/sso/logout", {"POST": a(self.sso.logout)}),
+            route(f"{PREFIX}/accounts/{{account_id}}/members", {"GET": a(self.members.list)}),
+            route(
+                f"{PREFIX}/accounts/{{account_id}}/members/{{person_id}}",
+                {"PATCH": a(self.members.update), "DELETE": a(self.members.remove)},
+            ),
+            route(
+                f"{PREFIX}/invites",
+                {"GET": a(self.members.invites_list), "POST": a(self.members.invite_create)},
+            ),
+            route(f"{PREFIX}/invites/{{invite_id}}", {"DELETE": a(self.members.invite_revoke)}),
             route(f"{PREFIX}/accounts", {"GET": a(self.accounts_list), "POST": a(self.accounts_create)}),
             route(
                 f"{PREFIX}/accounts/{{account_id}}",

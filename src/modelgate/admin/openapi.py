@@ -12,6 +12,7 @@ from typing import Any
 from modelgate import __version__
 from modelgate.admin import openapi_people, schemas
 from modelgate.admin.openapi_schemas import RESPONSE_SCHEMAS, ref
+from modelgate.admin.openapi_sso import SSO_PATHS, SSO_SCHEMAS, sso_request_schemas
 from modelgate.admin.openapi_upstreams import upstream_components, upstream_paths
 
 _REF = "#/components/schemas/{model}"
@@ -19,7 +20,7 @@ _REF = "#/components/schemas/{model}"
 
 _ERRORS = {
     "400": "Invalid request (bad JSON, unknown or invalid field; the message names the field)",
-    "401": "Missing, malformed or unknown admin token",
+    "401": "Missing, malformed or unknown admin token (or session)",
     "403": "Needs an operator token",
     "404": "No such id, or not visible to this token (indistinguishable)",
     "405": "Method not allowed on this path",
@@ -103,9 +104,10 @@ _CSV = {
 
 @cache
 def openapi_document() -> dict[str, Any]:
-    components: dict[str, Any] = dict(RESPONSE_SCHEMAS)
+    components: dict[str, Any] = {**RESPONSE_SCHEMAS, **SSO_SCHEMAS}
     for model in schemas.REQUEST_MODELS:
         components[model.__name__] = model.model_json_schema(ref_template=_REF)
+    components.update(sso_request_schemas(_REF))
     paths: dict[str, Any] = {
         "/admin/api/me": {
             "get": _op("getMe", "The calling token's scope (and account)", ("200", "Me"), errors=("401",))
@@ -322,6 +324,7 @@ def openapi_document() -> dict[str, Any]:
     }
     paths.update(upstream_paths())
     components.update(upstream_components())
+    paths.update(SSO_PATHS)
     paths.update(openapi_people.PATHS)
     components.update(openapi_people.SCHEMAS)
     return {
@@ -335,11 +338,14 @@ def openapi_document() -> dict[str, Any]:
                 "exactly like a missing id. Money: *_uc integers in micro-credits plus credits strings."
             ),
         },
-        "security": [{"adminToken": []}],
+        "security": [{"adminToken": []}, {"session": []}],
         "paths": paths,
         "components": {
             "schemas": components,
-            "securitySchemes": {"adminToken": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "adminToken": {"type": "http", "scheme": "bearer"},
+                "session": {"type": "apiKey", "in": "cookie", "name": "mg_session"},
+            },
             "responses": {
                 f"E{code}": {
                     "description": text,

@@ -22,6 +22,7 @@ from modelgate.cli.context import (
     when,
     with_management,
 )
+from modelgate.cli.people import invites_app, members_app
 from modelgate.cli.serve import serve_command
 from modelgate.cli.tokens import tokens_app
 from modelgate.clock import month_of
@@ -38,6 +39,8 @@ app.add_typer(accounts_app, name="accounts")
 app.add_typer(credits_app, name="credits")
 app.add_typer(keys_app, name="keys")
 app.add_typer(tokens_app, name="tokens")
+app.add_typer(invites_app, name="invites")
+app.add_typer(members_app, name="members")
 app.command("serve")(serve_command)
 
 

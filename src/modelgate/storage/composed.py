@@ -28,6 +28,7 @@ from modelgate.storage.base import (
     LedgerStore,
     UsageStore,
 )
+from modelgate.storage.people import PeopleStore
 from modelgate.storage.records import (
     Account,
     AdminToken,
@@ -87,6 +88,7 @@ class ComposedStore:
         usage: UsageStore,
         reports: UsageReports,
         responses: ResponseStore,
+        people: PeopleStore,
         audit: AuditStore,
     ) -> None:
         self.database = database
@@ -97,6 +99,8 @@ class ComposedStore:
         self.usage = usage
         self.reports = reports
         self.responses = responses
+        #: People, sessions, members and invitations (``storage.people``).
+        self.people = people
         self.audit = audit
 
     # the database -------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from modelgate.storage.postgres_accounts import PostgresAccounts
 from modelgate.storage.postgres_audit import PostgresAudit
 from modelgate.storage.postgres_database import PostgresDatabase
 from modelgate.storage.postgres_keys import PostgresKeys
+from modelgate.storage.postgres_people import PostgresPeople
 from modelgate.storage.postgres_reports import PostgresReports
 from modelgate.storage.postgres_reservations import PostgresLedger
 from modelgate.storage.postgres_responses import PostgresResponses
@@ -55,6 +56,7 @@ class PostgresStore(ComposedStore):
             usage=PostgresUsage(database),
             reports=PostgresReports(database),
             responses=PostgresResponses(database),
+            people=PostgresPeople(database),
             audit=PostgresAudit(database),
         )
         self.url = url

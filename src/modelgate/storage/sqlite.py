@@ -16,6 +16,7 @@ from modelgate.storage.sqlite_audit import SqliteAudit
 from modelgate.storage.sqlite_database import SqliteDatabase
 from modelgate.storage.sqlite_keys import SqliteKeys
 from modelgate.storage.sqlite_ledger import SqliteLedger
+from modelgate.storage.sqlite_people import SqlitePeople
 from modelgate.storage.sqlite_reports import SqliteReports
 from modelgate.storage.sqlite_responses import SqliteResponses
 from modelgate.storage.sqlite_tokens import SqliteAdminTokens
@@ -38,6 +39,7 @@ class SqliteStore(ComposedStore):
             usage=SqliteUsage(database),
             reports=SqliteReports(database),
             responses=SqliteResponses(database),
+            people=SqlitePeople(database),
             audit=SqliteAudit(database),
         )
         self.path = path
