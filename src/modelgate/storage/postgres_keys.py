@@ -135,9 +135,11 @@ class PostgresKeys(PostgresRepository):
             )
             return _key(row)
 
-    async def keys_changed_since(self, version: int) -> list[KeyRecord]:
+    async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
         async with self._conn() as conn:
             rows = await conn.fetch(
-                f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > $1 ORDER BY version", version
+                f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > $1 ORDER BY version LIMIT $2",
+                version,
+                limit,
             )
         return [_key(r) for r in rows]

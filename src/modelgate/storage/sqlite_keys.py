@@ -140,14 +140,14 @@ class SqliteKeys(SqliteRepository):
 
         return await self._run(op)
 
-    async def keys_changed_since(self, version: int) -> list[KeyRecord]:
-        rows = await self._run(
-            lambda: (
-                self._db()
-                .execute(
-                    f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > ? ORDER BY version", (version,)
-                )
-                .fetchall()
-            )
-        )
-        return [_key(r) for r in rows]
+    async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
+        # On the reader thread, records built there too: a page of keys costs the event loop
+        # nothing but the hop (``SqliteDatabase.read``).
+        def op(db: sqlite3.Connection) -> list[KeyRecord]:
+            found = db.execute(
+                f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > ? ORDER BY version LIMIT ?",
+                (version, -1 if limit is None else limit),
+            ).fetchall()
+            return [_key(r) for r in found]
+
+        return await self._read(op)
