@@ -14,11 +14,13 @@ from functools import partial
 from typing import Any
 
 from modelgate.clock import month_of
+from modelgate.retention import UsageSweeper
 from modelgate.storage import reports
 from modelgate.storage.base import KeyRecord, Store
 from modelgate.storage.postgres import PostgresStore
 from modelgate.storage.reports import Params, UsageFilter
 from modelgate.storage.sqlite import SqliteStore
+from tests.gateway_server import ManualClock
 from tests.storage.test_contract import hold, new_key, setup_key, usage_of
 
 DAY = 86_400.0
@@ -167,3 +169,14 @@ async def test_retention_deletes_only_records_older_than_the_cutoff_and_keeps_th
         kept = sum(1 for at in starts if at >= cutoff and month_of(at) == month)
         assert (await store.usage_summary(month)).requests == kept
     assert (await store.usage_summary("2026-05")).requests < before["2026-05"].requests
+
+
+async def test_the_usage_sweeper_deletes_past_the_retention_in_batches(store: Store) -> None:
+    _, starts = await seed(store)
+    now = MAY_1 + 50 * DAY
+    sweeper = UsageSweeper(store, ManualClock(now), retention_days=20, interval=3600, batch=100)
+    expected = sum(1 for at in starts if at < now - 20 * DAY)
+    assert await sweeper.sweep() == expected == sweeper.deleted
+    left = await raw(store, lambda p: "SELECT MIN(created_at), COUNT(*) FROM usage_records")
+    assert float(left[0][0]) >= now - 20 * DAY and int(left[0][1]) == RECORDS - expected
+    assert await sweeper.sweep() == 0
