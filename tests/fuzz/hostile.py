@@ -352,6 +352,9 @@ ADMIN_PATHS = [
     "/admin/api/usage/quality?from=not-a-date", "/admin/api/usage/quality?key_id=key_%00",
     "/admin/api/usage/quality?from=2026-12-31&to=2026-01-01", "/admin/api/usage/quality?status=" + "s" * 5000,
     "/admin/api/usage/quality?account_id=9223372036854775808",
+    "/admin/api/keys?after=%FF", "/admin/api/keys?after=1e400~key_a", "/admin/api/keys?after=99999999999999999~k",
+    "/admin/api/keys?limit=%C2%B2", "/admin/api/keys?q=%00%25%5C", "/admin/api/keys?q=" + "q" * 5000,
+    "/admin/api/keys?q=%27%20OR%201%3D1--", "/admin/api/keys?after=1.0~" + "k" * 101,
     "/dashboard/%2e%2e%2f%2e%2e%2fetc%2fpasswd", "/dashboard/..%2fapp.js", "/dashboard/%00", "/dashboard/a/b/c.js",
 ]  # fmt: skip
 ADMIN_BODIES: list[tuple[str, str, Any]] = [

@@ -29,6 +29,7 @@ from modelgate.admin.http import (
     query_int,
     route,
 )
+from modelgate.admin.key_pages import key_page_query, next_cursor
 from modelgate.admin.openapi import openapi_document
 from modelgate.admin.tokens import TokenEndpoints
 from modelgate.admin.usage import UsageEndpoints
@@ -161,9 +162,17 @@ class AdminAPI:
         if account_id is not None:
             account_id = (await self.context.account(principal, account_id)).id
         month = self.context.month(request)
-        records = await self.key_records.list_keys(account_id)
+        page = key_page_query(request)
+        records = await self.key_records.key_page(
+            account_id, limit=page.limit + 1, after=page.after, search=page.search
+        )
+        shown = records[: page.limit]
         return json_response(
-            {"month": month, "data": await self.context.key_views(records, month, account_id)}
+            {
+                "month": month,
+                "data": await self.context.key_views(shown, month, account_id),
+                "next_cursor": next_cursor(records, page.limit),
+            }
         )
 
     async def key_create(self, request: Request, principal: Principal) -> Response:

@@ -138,6 +138,14 @@ class KeyStore(Protocol):
         self, key_id: str, digest: bytes, prefix: str, last4: str, grace_seconds: float, now: float
     ) -> KeyRecord | None: ...
     async def revoke_key(self, key_id: str, now: float) -> KeyRecord | None: ...
+    async def key_page(
+        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+    ) -> list[KeyRecord]:
+        """Up to ``limit`` keys in ``(created_at, id)`` order after ``after``, of one account or all;
+        ``search`` (when not empty) keeps those whose name, id or display prefix contains it, in
+        any case."""
+        ...
+
     async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
         """Keys whose version is above ``version`` (all keys for 0), ordered by version; at most
         ``limit`` of them (the lowest versions) when given."""

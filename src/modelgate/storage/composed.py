@@ -149,6 +149,11 @@ class ComposedStore:
     async def revoke_key(self, key_id: str, now: float) -> KeyRecord | None:
         return await self.keys.revoke_key(key_id, now)
 
+    async def key_page(
+        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+    ) -> list[KeyRecord]:
+        return await self.keys.key_page(account_id, limit=limit, after=after, search=search)
+
     async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
         return await self.keys.keys_changed_since(version, limit)
 

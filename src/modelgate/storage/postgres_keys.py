@@ -14,8 +14,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from modelgate.storage import rows
+from modelgate.storage.key_pages import key_page_sql
 from modelgate.storage.postgres_database import _LOCK_KEY_VERSIONS, PostgresRepository
 from modelgate.storage.records import KeyControls, KeyRecord, NewKey
+from modelgate.storage.reports import Params, dollar
 
 _KEY_COLUMNS = rows.KEY_COLUMNS
 
@@ -134,6 +136,15 @@ class PostgresKeys(PostgresRepository):
                 version,
             )
             return _key(row)
+
+    async def key_page(
+        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+    ) -> list[KeyRecord]:
+        p = Params(dollar)
+        sql = key_page_sql(account_id, limit, after, search, p)
+        async with self._conn() as conn:
+            found = await conn.fetch(sql, *p.values)
+        return [_key(r) for r in found]
 
     async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
         async with self._conn() as conn:

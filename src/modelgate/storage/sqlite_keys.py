@@ -8,7 +8,9 @@ from typing import Any
 import orjson
 
 from modelgate.storage import rows
+from modelgate.storage.key_pages import key_page_sql
 from modelgate.storage.records import KeyControls, KeyRecord, NewKey
+from modelgate.storage.reports import Params, qmark
 from modelgate.storage.sqlite_database import SqliteRepository
 
 _KEY_COLUMNS = rows.KEY_COLUMNS
@@ -139,6 +141,13 @@ class SqliteKeys(SqliteRepository):
                 return self._get_key(db, key_id)
 
         return await self._run(op)
+
+    async def key_page(
+        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+    ) -> list[KeyRecord]:
+        p = Params(qmark)
+        sql = key_page_sql(account_id, limit, after, search, p)
+        return await self._read(lambda db: [_key(r) for r in db.execute(sql, p.values).fetchall()])
 
     async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
         # On the reader thread, records built there too: a page of keys costs the event loop

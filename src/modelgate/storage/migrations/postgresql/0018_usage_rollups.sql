@@ -108,3 +108,7 @@ FROM usage_records GROUP BY 1, 2, 3, 4, 5;
 -- from an index in that order, whatever the months.
 CREATE INDEX usage_created ON usage_records(created_at, request_id);
 CREATE INDEX usage_account_created ON usage_records(account_id, created_at, request_id);
+
+-- The admin key list pages by (created_at, id), of every key or of one account's.
+CREATE INDEX api_keys_created ON api_keys(created_at, id);
+CREATE INDEX api_keys_account_created ON api_keys(account_id, created_at, id);
