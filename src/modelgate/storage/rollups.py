@@ -1,10 +1,11 @@
 """Reports from the usage rollups (migrations sqlite 0013, postgresql 0018), SQL shared by both engines.
 
 ``usage_rollups`` holds one row per key, UTC day, model, endpoint and status;
-``usage_account_rollups`` the same per account. Both are kept by a trigger on every usage record
-inserted, in the ledger's own transaction, so a sum over them equals a scan of the records. A
-report therefore reads days x models (x endpoints x statuses) rows: the account table when the
-scope is an account or everything, the key table for one key or the top keys.
+``usage_account_rollups`` the same per account; ``usage_key_month_rollups`` one row per key and
+month (top keys). All three are kept by a trigger on every usage record inserted, in the
+ledger's own transaction, so a sum over them equals a scan of the records. A report therefore reads
+days x models (x endpoints x statuses) rows: the account table when the scope is an account or
+everything, the key table for one key, and one row per active key for the top keys.
 
 The rollups know whole UTC days only. A filter whose ``since``/``until`` are not midnights (the
 admin API only ever sends midnights) cannot be answered from them: ``answers`` says so, and the
@@ -134,17 +135,17 @@ def daily(rows: list[Any]) -> list[DailyUsage]:
 
 
 def top_keys_sql(month: str, account_id: int | None, limit: int, p: Params) -> str:
-    """The month's spenders from the key rollups: their rows of the month, grouped by key."""
-    scope = f"u.month = {p(month)}"
+    """The month's spenders from the key-month rollups (one row per key active in the month); the
+    key names are joined to the ``limit`` rows kept, not to every row ranked."""
+    scope = f"month = {p(month)}"
     if account_id is not None:
-        scope += f" AND u.account_id = {p(account_id)}"
+        scope += f" AND account_id = {p(account_id)}"
+    order = "t.charged_uc DESC, t.requests DESC, t.key_id"
     return (
-        "SELECT u.key_id, u.account_id, COALESCE(MAX(k.name), ''), SUM(u.requests), "
-        "COALESCE(SUM(u.input_tokens + u.output_tokens + u.cache_creation_tokens + u.cache_read_tokens), 0), "
-        "COALESCE(SUM(u.charged_uc), 0) "
-        f"FROM usage_rollups u LEFT JOIN api_keys k ON k.id = u.key_id WHERE {scope} "
-        "GROUP BY u.key_id, u.account_id "
-        f"ORDER BY SUM(u.charged_uc) DESC, SUM(u.requests) DESC, u.key_id LIMIT {p(limit)}"
+        "SELECT t.key_id, t.account_id, COALESCE(k.name, ''), t.requests, t.tokens, t.charged_uc FROM "
+        f"(SELECT key_id, account_id, requests, tokens, charged_uc FROM usage_key_month_rollups WHERE {scope} "
+        f"ORDER BY charged_uc DESC, requests DESC, key_id LIMIT {p(limit)}) t "
+        f"LEFT JOIN api_keys k ON k.id = t.key_id ORDER BY {order}"
     )
 
 
@@ -168,10 +169,15 @@ def rebuild_statements(day: str) -> list[str]:
     return [
         "DELETE FROM usage_rollups",
         "DELETE FROM usage_account_rollups",
+        "DELETE FROM usage_key_month_rollups",
         f"INSERT INTO usage_rollups (key_id, day, model, endpoint, status, account_id, month, {_MEASURES}) "
         f"SELECT key_id, {day}, model, endpoint, status, MIN(account_id), MIN(month), {_AGGREGATES} "
         "FROM usage_records GROUP BY 1, 2, 3, 4, 5",
         f"INSERT INTO usage_account_rollups (account_id, day, model, endpoint, status, month, {_MEASURES}) "
         f"SELECT account_id, {day}, model, endpoint, status, MIN(month), {_AGGREGATES} "
         "FROM usage_records GROUP BY 1, 2, 3, 4, 5",
+        "INSERT INTO usage_key_month_rollups (key_id, month, account_id, requests, tokens, charged_uc) "
+        "SELECT key_id, month, MIN(account_id), COUNT(*), "
+        "SUM(input_tokens + output_tokens + cache_creation_tokens + cache_read_tokens), SUM(charged_uc) "
+        "FROM usage_records GROUP BY 1, 2",
     ]
