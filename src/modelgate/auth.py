@@ -44,6 +44,16 @@ _SEND_GATEWAY_KEY = (
 DEFAULT_CREDENTIALS = Credentials()
 
 
+def _where_to_send(credentials: Credentials) -> str:
+    """The hint of a missing key: the format's own key header and query parameter first."""
+    if credentials.headers[:1] == ("x-api-key",) and credentials.query is None:
+        return _SEND_GATEWAY_KEY
+    where = f"the {credentials.headers[0]} header" if credentials.headers else "Authorization: Bearer"
+    if credentials.query is not None:
+        where += f" or the {credentials.query} query parameter"
+    return f"send your modelgate key (sk-cs4-…) as {where}"
+
+
 class KeyView:
     def __init__(self, store: KeyStore, digester: Digester) -> None:
         self._store = store
@@ -152,7 +162,7 @@ class KeyView:
         if not secret and credentials.query is not None and query is not None:
             secret = query.get(credentials.query)
         if not secret:
-            raise AuthenticationFailed(f"missing API key: {_SEND_GATEWAY_KEY}")
+            raise AuthenticationFailed(f"missing API key: {_where_to_send(credentials)}")
         secret = secret.strip()
         if not is_well_formed_key(secret):
             raise AuthenticationFailed("invalid API key: not a well-formed sk-cs4- key (check for typos)")

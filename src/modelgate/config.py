@@ -18,6 +18,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from modelgate.alerts.config import AlertsConfig
 from modelgate.billing.input_bound import MediaRules
 from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE
 from modelgate.upstream.config import (
@@ -296,6 +297,7 @@ class Settings(_Section):
     request_log: bool = True
     metrics: MetricsConfig = MetricsConfig()
     otel: OtelConfig = OtelConfig()
+    alerts: AlertsConfig = AlertsConfig()
     usage: UsageConfig = UsageConfig()
 
     @model_validator(mode="after")

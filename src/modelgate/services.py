@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from modelgate.alerts.delivery import Deliverer
+from modelgate.alerts.monitor import AlertMonitor
 from modelgate.auth import KeyView
 from modelgate.billing.ledger import Ledger, Settlements
 from modelgate.billing.settle_journal import SettleJournal
@@ -141,6 +143,8 @@ class Services:
     telemetry: Telemetry = field(default_factory=Telemetry)
     #: This process's index among the workers of ``modelgate serve --workers N`` (None: one process).
     worker: int | None = None
+    #: Alert webhooks (``[alerts]``): None when no webhook is configured (nothing on the request path).
+    alerts: AlertMonitor | None = None
 
     @classmethod
     def build(
@@ -215,6 +219,22 @@ class Services:
             telemetry=telemetry,
         )
 
+    def build_alerts(self) -> None:
+        """The alert monitor, when ``[[alerts.webhooks]]`` are configured (made on the loop)."""
+        if self.settings.alerts.webhooks and self.alerts is None:
+            self.alerts = AlertMonitor(
+                self.settings.alerts,
+                self.store,
+                self.keys.get,
+                self.clock,
+                Deliverer(self.settings.alerts),
+                # Read through self.router at each scan: a reload installs a new router.
+                upstreams=lambda: (
+                    (f"{s.provider}/{s.upstream_model}", s.cooling_for, s.consecutive_failures)
+                    for s in self.router.status()
+                ),
+            )
+
     async def start(self) -> None:
         await self.database.migrate()
         await self.keys.start(self.settings.keys.refresh_interval)
@@ -233,6 +253,11 @@ class Services:
             spared=self.ledger.holds,
         )
         self.sweeper.start()
+        self.build_alerts()
+        if self.alerts is not None:
+            self.ledger.watch = self.alerts
+            self.telemetry.metrics.collect_from(self.alerts.deliverer.collect)
+            self.alerts.start()
         responses = self.settings.responses
         if responses.store == "on":
             self.state_sweeper = StateSweeper(self.responses, self.clock, responses.sweep_interval_seconds)
@@ -257,6 +282,9 @@ class Services:
             await self.state_sweeper.stop()
         await self.keys.stop()
         await self.settlements.drain()
+        if self.alerts is not None:
+            self.ledger.watch = None
+            await self.alerts.stop()
         await self.ledger.journal.aclose()
         await self.router.aclose()
         if self.key_broadcast is not None:

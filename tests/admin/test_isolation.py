@@ -45,6 +45,15 @@ TARGETED: list[tuple[str, str, Any]] = [
     ("GET", "/tokens?account_id={account}", None),
     ("POST", "/tokens", {"account_id": "{account}", "name": "intruder"}),
     ("POST", "/tokens/{token}/revoke", None),
+    ("GET", "/audit?account_id={account}", None),
+    ("GET", "/audit?account_id={account}&format=csv", None),
+    ("GET", "/accounts/{account}/ledger", None),
+    ("GET", "/accounts/{account}/ledger?format=csv", None),
+    ("POST", "/accounts/{account}/adjustments", {"amount": "-1", "note": "taken"}),
+    ("GET", "/accounts/{account}/statement", None),
+    ("GET", "/accounts/{account}/statement?format=csv", None),
+    ("GET", "/accounts/{account}/alerts", None),
+    ("PUT", "/accounts/{account}/alerts", {"low_balance": "5"}),
 ]
 # Endpoints that take no id of another account: what an account token gets there.
 UNTARGETED = {

@@ -42,7 +42,11 @@ def check_shape(item: Hostile, response: httpx.Response) -> None:
     if item.shape == "none" or item.method == "HEAD":
         return
     body = orjson.loads(response.content)
-    if item.shape == "messages":
+    if item.shape == "google":
+        error = body["error"]
+        assert set(body) == {"error"} and error["code"] == response.status_code, body
+        assert isinstance(error["message"], str) and isinstance(error["status"], str), body
+    elif item.shape == "messages":
         assert body["type"] == "error" and isinstance(body["error"]["message"], str), body
         assert isinstance(body["error"]["type"], str)
     elif item.shape == "openai":

@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from modelgate.admin import query, schemas
+from modelgate.admin.audit import AuditEndpoints, request_actor
 from modelgate.admin.auth import Principal, authenticate
 from modelgate.admin.context import AdminContext
 from modelgate.admin.dashboard import dashboard_routes
@@ -30,10 +31,12 @@ from modelgate.admin.http import (
     route,
 )
 from modelgate.admin.key_pages import key_page_query, next_cursor
+from modelgate.admin.ledger import LedgerEndpoints
 from modelgate.admin.openapi import openapi_document
 from modelgate.admin.tokens import TokenEndpoints
 from modelgate.admin.usage import UsageEndpoints
 from modelgate.admin.usage_quality import QualityEndpoints
+from modelgate.audit.actor import acting
 from modelgate.clock import month_of
 from modelgate.management import ConflictError, Management, ManagementError, NotFoundError, parse_credits
 from modelgate.services import Services
@@ -66,6 +69,8 @@ class AdminAPI:
         self.usage = UsageEndpoints(self.context)
         self.tokens = TokenEndpoints(self.context)
         self.quality = QualityEndpoints(self.context, self.usage)
+        self.audit = AuditEndpoints(self.context)
+        self.ledger = LedgerEndpoints(self.context)
 
     @property
     def management(self) -> Management:
@@ -81,7 +86,11 @@ class AdminAPI:
                 request, self.services.tokens, self.services.digester, self.services.clock, resolution
             )
             try:
-                return await handler(request, principal)
+                # Every write reached from here records this token, request and client (audit.actor).
+                with acting(request_actor(request, principal.token_id)) as actor:
+                    response = await handler(request, principal)
+                response.headers["x-request-id"] = actor.request_id
+                return response
             except NotFoundError as exc:  # pragma: no cover - lookups below raise their own 404s
                 raise AdminError(404, "not_found_error", str(exc)) from None
             except (ConflictError, Conflict) as exc:
@@ -280,6 +289,8 @@ class AdminAPI:
             route(f"{PREFIX}/usage/daily", {"GET": a(self.usage.daily)}),
             route(f"{PREFIX}/usage/top-keys", {"GET": a(self.usage.top_keys)}),
             route(f"{PREFIX}/usage/quality", {"GET": a(self.quality.daily)}),
+            *self.audit.routes(PREFIX, a),
+            *self.ledger.routes(PREFIX, a),
             route(PREFIX + "/{rest:path}", {m: unknown for m in ("GET", "POST", "PATCH", "PUT", "DELETE")}),
         ]
 

@@ -10,7 +10,7 @@ from functools import cache
 from typing import Any
 
 from modelgate import __version__
-from modelgate.admin import schemas
+from modelgate.admin import openapi_people, schemas
 from modelgate.admin.openapi_schemas import RESPONSE_SCHEMAS, ref
 
 _REF = "#/components/schemas/{model}"
@@ -87,7 +87,7 @@ _LABEL = {"type": "string", "pattern": "^[A-Za-z0-9._:/-]{1,100}$"}
 _FILTERS = [
     *_SCOPE,
     _query("model", _LABEL, "canonical model id"),
-    _query("endpoint", _LABEL, "messages, count_tokens, chat or responses"),
+    _query("endpoint", _LABEL, "messages, count_tokens, chat, responses or generate_content"),
     _query("status", _LABEL, "usage status, e.g. ok, client_disconnected, upstream_rate_limit"),
     _query("from", _DAY, "first UTC day (inclusive)"),
     _query("to", _DAY, "last UTC day (inclusive)"),
@@ -330,6 +330,8 @@ def openapi_document() -> dict[str, Any]:
             )
         },
     }
+    paths.update(openapi_people.PATHS)
+    components.update(openapi_people.SCHEMAS)
     return {
         "openapi": "3.1.0",
         "info": {

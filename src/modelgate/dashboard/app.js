@@ -7,12 +7,13 @@ import { ApiError, api, token } from "./api.js";
 import { closeAll, onUnauthorized, wireDialogs } from "./dialogs.js";
 import { $ } from "./dom.js";
 import * as accounts from "./view-accounts.js";
+import * as audit from "./view-audit.js";
 import * as keys from "./view-keys.js";
 import * as overview from "./view-overview.js";
 import * as tokens from "./view-tokens.js";
 import * as usage from "./view-usage.js";
 
-const VIEWS = { overview, keys, usage, accounts, tokens };
+const VIEWS = { overview, keys, usage, accounts, tokens, audit };
 const OPERATOR_ONLY = new Set(["accounts"]);
 // `shown`: the view and account last shown; a message belongs to the view it was said in.
 const session = { me: null, render: 0, shown: "" };

@@ -203,6 +203,8 @@ def authenticate(services: Services, exchange: Exchange, query: Mapping[str, str
     record = exchange.record
     record.key_id, record.account_id, record.group = key.id, key.account_id, key.group
     endpoint.codec.check_headers(exchange.headers, services.settings.api_versions)
+    if fmt.check_query is not None and endpoint.route is not None:  # e.g. a stream's ?alt=sse
+        fmt.check_query(endpoint.route, query or {})
     policy.check_format(fmt.name, key)  # after the headers: a malformed request is a 400 first
     return key
 
@@ -508,7 +510,7 @@ async def count_tokens(services: Services, admitted: Admitted) -> Response:
         count = await _count(services, admitted, router, model_id)
     finally:
         router.release()
-    return json_reply({"input_tokens": count}, headers=exchange.reply_headers())
+    return json_reply(exchange.endpoint.format.count_answer(count), headers=exchange.reply_headers())
 
 
 async def _count(services: Services, admitted: Admitted, router: Router, model_id: str) -> int:

@@ -13,17 +13,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from modelgate.storage import rows
+from modelgate.storage import postgres_audit, rows
+from modelgate.storage.audit import AuditDraft
 from modelgate.storage.key_pages import key_page_sql
 from modelgate.storage.postgres_database import _LOCK_KEY_VERSIONS, PostgresRepository
 from modelgate.storage.records import KeyControls, KeyRecord, NewKey
 from modelgate.storage.reports import Params, dollar
 
 _KEY_COLUMNS = rows.KEY_COLUMNS
+KeyAudit = AuditDraft[KeyRecord] | None
 
 
 def _key(row: Sequence[Any]) -> KeyRecord:
     return rows.key_record(row, tuple(row[5]) if row[5] is not None else None)
+
+
+async def _audited(conn: Any, record: KeyRecord, audit: KeyAudit) -> KeyRecord:
+    if audit is not None:
+        await postgres_audit.append(conn, audit.entry(record))
+    return record
 
 
 class PostgresKeys(PostgresRepository):
@@ -38,7 +46,7 @@ class PostgresKeys(PostgresRepository):
         row = await conn.fetchrow(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = $1", key_id)
         return _key(row) if row else None
 
-    async def create_key(self, key: NewKey, now: float) -> KeyRecord:
+    async def create_key(self, key: NewKey, now: float, *, audit: KeyAudit = None) -> KeyRecord:
         allowed = list(key.allowed_models) if key.allowed_models is not None else None
         async with self._tx() as conn:
             version = await self._next_version(conn)
@@ -59,7 +67,7 @@ class PostgresKeys(PostgresRepository):
                 now,
                 version,
             )
-            return _key(row)
+            return await _audited(conn, _key(row), audit)
 
     async def get_key(self, key_id: str) -> KeyRecord | None:
         async with self._conn() as conn:
@@ -76,7 +84,9 @@ class PostgresKeys(PostgresRepository):
                 )
         return [_key(r) for r in rows]
 
-    async def update_key(self, key_id: str, controls: KeyControls, now: float) -> KeyRecord | None:
+    async def update_key(
+        self, key_id: str, controls: KeyControls, now: float, *, audit: KeyAudit = None
+    ) -> KeyRecord | None:
         values: dict[str, Any] = {}
         if controls.name is not None:
             values["name"] = controls.name
@@ -94,10 +104,18 @@ class PostgresKeys(PostgresRepository):
             row = await conn.fetchrow(
                 f"UPDATE api_keys SET {sets} WHERE id = $1 RETURNING {_KEY_COLUMNS}", key_id, *values.values()
             )
-            return _key(row)
+            return await _audited(conn, _key(row), audit)
 
     async def rotate_key(
-        self, key_id: str, digest: bytes, prefix: str, last4: str, grace_seconds: float, now: float
+        self,
+        key_id: str,
+        digest: bytes,
+        prefix: str,
+        last4: str,
+        grace_seconds: float,
+        now: float,
+        *,
+        audit: KeyAudit = None,
     ) -> KeyRecord | None:
         async with self._tx() as conn:
             # The version lock serialises key writers, so the row cannot change under us.
@@ -120,9 +138,9 @@ class PostgresKeys(PostgresRepository):
                 now,
                 version,
             )
-            return _key(row)
+            return await _audited(conn, _key(row), audit)
 
-    async def revoke_key(self, key_id: str, now: float) -> KeyRecord | None:
+    async def revoke_key(self, key_id: str, now: float, *, audit: KeyAudit = None) -> KeyRecord | None:
         async with self._tx() as conn:
             version = await self._next_version(conn)
             current = await self._get_key(conn, key_id)
@@ -135,7 +153,7 @@ class PostgresKeys(PostgresRepository):
                 now,
                 version,
             )
-            return _key(row)
+            return await _audited(conn, _key(row), audit)
 
     async def key_page(
         self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""

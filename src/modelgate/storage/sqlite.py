@@ -12,6 +12,7 @@ from pathlib import Path
 
 from modelgate.storage.composed import ComposedStore
 from modelgate.storage.sqlite_accounts import SqliteAccounts
+from modelgate.storage.sqlite_audit import SqliteAudit
 from modelgate.storage.sqlite_database import SqliteDatabase
 from modelgate.storage.sqlite_keys import SqliteKeys
 from modelgate.storage.sqlite_ledger import SqliteLedger
@@ -37,6 +38,7 @@ class SqliteStore(ComposedStore):
             usage=SqliteUsage(database),
             reports=SqliteReports(database),
             responses=SqliteResponses(database),
+            audit=SqliteAudit(database),
         )
         self.path = path
         #: The file checks (``database_min_free_bytes`` is applied to it, ``file_probe``).
