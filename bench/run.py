@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import load as lg
+from bench.body_sizes import bench_body_sizes, print_body_sizes
 from bench.floors import KINDS as FLOOR_KINDS
 from bench.floors import PROCESSES as FLOOR_PROCESSES
 from bench.large import bench_large_bodies, print_large
@@ -435,6 +436,10 @@ async def main_async(args: argparse.Namespace) -> None:
                         results[name] = await bench_target(target, upstream, args)
                     if name == "modelgate" and args.large_seconds > 0 and not args.modes_only:
                         results[name]["large"] = await bench_large_bodies(target, args.large_seconds)
+                    if name == "modelgate" and args.sizes_seconds > 0 and not args.modes_only:
+                        results.setdefault(name, {})["sizes"] = await bench_body_sizes(
+                            target, upstream.port, workdir, args.sizes_seconds
+                        )
                     if name == "modelgate" and args.floors:
                         print("[modelgate] CPU per chunk against the floor relay, interleaved")
                         chunk = await interleaved_chunk_cost(target, upstream, workdir)
@@ -501,6 +506,8 @@ async def main_async(args: argparse.Namespace) -> None:
         print_target(r)
         if "large" in r:
             print_large(r["large"])
+        if "sizes" in r:
+            print_body_sizes(r["sizes"])
     if "modelgate" in results:
         print_budget(results["modelgate"], results.get("litellm"))
     if floors:
@@ -563,6 +570,12 @@ def main() -> None:
         type=float,
         default=30.0,
         help="seconds of the large-bodies phase (bench/large.py); 0 skips it",
+    )
+    parser.add_argument(
+        "--sizes-seconds",
+        type=float,
+        default=4.0,
+        help="seconds per body size of the body-sizes phase (bench/body_sizes.py); 0 skips it",
     )
     parser.add_argument(
         "--workers",

@@ -70,7 +70,7 @@ class ServerConfig(_Section):
     #: Bodies larger than this are parsed, checked and translated in worker processes, never on
     #: the event loop (``body_workers`` of them); smaller bodies are handled inline.
     offload_body_bytes: int = Field(256 * 1024, ge=1024)
-    body_workers: int = Field(1, ge=1, le=64)
+    body_workers: int = Field(2, ge=1, le=64)
     #: Large bodies (above ``offload_body_bytes``) held at once; beyond it: a fast 429.
     max_large_bodies: int = Field(8, ge=1)
     #: Deepest JSON nesting accepted in a request body (400 "nested too deeply" beyond).
