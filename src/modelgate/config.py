@@ -160,6 +160,9 @@ class AdminConfig(_Section):
     token_last_used_resolution_seconds: float = Field(60.0, ge=1, le=86400)
     #: Records one CSV export may hold; a filter matching more is refused with 400.
     csv_max_rows: int = Field(100_000, ge=1, le=10_000_000)
+    #: How often each serving process checks the database for providers, deployments, aliases
+    #: and prices changed through the admin API (seconds; docs/upstreams.md).
+    upstreams_refresh_seconds: float = Field(0.25, gt=0, le=1.0)
 
 
 class MetricsConfig(_Section):

@@ -18,7 +18,7 @@ from modelgate.billing.ledger import Ledger, Settlements
 from modelgate.billing.settle_journal import SettleJournal
 from modelgate.billing.sweeper import Sweeper
 from modelgate.broadcast import KeyChangeBroadcast
-from modelgate.catalogue import Catalogue, build_catalogue
+from modelgate.catalogue import Catalogue
 from modelgate.clock import Clock, SystemClock
 from modelgate.config import ConfigError, Settings
 from modelgate.keys import Digester
@@ -28,6 +28,11 @@ from modelgate.limits.inflight import InFlightLimiter
 from modelgate.limits.redis_rpm import RedisRateLimiter
 from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
 from modelgate.limits.stored_room import StoredRoom
+from modelgate.liveconfig.live import LiveRouting
+from modelgate.liveconfig.routing import RoutingBuilder
+from modelgate.liveconfig.routing import deployments_of as deployments_of
+from modelgate.liveconfig.routing import served_catalogue as served_catalogue
+from modelgate.liveconfig.sealing import Sealer
 from modelgate.offload import Offload
 from modelgate.retention import StateSweeper, UsageSweeper
 from modelgate.secret_file import load_secret
@@ -36,46 +41,14 @@ from modelgate.storage.base import AccountStore, AdminTokenStore, KeyStore, Ledg
 from modelgate.storage.composed import Database
 from modelgate.storage.reports import UsageReports
 from modelgate.storage.responses import ResponseStore
+from modelgate.storage.upstream_store import upstream_store
 from modelgate.telemetry import Telemetry
 from modelgate.telemetry.metrics import Metrics
 from modelgate.telemetry.tracing import Tracing, TracingUnavailable
-from modelgate.upstream.base import Deployment
-from modelgate.upstream.config import validate_upstreams
-from modelgate.upstream.providers import build_providers
 from modelgate.upstream.router import Router
-from modelgate.upstream.simulator import SimulatorProvider
 
 log = logging.getLogger("modelgate")
 T = TypeVar("T")
-
-
-def deployments_of(settings: Settings, catalogue: Catalogue) -> dict[str, list[Deployment]]:
-    """Configured deployments, plus the default provider for every other catalogue model."""
-    out: dict[str, list[Deployment]] = {}
-    for model_id, configs in settings.deployments.items():
-        if model_id not in catalogue.models:
-            raise ConfigError(f"deployments.{model_id}: not a catalogue model id")
-        out[model_id] = [Deployment.from_config(c) for c in configs]
-    for model_id in catalogue.models:
-        if model_id not in out and settings.default_provider:
-            out[model_id] = [Deployment(settings.default_provider, model_id)]
-    return out
-
-
-def served_catalogue(
-    settings: Settings, catalogue: Catalogue, deployments: Mapping[str, list[Deployment]]
-) -> Catalogue:
-    """The catalogue the gateway serves. Invariant: every model in it has a deployment, so a
-    request is never refused at request time for want of a route (``unrouted`` decides)."""
-    unrouted = [m for m in catalogue.models if not deployments.get(m)]
-    if not unrouted:
-        return catalogue
-    if settings.unrouted == "error":
-        raise ConfigError(
-            f"deployments: no deployment for catalogue model(s) {', '.join(unrouted)}; add "
-            '[[deployments."<model>"]] entries, set default_provider, or set unrouted = "hide"'
-        )
-    return catalogue.restricted_to(set(catalogue.models) - set(unrouted))
 
 
 def build_telemetry(settings: Settings) -> Telemetry:
@@ -143,6 +116,9 @@ class Services:
     telemetry: Telemetry = field(default_factory=Telemetry)
     #: This process's index among the workers of ``modelgate serve --workers N`` (None: one process).
     worker: int | None = None
+    #: Providers, deployments, aliases and prices changed through the admin API, applied live
+    #: (``modelgate.liveconfig``); set by ``build``.
+    live: LiveRouting | None = None
     #: Alert webhooks (``[alerts]``): None when no webhook is configured (nothing on the request path).
     alerts: AlertMonitor | None = None
 
@@ -151,34 +127,21 @@ class Services:
         cls, settings: Settings, *, clock: Clock | None = None, env: Mapping[str, str] | None = None
     ) -> Services:
         env = os.environ if env is None else env
-        try:
-            catalogue = build_catalogue(settings.catalogue)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
-        deployments = deployments_of(settings, catalogue)
-        try:
-            validate_upstreams(settings.providers, settings.deployments, env)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
-        catalogue = served_catalogue(settings, catalogue, deployments)
         offload = Offload(settings.server.body_workers)
-        providers = build_providers(
-            settings.providers,
-            env,
-            factories={"simulator": lambda c: SimulatorProvider(c.name, settings.simulator, offload)},
-        )
-        router = Router(providers, deployments, settings.routing)
+        builder = RoutingBuilder(offload)
+        catalogue, router, prints = builder.build(settings, env)
         store = open_store(
             settings.resolved_database_url,
             pool_size=settings.database_pool_size,
             batch_wait=settings.database_batch_wait_seconds,
         )
-        digester = Digester(load_secret(settings))
+        secret = load_secret(settings)
+        digester = Digester(secret)
         clock = clock or SystemClock()
         settlements = Settlements()
         telemetry = build_telemetry(settings)
         store.ledger.observe_ledger(telemetry.metrics)
-        return cls(
+        services = cls(
             settings=settings,
             clock=clock,
             catalogue=catalogue,
@@ -218,6 +181,16 @@ class Services:
             key_broadcast=KeyChangeBroadcast(settings.redis_url) if settings.redis_url else None,
             telemetry=telemetry,
         )
+        services.live = LiveRouting(
+            services,
+            upstream_store(store.database),
+            Sealer(secret),
+            builder,
+            interval=settings.admin.upstreams_refresh_seconds,
+            env=env,
+        )
+        services.live.installed_at_start(router, prints)
+        return services
 
     def build_alerts(self) -> None:
         """The alert monitor, when ``[[alerts.webhooks]]`` are configured (made on the loop)."""
@@ -237,6 +210,8 @@ class Services:
 
     async def start(self) -> None:
         await self.database.migrate()
+        if self.live is not None:
+            await self.live.start()
         await self.keys.start(self.settings.keys.refresh_interval)
         if isinstance(self.rate_limiter, RedisRateLimiter):
             await self.rate_limiter.start()
@@ -286,6 +261,8 @@ class Services:
             self.ledger.watch = None
             await self.alerts.stop()
         await self.ledger.journal.aclose()
+        if self.live is not None:
+            await self.live.stop()
         await self.router.aclose()
         if self.key_broadcast is not None:
             self.keys.on_local_change = None

@@ -61,6 +61,20 @@ UNTARGETED = {
     ("GET", "/admin/api/accounts"): 403,
     ("POST", "/admin/api/accounts"): 403,
     ("GET", "/admin/api/models"): 200,
+    # Upstreams (providers, deployments, prices, aliases): operators only.
+    **{
+        (method, "/admin/api" + path): 403
+        for path, methods in {
+            "/providers": ("GET", "POST"),
+            "/providers/{name}": ("GET", "PUT", "PATCH", "DELETE"),
+            "/providers/{name}/test": ("POST",),
+            "/models/{model_id}/deployments": ("GET", "PUT", "DELETE"),
+            "/models/{model_id}/price": ("GET", "PUT", "DELETE"),
+            "/aliases": ("GET",),
+            "/aliases/{alias}": ("PUT", "DELETE"),
+        }.items()
+        for method in methods
+    },
 }
 
 

@@ -193,6 +193,11 @@ def test_hostile_requests_are_answered_in_format_and_never_charged(
                 row[0] for row in db.execute("SELECT request_id FROM usage_records WHERE charged_uc > 0")
             }
         assert not refused & charged_ids, refused & charged_ids
+        with gateway.db() as db:  # every hostile upstream change was refused: nothing stored
+            stored = db.execute(
+                "SELECT (SELECT COUNT(*) FROM upstream_entries) + (SELECT COUNT(*) FROM model_prices)"
+            )
+            assert stored.fetchone()[0] == 0
         ledger = gateway.ledger(seeded.account_id)
         assert ledger["pending"] == 0
         assert_ledger_invariant(ledger)

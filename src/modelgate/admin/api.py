@@ -34,6 +34,7 @@ from modelgate.admin.key_pages import key_page_query, next_cursor
 from modelgate.admin.ledger import LedgerEndpoints
 from modelgate.admin.openapi import openapi_document
 from modelgate.admin.tokens import TokenEndpoints
+from modelgate.admin.upstream_routes import upstream_routes
 from modelgate.admin.usage import UsageEndpoints
 from modelgate.admin.usage_quality import QualityEndpoints
 from modelgate.audit.actor import acting
@@ -289,6 +290,7 @@ class AdminAPI:
             route(f"{PREFIX}/usage/daily", {"GET": a(self.usage.daily)}),
             route(f"{PREFIX}/usage/top-keys", {"GET": a(self.usage.top_keys)}),
             route(f"{PREFIX}/usage/quality", {"GET": a(self.quality.daily)}),
+            *upstream_routes(self.services, PREFIX, a),
             *self.audit.routes(PREFIX, a),
             *self.ledger.routes(PREFIX, a),
             route(PREFIX + "/{rest:path}", {m: unknown for m in ("GET", "POST", "PATCH", "PUT", "DELETE")}),

@@ -12,6 +12,7 @@ from typing import Any
 from modelgate import __version__
 from modelgate.admin import openapi_people, schemas
 from modelgate.admin.openapi_schemas import RESPONSE_SCHEMAS, ref
+from modelgate.admin.openapi_upstreams import upstream_components, upstream_paths
 
 _REF = "#/components/schemas/{model}"
 
@@ -330,6 +331,8 @@ def openapi_document() -> dict[str, Any]:
             )
         },
     }
+    paths.update(upstream_paths())
+    components.update(upstream_components())
     paths.update(openapi_people.PATHS)
     components.update(openapi_people.SCHEMAS)
     return {

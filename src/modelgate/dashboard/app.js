@@ -11,10 +11,11 @@ import * as audit from "./view-audit.js";
 import * as keys from "./view-keys.js";
 import * as overview from "./view-overview.js";
 import * as tokens from "./view-tokens.js";
+import * as upstreams from "./view-upstreams.js";
 import * as usage from "./view-usage.js";
 
-const VIEWS = { overview, keys, usage, accounts, tokens, audit };
-const OPERATOR_ONLY = new Set(["accounts"]);
+const VIEWS = { overview, keys, usage, accounts, tokens, audit, upstreams };
+const OPERATOR_ONLY = new Set(["accounts", "upstreams"]);
 // `shown`: the view and account last shown; a message belongs to the view it was said in.
 const session = { me: null, render: 0, shown: "" };
 
@@ -66,7 +67,7 @@ async function show() {
 
   for (const name of Object.keys(VIEWS)) $("view-" + name).hidden = name !== view;
   for (const a of $("nav").querySelectorAll("a")) {
-    a.href = href(a.dataset.view, operator && a.dataset.view !== "accounts" ? account : null);
+    a.href = href(a.dataset.view, operator && !OPERATOR_ONLY.has(a.dataset.view) ? account : null);
     if (a.dataset.view === view) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
