@@ -598,7 +598,25 @@ def main() -> None:
         action="store_true",
         help="skip the single-process latency/memory bench; measure the deployment modes (and floors)",
     )
+    parser.add_argument(
+        "--keys",
+        type=int,
+        default=0,
+        help="data-size mode: measure again with N more keys (bench/datasize.py)",
+    )
+    parser.add_argument(
+        "--usage-records",
+        type=int,
+        default=0,
+        help="data-size mode: measure again with N usage records (bench/datasize.py)",
+    )
     args = parser.parse_args()
+    if args.keys or args.usage_records:
+        from bench import datasize
+
+        os.sched_setaffinity(0, {LOAD_CORE})
+        datasize.run(args)
+        return
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("bench: needs at least 2 cores (system under test on 0, load on 1)")
     os.sched_setaffinity(0, {LOAD_CORE})

@@ -240,6 +240,18 @@ class ResponsesConfig(_Section):
     websocket_ping_interval_seconds: float = Field(20.0, ge=0)
 
 
+class UsageConfig(_Section):
+    """Usage records and their rollups (docs/operations.md, "Usage history")."""
+
+    #: Days a raw usage record is kept after its request started; older ones are deleted in
+    #: small batches. 0: kept forever. The rollups (totals, daily charts, top keys) are kept.
+    retention_days: int = Field(0, ge=0, le=36_500)
+    #: How often old records are looked for and deleted (seconds).
+    retention_interval_seconds: float = Field(3600.0, gt=0)
+    #: Records deleted per transaction (each batch a short write between ledger commits).
+    retention_batch: int = Field(1000, ge=1, le=100_000)
+
+
 class Settings(_Section):
     data_dir: Path = Path("data")
     #: ``sqlite:///…`` (default: ``<data_dir>/modelgate.db``) or ``postgresql://…``.
@@ -292,6 +304,7 @@ class Settings(_Section):
     #: OpenID Connect sign-in for the dashboard and admin API (docs/people.md).
     sso: SsoConfig = SsoConfig()
     alerts: AlertsConfig = AlertsConfig()
+    usage: UsageConfig = UsageConfig()
 
     @model_validator(mode="after")
     def _check_default_provider(self) -> Settings:

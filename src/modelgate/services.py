@@ -34,7 +34,7 @@ from modelgate.liveconfig.routing import deployments_of as deployments_of
 from modelgate.liveconfig.routing import served_catalogue as served_catalogue
 from modelgate.liveconfig.sealing import Sealer
 from modelgate.offload import Offload
-from modelgate.retention import StateSweeper
+from modelgate.retention import StateSweeper, UsageSweeper
 from modelgate.secret_file import load_secret
 from modelgate.storage import open_store
 from modelgate.storage.base import AccountStore, AdminTokenStore, KeyStore, LedgerStore, Store, UsageStore
@@ -110,6 +110,8 @@ class Services:
     sweeper: Sweeper | None = None
     #: Deletes stored responses and conversations past ``responses.ttl_days`` (``retention``).
     state_sweeper: StateSweeper | None = None
+    #: Deletes raw usage records past ``usage.retention_days`` (when set); runs from ``start``.
+    usage_sweeper: UsageSweeper | None = None
     #: With ``redis_url``: key changes made here are announced to the other instances, and
     #: theirs refresh this instance's key view (docs/scale-out.md).
     key_broadcast: KeyChangeBroadcast | None = None
@@ -239,8 +241,20 @@ class Services:
         if responses.store == "on":
             self.state_sweeper = StateSweeper(self.responses, self.clock, responses.sweep_interval_seconds)
             self.state_sweeper.start()
+        usage = self.settings.usage
+        if usage.retention_days > 0:
+            self.usage_sweeper = UsageSweeper(
+                self.usage,
+                self.clock,
+                usage.retention_days,
+                usage.retention_interval_seconds,
+                usage.retention_batch,
+            )
+            self.usage_sweeper.start()
 
     async def stop(self) -> None:
+        if self.usage_sweeper is not None:
+            await self.usage_sweeper.stop()
         if self.sweeper is not None:
             await self.sweeper.stop()
         if self.state_sweeper is not None:

@@ -31,6 +31,7 @@ from modelgate.admin.http import (
     query_int,
     route,
 )
+from modelgate.admin.key_pages import key_page_query, next_cursor
 from modelgate.admin.ledger import LedgerEndpoints
 from modelgate.admin.members import MemberEndpoints
 from modelgate.admin.openapi import openapi_document
@@ -192,9 +193,19 @@ class AdminAPI:
         if account_id is not None:
             account_id = (await self.context.account(principal, account_id)).id
         month = self.context.month(request)
-        records = await self.context.visible_keys(principal, await self.key_records.list_keys(account_id))
+        page = key_page_query(request)
+        records = await self.key_records.key_page(
+            account_id, limit=page.limit + 1, after=page.after, search=page.search
+        )
+        # A member sees only their own keys: the page is cut first, so it may hold fewer than
+        # ``limit`` (the cursor still walks the account's keys in order).
+        shown = await self.context.visible_keys(principal, records[: page.limit])
         return json_response(
-            {"month": month, "data": await self.context.key_views(records, month, account_id)}
+            {
+                "month": month,
+                "data": await self.context.key_views(shown, month, account_id),
+                "next_cursor": next_cursor(records, page.limit),
+            }
         )
 
     async def key_create(self, request: Request, principal: Principal) -> Response:

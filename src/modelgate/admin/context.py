@@ -22,6 +22,10 @@ from modelgate.storage.reports import KeyActivity
 _IDLE = KeyActivity(0, 0, None)
 
 
+#: Up to this many keys, their activity is asked for by id; beyond, for the whole scope.
+KEY_ACTIVITY_BY_ID = 500
+
+
 class AdminContext:
     def __init__(self, services: Services) -> None:
         self.services = services
@@ -102,7 +106,9 @@ class AdminContext:
     async def key_views(
         self, records: list[KeyRecord], month: str, account_id: int | None
     ) -> list[dict[str, Any]]:
-        activity = await self.reports.key_activity(month, account_id)
+        # A page of keys asks only for its own keys' activity (each an index seek or two).
+        page = [k.id for k in records] if len(records) <= KEY_ACTIVITY_BY_ID else None
+        activity = await self.reports.key_activity(month, account_id, page)
         now = self.now()
         return [schemas.key_view(k, month, activity.get(k.id, _IDLE), now) for k in records]
 

@@ -206,6 +206,17 @@ def openapi_document() -> dict[str, Any]:
                 params=[
                     _query("account_id", {"type": "integer"}, "operator: one account; default all"),
                     _MONTH,
+                    _query(
+                        "limit",
+                        {"type": "integer", "minimum": 1, "maximum": 1000},
+                        "keys per page (default 100)",
+                    ),
+                    _query("after", {"type": "string"}, "next_cursor of the previous page"),
+                    _query(
+                        "q",
+                        {"type": "string", "maxLength": 100},
+                        "name, id or key prefix contains (any case)",
+                    ),
                 ],
                 errors=("400", "401", "404"),
             ),

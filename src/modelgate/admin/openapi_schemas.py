@@ -151,7 +151,13 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
             _obj({"secret": {"type": "string", "description": "sk-cs4-…; shown once, store it now"}}),
         ]
     },
-    "KeyList": _obj({"month": _STR, "data": {"type": "array", "items": ref("Key")}}),
+    "KeyList": _obj(
+        {
+            "month": _STR,
+            "data": {"type": "array", "items": ref("Key")},
+            "next_cursor": {"type": ["string", "null"], "description": "pass as after for the next page"},
+        }
+    ),
     "UsageRecord": _obj(
         {
             "request_id": _STR,

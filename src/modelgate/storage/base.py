@@ -187,8 +187,17 @@ class KeyStore(Protocol):
         """Disable the key; revoking a disabled key changes nothing and writes no audit entry."""
         ...
 
-    async def keys_changed_since(self, version: int) -> list[KeyRecord]:
-        """Keys whose version is above ``version`` (all keys for 0), ordered by version."""
+    async def key_page(
+        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+    ) -> list[KeyRecord]:
+        """Up to ``limit`` keys in ``(created_at, id)`` order after ``after``, of one account or all;
+        ``search`` (when not empty) keeps those whose name, id or display prefix contains it, in
+        any case."""
+        ...
+
+    async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
+        """Keys whose version is above ``version`` (all keys for 0), ordered by version; at most
+        ``limit`` of them (the lowest versions) when given."""
         ...
 
 
@@ -314,6 +323,15 @@ class UsageStore(Protocol):
     async def usage_records(
         self, month: str, *, account_id: int | None = None, key_id: str | None = None, limit: int = 100
     ) -> list[UsageRecord]: ...
+    async def rebuild_rollups(self) -> int:
+        """Recompute the usage rollups from the records there are (one transaction that keeps
+        ledger writes out meanwhile); the number of key rollup rows written."""
+        ...
+
+    async def delete_usage_before(self, cutoff: float, limit: int) -> int:
+        """Delete up to ``limit`` usage records that started before ``cutoff``, oldest first (the
+        rollups keep their sums); the number deleted."""
+        ...
 
 
 #: Connections a store with a pool (PostgreSQL) opens at most by default (``database_pool_size``).

@@ -205,8 +205,13 @@ class ComposedStore:
     ) -> KeyRecord | None:
         return await self.keys.revoke_key(key_id, now, audit=audit)
 
-    async def keys_changed_since(self, version: int) -> list[KeyRecord]:
-        return await self.keys.keys_changed_since(version)
+    async def key_page(
+        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+    ) -> list[KeyRecord]:
+        return await self.keys.key_page(account_id, limit=limit, after=after, search=search)
+
+    async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
+        return await self.keys.keys_changed_since(version, limit)
 
     # AdminTokenStore (tokens) -----------------------------------------------
 
@@ -307,6 +312,12 @@ class ComposedStore:
     ) -> list[UsageRecord]:
         return await self.usage.usage_records(month, account_id=account_id, key_id=key_id, limit=limit)
 
+    async def rebuild_rollups(self) -> int:
+        return await self.usage.rebuild_rollups()
+
+    async def delete_usage_before(self, cutoff: float, limit: int) -> int:
+        return await self.usage.delete_usage_before(cutoff, limit)
+
     # UsageReports (reports) -------------------------------------------------
 
     async def usage_page(
@@ -328,8 +339,10 @@ class ComposedStore:
     async def top_keys(self, month: str, *, account_id: int | None = None, limit: int = 5) -> list[KeySpend]:
         return await self.reports.top_keys(month, account_id=account_id, limit=limit)
 
-    async def key_activity(self, month: str, account_id: int | None = None) -> dict[str, KeyActivity]:
-        return await self.reports.key_activity(month, account_id)
+    async def key_activity(
+        self, month: str, account_id: int | None = None, key_ids: list[str] | None = None
+    ) -> dict[str, KeyActivity]:
+        return await self.reports.key_activity(month, account_id, key_ids)
 
     # ResponseStore (responses) ----------------------------------------------
 

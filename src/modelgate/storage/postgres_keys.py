@@ -15,8 +15,10 @@ from typing import Any
 
 from modelgate.storage import postgres_audit, rows
 from modelgate.storage.audit import AuditDraft
+from modelgate.storage.key_pages import key_page_sql
 from modelgate.storage.postgres_database import _LOCK_KEY_VERSIONS, PostgresRepository
 from modelgate.storage.records import KeyControls, KeyRecord, NewKey
+from modelgate.storage.reports import Params, dollar
 
 _KEY_COLUMNS = rows.KEY_COLUMNS
 KeyAudit = AuditDraft[KeyRecord] | None
@@ -153,9 +155,20 @@ class PostgresKeys(PostgresRepository):
             )
             return await _audited(conn, _key(row), audit)
 
-    async def keys_changed_since(self, version: int) -> list[KeyRecord]:
+    async def key_page(
+        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+    ) -> list[KeyRecord]:
+        p = Params(dollar)
+        sql = key_page_sql(account_id, limit, after, search, p)
+        async with self._conn() as conn:
+            found = await conn.fetch(sql, *p.values)
+        return [_key(r) for r in found]
+
+    async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
         async with self._conn() as conn:
             rows = await conn.fetch(
-                f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > $1 ORDER BY version", version
+                f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > $1 ORDER BY version LIMIT $2",
+                version,
+                limit,
             )
         return [_key(r) for r in rows]

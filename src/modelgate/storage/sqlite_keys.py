@@ -9,7 +9,9 @@ import orjson
 
 from modelgate.storage import rows, sqlite_audit
 from modelgate.storage.audit import AuditDraft
+from modelgate.storage.key_pages import key_page_sql
 from modelgate.storage.records import KeyControls, KeyRecord, NewKey
+from modelgate.storage.reports import Params, qmark
 from modelgate.storage.sqlite_database import SqliteRepository
 
 _KEY_COLUMNS = rows.KEY_COLUMNS
@@ -159,14 +161,21 @@ class SqliteKeys(SqliteRepository):
 
         return await self._run(op)
 
-    async def keys_changed_since(self, version: int) -> list[KeyRecord]:
-        rows = await self._run(
-            lambda: (
-                self._db()
-                .execute(
-                    f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > ? ORDER BY version", (version,)
-                )
-                .fetchall()
-            )
-        )
-        return [_key(r) for r in rows]
+    async def key_page(
+        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+    ) -> list[KeyRecord]:
+        p = Params(qmark)
+        sql = key_page_sql(account_id, limit, after, search, p)
+        return await self._read(lambda db: [_key(r) for r in db.execute(sql, p.values).fetchall()])
+
+    async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
+        # On the reader thread, records built there too: a page of keys costs the event loop
+        # nothing but the hop (``SqliteDatabase.read``).
+        def op(db: sqlite3.Connection) -> list[KeyRecord]:
+            found = db.execute(
+                f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > ? ORDER BY version LIMIT ?",
+                (version, -1 if limit is None else limit),
+            ).fetchall()
+            return [_key(r) for r in found]
+
+        return await self._read(op)
