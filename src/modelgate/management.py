@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
+from modelgate.audit import describe
+from modelgate.audit.actor import draft
 from modelgate.catalogue import Catalogue, credits_to_micro
 from modelgate.clock import Clock
 from modelgate.keys import (
@@ -130,7 +132,10 @@ class Management:
         if await self.store.find_account(name) is not None:
             raise ConflictError(f"name: an account named {name!r} already exists")
         bounded_micro(credits_uc, "credits")
-        return await self.store.create_account(name, credits_uc, self.clock.time())
+        now = self.clock.time()
+        return await self.store.create_account(
+            name, credits_uc, now, audit=draft("account.create", describe.account, now)
+        )
 
     async def rename_account(self, account: Account, name: str) -> Account:
         """The same rules as a new account's name: 1 to 100 characters, not another's."""
@@ -140,7 +145,11 @@ class Management:
         other = await self.store.find_account(name)
         if other is not None and other.id != account.id:
             raise ConflictError(f"name: an account named {name!r} already exists")
-        renamed = await self.store.rename_account(account.id, name)
+        renamed = await self.store.rename_account(
+            account.id,
+            name,
+            audit=draft("account.update", describe.account, self.clock.time(), before=account),
+        )
         if renamed is None:
             raise NotFoundError(f"account {account.id} not found")
         return renamed
@@ -164,10 +173,52 @@ class Management:
         if amount_uc <= 0:
             raise ManagementError("amount: must be positive")
         bounded_micro(amount_uc, "amount")
+        now = self.clock.time()
+        audit = draft(
+            "account.topup",
+            describe.account,
+            now,
+            before=account,
+            detail={"amount_uc": amount_uc, "note": note},
+        )
         try:
-            return await self.store.top_up(account.id, amount_uc, note, self.clock.time())
+            return await self.store.top_up(account.id, amount_uc, note, now, audit=audit)
         except AmountTooLarge as exc:
             raise ManagementError(f"amount: {exc}") from None
+
+    async def adjust_credits(self, account: Account, amount_uc: int, note: str) -> Account:
+        """A correction of either sign (a refund, a charge made outside the gateway); the note
+        saying why is required. A debit never takes the balance below what is held."""
+        if amount_uc == 0:
+            raise ManagementError("amount: must not be zero")
+        bounded_micro(abs(amount_uc), "amount")
+        if not note.strip():
+            raise ManagementError("note: an adjustment needs a note saying why")
+        now = self.clock.time()
+        audit = draft(
+            "account.adjust",
+            describe.account,
+            now,
+            before=account,
+            detail={"amount_uc": amount_uc, "note": note},
+        )
+        try:
+            return await self.store.adjust(account.id, amount_uc, note, now, audit=audit)
+        except AmountTooLarge as exc:
+            raise ManagementError(f"amount: {exc}") from None
+
+    async def set_low_balance(self, account: Account, threshold_uc: int | None) -> Account:
+        """The account's ``balance.low`` alert threshold (None: the configured default)."""
+        if threshold_uc is not None:
+            bounded_micro(threshold_uc, "low_balance")
+        updated = await self.store.set_low_balance(
+            account.id,
+            threshold_uc,
+            audit=draft("account.update", describe.account, self.clock.time(), before=account),
+        )
+        if updated is None:
+            raise NotFoundError(f"account {account.id} not found")
+        return updated
 
     # keys ---------------------------------------------------------------------------------
 
@@ -208,6 +259,7 @@ class Management:
         _check_limit(max_concurrency, "max_concurrency")
         secret = new_api_key()
         display = display_of(secret)
+        now = self.clock.time()
         record = await self.store.create_key(
             NewKey(
                 id=new_key_id(),
@@ -223,7 +275,8 @@ class Management:
                 tpm=tpm,
                 max_concurrency=max_concurrency,
             ),
-            self.clock.time(),
+            now,
+            audit=draft("key.create", describe.key, now),
         )
         return IssuedKey(record, secret)
 
@@ -256,6 +309,7 @@ class Management:
         if models is not None:
             allowed = self._canonical_models(record.group, models) or ()
         cap = -1 if clear_cap else monthly_cap_uc
+        now = self.clock.time()
         updated = await self.store.update_key(
             record.id,
             KeyControls(
@@ -266,7 +320,8 @@ class Management:
                 tpm=tpm,
                 max_concurrency=max_concurrency,
             ),
-            self.clock.time(),
+            now,
+            audit=draft("key.update", describe.key, now, before=record),
         )
         if updated is None:
             raise NotFoundError(f"key {record.id} not found")
@@ -286,13 +341,23 @@ class Management:
             display.last4,
             grace_seconds,
             self.clock.time(),
+            audit=draft(
+                "key.rotate",
+                describe.key,
+                self.clock.time(),
+                before=record,
+                detail={"grace_seconds": grace_seconds},
+            ),
         )
         if updated is None:
             raise NotFoundError(f"key {record.id} not found")
         return IssuedKey(updated, secret)
 
     async def revoke_key(self, record: KeyRecord) -> KeyRecord:
-        updated = await self.store.revoke_key(record.id, self.clock.time())
+        now = self.clock.time()
+        updated = await self.store.revoke_key(
+            record.id, now, audit=draft("key.revoke", describe.key, now, before=record)
+        )
         if updated is None:
             raise NotFoundError(f"key {record.id} not found")
         return updated
@@ -334,6 +399,7 @@ class Management:
             last4=display.last4,
             created_by=created_by,
             expires_at=None if expires_in is None else now + expires_in,
+            audit=draft("token.create", describe.token, now),
         )
         record = await self.store.get_admin_token(token_id)
         assert record is not None  # just written
@@ -348,7 +414,10 @@ class Management:
 
     async def revoke_admin_token(self, record: AdminToken) -> AdminToken:
         """Refused by every instance from the next request on; revoking twice changes nothing."""
-        revoked = await self.store.revoke_admin_token(record.id, self.clock.time())
+        now = self.clock.time()
+        revoked = await self.store.revoke_admin_token(
+            record.id, now, audit=draft("token.revoke", describe.token, now, before=record)
+        )
         if revoked is None:
             raise NotFoundError(f"token {record.id} not found")
         return revoked

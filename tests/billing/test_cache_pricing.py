@@ -13,9 +13,9 @@ from modelgate.billing.pricing import cost_uc
 from modelgate.catalogue import build_catalogue
 from modelgate.ir import Usage
 from tests.billing.helpers import Seen, send, wait_for_record
+from tests.billing.wired import gateway_over_fakes
 from tests.fakes.upstream import FakeUpstream, Reply
-from tests.gateway_server import GatewayServer, running_gateway
-from tests.loop_thread import LoopThread
+from tests.gateway_server import GatewayServer
 
 REPLY = Reply(text="Cached answer here.", input_tokens=120, output_tokens=9, cache_read_tokens=5000)
 SONNET = build_catalogue().models["aria-sonnet-4.6"].price
@@ -23,27 +23,10 @@ SONNET = build_catalogue().models["aria-sonnet-4.6"].price
 
 @pytest.fixture(scope="module")
 def wired(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
-    loop = LoopThread("fake-upstreams")
-    fake = loop.start(FakeUpstream(default=REPLY))
-    providers = [
-        {"name": "simulator", "kind": "simulator"},
-        {"name": "fake-anthropic", "kind": "anthropic", "base_url": fake.base_url, "api_key_env": "FAKE_KEY"},
-        {"name": "fake-openai", "kind": "openai", "base_url": fake.base_url, "api_key_env": "FAKE_KEY"},
-    ]
-    deployments = {
-        "aria-sonnet-4.6": [{"provider": "fake-anthropic", "upstream_model": "claude-sonnet-x"}],
-        "aria-sonnet-5": [{"provider": "fake-openai", "upstream_model": "gpt-x"}],
-    }
-    try:
-        with running_gateway(
-            tmp_path_factory.mktemp("cache") / "data",
-            env={"FAKE_KEY": "sk-upstream-test"},
-            providers=providers,
-            deployments=deployments,
-        ) as server:
-            yield server
-    finally:
-        loop.close()
+    deployments = {"aria-sonnet-4.6": "fake-anthropic", "aria-sonnet-5": "fake-openai"}
+    fake = FakeUpstream(default=REPLY)
+    with gateway_over_fakes(tmp_path_factory.mktemp("cache") / "data", deployments, anthropic=fake) as server:
+        yield server
 
 
 @pytest.mark.parametrize("fmt", ["messages", "chat"])

@@ -17,9 +17,9 @@ import pytest
 from modelgate.billing.pricing import bound_uc
 from modelgate.gateway import headers as hdr
 from tests.billing.helpers import PATHS, Seen, _parse_sse, body_for, headers_for, send, wait_for_record
+from tests.billing.wired import gateway_over_fakes
 from tests.fakes.upstream import FakeUpstream, Reply
-from tests.gateway_server import GatewayServer, running_gateway
-from tests.loop_thread import LoopThread
+from tests.gateway_server import GatewayServer
 from tests.polling import wait_until
 
 #: A compacting request: the compaction pass read 3,000 tokens and wrote 400; the message pass
@@ -70,34 +70,18 @@ SEARCHING_UC = 50 * 2 + 5 * 16 + 3 * 10_000
 
 @pytest.fixture(scope="module")
 def wired(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
-    loop = LoopThread("fake-upstreams")
-    anthropic = loop.start(FakeUpstream(default=COMPACTING))
-    openai = loop.start(FakeUpstream(default=SEARCHING))
-    providers = [
-        {"name": "simulator", "kind": "simulator"},
-        {
-            "name": "fake-anthropic",
-            "kind": "anthropic",
-            "base_url": anthropic.base_url,
-            "api_key_env": "FAKE_KEY",
-        },
-        {"name": "fake-openai", "kind": "openai", "base_url": openai.base_url, "api_key_env": "FAKE_KEY"},
-    ]
     deployments = {
-        "aria-sonnet-4.6": [{"provider": "fake-anthropic", "upstream_model": "claude-sonnet-x"}],
-        "nova-5.5": [{"provider": "fake-anthropic", "upstream_model": "claude-sonnet-x"}],
-        "nova-6-sol": [{"provider": "fake-openai", "upstream_model": "gpt-x"}],
+        "aria-sonnet-4.6": "fake-anthropic",
+        "nova-5.5": "fake-anthropic",
+        "nova-6-sol": "fake-openai",
     }
-    try:
-        with running_gateway(
-            tmp_path_factory.mktemp("provider-billed") / "data",
-            env={"FAKE_KEY": "sk-upstream-test"},
-            providers=providers,
-            deployments=deployments,
-        ) as server:
-            yield server
-    finally:
-        loop.close()
+    with gateway_over_fakes(
+        tmp_path_factory.mktemp("provider-billed") / "data",
+        deployments,
+        anthropic=FakeUpstream(default=COMPACTING),
+        openai=FakeUpstream(default=SEARCHING),
+    ) as server:
+        yield server
 
 
 def _run(wired: GatewayServer, fmt: str, model: str, stream: bool, name: str) -> tuple[Seen, str]:

@@ -27,9 +27,9 @@ from modelgate.billing.input_bound import MediaRules, input_bound
 from modelgate.billing.pricing import bound_uc
 from modelgate.gateway import headers as hdr
 from tests.billing.helpers import PATHS, _parse_sse, headers_for, wait_for_record
+from tests.billing.wired import gateway_over_fakes
 from tests.fakes.upstream import FakeUpstream, RecordedRequest, Reply
 from tests.gateway_server import GatewayServer, running_gateway
-from tests.loop_thread import LoopThread
 
 #: Anthropic's published tool-use system prompt (the largest it lists, Claude 3 Opus: 530 tokens).
 TOOL_PROMPT_TOKENS = 530
@@ -101,29 +101,18 @@ def dearest_bill(request: RecordedRequest) -> Reply:
 
 @pytest.fixture(scope="module")
 def dear(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
-    loop = LoopThread("dear-upstreams")
-    anthropic = loop.start(FakeUpstream(script=dearest_bill))
-    openai = loop.start(FakeUpstream(script=dearest_bill))
-    providers = [
-        {"name": "simulator", "kind": "simulator"},
-        {"name": "dear-anthropic", "kind": "anthropic", "base_url": anthropic.base_url, "api_key_env": "K"},
-        {"name": "dear-openai", "kind": "openai", "base_url": openai.base_url, "api_key_env": "K"},
-    ]
     deployments = {
-        "aria-sonnet-4.6": [{"provider": "dear-anthropic", "upstream_model": "claude-x"}],
-        "nova-5.5": [{"provider": "dear-anthropic", "upstream_model": "claude-x"}],
-        "nova-6-sol": [{"provider": "dear-openai", "upstream_model": "gpt-x"}],
+        "aria-sonnet-4.6": "fake-anthropic",
+        "nova-5.5": "fake-anthropic",
+        "nova-6-sol": "fake-openai",
     }
-    try:
-        with running_gateway(
-            tmp_path_factory.mktemp("dear") / "data",
-            env={"K": "sk-upstream-test"},
-            providers=providers,
-            deployments=deployments,
-        ) as server:
-            yield server
-    finally:
-        loop.close()
+    with gateway_over_fakes(
+        tmp_path_factory.mktemp("dear") / "data",
+        deployments,
+        anthropic=FakeUpstream(script=dearest_bill),
+        openai=FakeUpstream(script=dearest_bill),
+    ) as server:
+        yield server
 
 
 def rich_body(fmt: str, model: str, *, media: bool, tools: bool) -> dict[str, Any]:
@@ -281,34 +270,23 @@ def test_a_fresh_key_with_a_tiny_cap_runs_a_small_request(gateway: GatewayServer
 
 def test_a_cap_of_50000_is_not_refused_at_42985(tmp_path: Any) -> None:
     """The issue's second case: 42,985 µc of a 50,000 µc cap spent, the next small request runs."""
-    loop = LoopThread("spend-upstream")
     # 14,000 x 3 + 65 x 15 + 33 x 0.3 = 42,984.9, rounded up once: 42,985 µc.
-    fake = loop.start(
-        FakeUpstream(script=[Reply(input_tokens=14_000, output_tokens=65, cache_read_tokens=33)])
-    )
-    try:
-        providers = [
-            {"name": "simulator", "kind": "simulator"},
-            {"name": "spend", "kind": "anthropic", "base_url": fake.base_url, "api_key_env": "K"},
-        ]
-        deployments = {"aria-sonnet-4.6": [{"provider": "spend", "upstream_model": "claude-x"}]}
-        with running_gateway(
-            tmp_path / "data", env={"K": "sk-x"}, providers=providers, deployments=deployments
-        ) as server:
-            issued = server.key(server.account("fifty"), "Pro", monthly_cap_uc=50_000)
-            first = _post(server, "messages", issued.secret, _plain("messages", "sonnet", 100))
-            assert first.status_code == 200, first.text
-            assert first.headers[hdr.CHARGED] == "42985"
-            assert first.headers[hdr.CAP_REMAINING] == "7015"
-            # A question of a few sentences (before, its hold of (bytes + 1,024) x 6 µc did not
-            # fit in the 7,015 µc left, so the cap could never be spent to its end).
-            body = _plain("messages", "sonnet", 40)
-            body["messages"][0]["content"] = QUESTION
-            second = _post(server, "messages", issued.secret, body)
-            assert second.status_code == 200, second.text
-            assert int(second.headers[hdr.CAP_REMAINING]) < 7015
-    finally:
-        loop.close()
+    fake = FakeUpstream(script=[Reply(input_tokens=14_000, output_tokens=65, cache_read_tokens=33)])
+    with gateway_over_fakes(
+        tmp_path / "data", {"aria-sonnet-4.6": "fake-anthropic"}, anthropic=fake
+    ) as server:
+        issued = server.key(server.account("fifty"), "Pro", monthly_cap_uc=50_000)
+        first = _post(server, "messages", issued.secret, _plain("messages", "sonnet", 100))
+        assert first.status_code == 200, first.text
+        assert first.headers[hdr.CHARGED] == "42985"
+        assert first.headers[hdr.CAP_REMAINING] == "7015"
+        # A question of a few sentences (before, its hold of (bytes + 1,024) x 6 µc did not
+        # fit in the 7,015 µc left, so the cap could never be spent to its end).
+        body = _plain("messages", "sonnet", 40)
+        body["messages"][0]["content"] = QUESTION
+        second = _post(server, "messages", issued.secret, body)
+        assert second.status_code == 200, second.text
+        assert int(second.headers[hdr.CAP_REMAINING]) < 7015
 
 
 @pytest.mark.parametrize("fmt", ["messages", "chat", "responses"])

@@ -45,6 +45,8 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
                             "method_not_allowed",
                             "conflict_error",
                             "request_too_large",
+                            "upstream_error",
+                            "rate_limit_error",
                         ],
                     },
                     "message": _STR,
@@ -106,6 +108,8 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
         {
             "token_id": _STR,
             "scope": {"type": "string", "enum": ["operator", "account"]},
+            "actor": {"type": "string", "description": "who acts: the signed-in person, or the token id"},
+            "role": {"type": ["string", "null"], "enum": ["operator", "owner", "member", None]},
             "account": {"oneOf": [ref("Account"), {"type": "null"}]},
             "now": {**_TIME, "description": "the server's clock"},
             "month": {"type": "string", "description": "the current UTC month, YYYY-MM"},
@@ -155,7 +159,13 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
             _obj({"secret": {"type": "string", "description": "sk-cs4-…; shown once, store it now"}}),
         ]
     },
-    "KeyList": _obj({"month": _STR, "data": {"type": "array", "items": ref("Key")}}),
+    "KeyList": _obj(
+        {
+            "month": _STR,
+            "data": {"type": "array", "items": ref("Key")},
+            "next_cursor": {"type": ["string", "null"], "description": "pass as after for the next page"},
+        }
+    ),
     "UsageRecord": _obj(
         {
             "request_id": _STR,

@@ -22,8 +22,10 @@ from modelgate.cli.context import (
     when,
     with_management,
 )
+from modelgate.cli.people import invites_app, members_app
 from modelgate.cli.serve import serve_command
 from modelgate.cli.tokens import tokens_app
+from modelgate.cli.usage_rollups import rebuild_rollups_command
 from modelgate.clock import month_of
 from modelgate.management import Management, format_credits, parse_credits
 from modelgate.storage.base import Account, KeyRecord
@@ -38,6 +40,8 @@ app.add_typer(accounts_app, name="accounts")
 app.add_typer(credits_app, name="credits")
 app.add_typer(keys_app, name="keys")
 app.add_typer(tokens_app, name="tokens")
+app.add_typer(invites_app, name="invites")
+app.add_typer(members_app, name="members")
 app.command("serve")(serve_command)
 
 
@@ -332,8 +336,15 @@ def keys_update(
     emit_one(options, key_row(record), f"updated key {record.id}")
 
 
-@app.command("usage")
+#: ``modelgate usage`` shows a month's usage; its subcommands maintain the usage data.
+usage_app = typer.Typer(help="Usage and spend per month; rebuild-rollups.")
+app.add_typer(usage_app, name="usage")
+usage_app.command("rebuild-rollups")(rebuild_rollups_command)
+
+
+@usage_app.callback(invoke_without_command=True)
 def usage(
+    ctx: typer.Context,
     account: Annotated[str | None, typer.Option("--account", help="Account name or id.")] = None,
     key: Annotated[str | None, typer.Option("--key", help="Key id.")] = None,
     month: Annotated[str | None, typer.Option("--month", help="YYYY-MM (UTC); default this month.")] = None,
@@ -342,6 +353,8 @@ def usage(
     json: JsonOpt = False,
 ) -> None:
     """Usage and spend per month, for an account or a key."""
+    if ctx.invoked_subcommand is not None:
+        return
     options = Options(config, data_dir, json)
     if (account is None) == (key is None):
         fail("give exactly one of --account or --key")

@@ -13,15 +13,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from modelgate.storage import rows
+from modelgate.storage import postgres_audit, rows
+from modelgate.storage.audit import AuditDraft
+from modelgate.storage.key_pages import key_page_sql
 from modelgate.storage.postgres_database import _LOCK_KEY_VERSIONS, PostgresRepository
 from modelgate.storage.records import KeyControls, KeyRecord, NewKey
+from modelgate.storage.reports import Params, dollar
 
 _KEY_COLUMNS = rows.KEY_COLUMNS
+KeyAudit = AuditDraft[KeyRecord] | None
 
 
 def _key(row: Sequence[Any]) -> KeyRecord:
     return rows.key_record(row, tuple(row[5]) if row[5] is not None else None)
+
+
+async def _audited(conn: Any, record: KeyRecord, audit: KeyAudit) -> KeyRecord:
+    if audit is not None:
+        await postgres_audit.append(conn, audit.entry(record))
+    return record
 
 
 class PostgresKeys(PostgresRepository):
@@ -36,7 +46,7 @@ class PostgresKeys(PostgresRepository):
         row = await conn.fetchrow(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = $1", key_id)
         return _key(row) if row else None
 
-    async def create_key(self, key: NewKey, now: float) -> KeyRecord:
+    async def create_key(self, key: NewKey, now: float, *, audit: KeyAudit = None) -> KeyRecord:
         allowed = list(key.allowed_models) if key.allowed_models is not None else None
         async with self._tx() as conn:
             version = await self._next_version(conn)
@@ -60,7 +70,7 @@ class PostgresKeys(PostgresRepository):
                 key.tpm,
                 key.max_concurrency,
             )
-            return _key(row)
+            return await _audited(conn, _key(row), audit)
 
     async def get_key(self, key_id: str) -> KeyRecord | None:
         async with self._conn() as conn:
@@ -77,7 +87,9 @@ class PostgresKeys(PostgresRepository):
                 )
         return [_key(r) for r in rows]
 
-    async def update_key(self, key_id: str, controls: KeyControls, now: float) -> KeyRecord | None:
+    async def update_key(
+        self, key_id: str, controls: KeyControls, now: float, *, audit: KeyAudit = None
+    ) -> KeyRecord | None:
         values: dict[str, Any] = {}
         if controls.name is not None:
             values["name"] = controls.name
@@ -98,10 +110,18 @@ class PostgresKeys(PostgresRepository):
             row = await conn.fetchrow(
                 f"UPDATE api_keys SET {sets} WHERE id = $1 RETURNING {_KEY_COLUMNS}", key_id, *values.values()
             )
-            return _key(row)
+            return await _audited(conn, _key(row), audit)
 
     async def rotate_key(
-        self, key_id: str, digest: bytes, prefix: str, last4: str, grace_seconds: float, now: float
+        self,
+        key_id: str,
+        digest: bytes,
+        prefix: str,
+        last4: str,
+        grace_seconds: float,
+        now: float,
+        *,
+        audit: KeyAudit = None,
     ) -> KeyRecord | None:
         async with self._tx() as conn:
             # The version lock serialises key writers, so the row cannot change under us.
@@ -124,9 +144,9 @@ class PostgresKeys(PostgresRepository):
                 now,
                 version,
             )
-            return _key(row)
+            return await _audited(conn, _key(row), audit)
 
-    async def revoke_key(self, key_id: str, now: float) -> KeyRecord | None:
+    async def revoke_key(self, key_id: str, now: float, *, audit: KeyAudit = None) -> KeyRecord | None:
         async with self._tx() as conn:
             version = await self._next_version(conn)
             current = await self._get_key(conn, key_id)
@@ -139,11 +159,22 @@ class PostgresKeys(PostgresRepository):
                 now,
                 version,
             )
-            return _key(row)
+            return await _audited(conn, _key(row), audit)
 
-    async def keys_changed_since(self, version: int) -> list[KeyRecord]:
+    async def key_page(
+        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+    ) -> list[KeyRecord]:
+        p = Params(dollar)
+        sql = key_page_sql(account_id, limit, after, search, p)
+        async with self._conn() as conn:
+            found = await conn.fetch(sql, *p.values)
+        return [_key(r) for r in found]
+
+    async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
         async with self._conn() as conn:
             rows = await conn.fetch(
-                f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > $1 ORDER BY version", version
+                f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > $1 ORDER BY version LIMIT $2",
+                version,
+                limit,
             )
         return [_key(r) for r in rows]

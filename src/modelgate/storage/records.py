@@ -40,6 +40,8 @@ class Account:
     balance_uc: int
     reserved_uc: int
     created_at: float
+    #: Alerts: ``balance.low`` below this balance (None: ``alerts.low_balance_uc`` applies).
+    low_balance_uc: int | None = None
 
     @property
     def available_uc(self) -> int:

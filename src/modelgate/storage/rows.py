@@ -15,7 +15,7 @@ KEY_COLUMNS = (
     "id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, state, digest, prefix, last4, "
     "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version, tpm, max_concurrency"
 )
-ACCOUNT_COLUMNS = "id, name, balance_uc, reserved_uc, created_at"
+ACCOUNT_COLUMNS = "id, name, balance_uc, reserved_uc, created_at, low_balance_uc"
 ADMIN_TOKEN_COLUMNS = (
     "id, account_id, created_at, digest, name, prefix, last4, created_by, expires_at, revoked_at, "  # noqa: S105 - column names
     "last_used_at"
@@ -54,7 +54,14 @@ def key_record(row: Sequence[Any], allowed_models: tuple[str, ...] | None) -> Ke
 
 def account_record(row: Sequence[Any]) -> Account:
     """An ``ACCOUNT_COLUMNS`` row."""
-    return Account(id=row[0], name=row[1], balance_uc=row[2], reserved_uc=row[3], created_at=row[4])
+    return Account(
+        id=row[0],
+        name=row[1],
+        balance_uc=row[2],
+        reserved_uc=row[3],
+        created_at=row[4],
+        low_balance_uc=row[5],
+    )
 
 
 def usage_record(row: Sequence[Any]) -> UsageRecord:
