@@ -37,6 +37,7 @@ PINNED: dict[str, tuple[str, frozenset[str]]] = {
     "modelgate_charged_microcredits": ("counter", frozenset({"model", "group"})),
     "modelgate_billing_refusals": ("counter", frozenset({"reason"})),
     "modelgate_refusal_records_dropped": ("counter", frozenset()),
+    "modelgate_limit_refusals": ("counter", frozenset({"limit"})),
     "modelgate_max_tokens_clamps": ("counter", frozenset({"reason"})),
     "modelgate_upstream_attempts": ("counter", frozenset({"provider", "deployment"})),
     "modelgate_upstream_retries": ("counter", frozenset({"provider", "deployment"})),
