@@ -26,8 +26,7 @@ def held_limit_changes(record: KeyRecord, body: KeyUpdate, given: set[str], oper
         value: int | None = getattr(body, name)
         current: int | None = getattr(record, name)
         if not operator and (current is None or value is None or value > current):
-            raise forbidden(
-                f"{name}: a key's owner may only lower it (to at most {current}); ask an operator"
-            )
+            allowed = "no limit is set" if current is None else f"to at most {current}"
+            raise forbidden(f"{name}: a key's owner may only lower it ({allowed}); ask an operator")
         changes[name] = -1 if value is None else value
     return changes

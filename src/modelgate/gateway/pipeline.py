@@ -286,7 +286,12 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
     purpose = Purpose(
         exchange.request_id, key.id, key.account_id, exchange.endpoint.name, model, exchange.started
     )
-    ticket = await limit_tickets.take(services, exchange, key, admitted.admission, input_bound, max_tokens)
+    # Checked here, not inside ``take``: a key without these limits pays no call and no await.
+    ticket = (
+        None
+        if key.tpm is None and key.max_concurrency is None
+        else await limit_tickets.take(services, exchange, key, admitted.admission, input_bound, max_tokens)
+    )
     if ticket is not None and key.tpm is not None and ticket.tokens < input_bound + max_tokens:
         # Less than the worst case was left this minute (at least input + one output token).
         asked = requested if requested is not None else max_tokens
