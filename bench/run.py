@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import load as lg
+from bench.body_sizes import bench_body_sizes, print_body_sizes
 from bench.floors import KINDS as FLOOR_KINDS
 from bench.floors import PROCESSES as FLOOR_PROCESSES
 from bench.large import bench_large_bodies, print_large
@@ -435,6 +436,10 @@ async def main_async(args: argparse.Namespace) -> None:
                         results[name] = await bench_target(target, upstream, args)
                     if name == "modelgate" and args.large_seconds > 0 and not args.modes_only:
                         results[name]["large"] = await bench_large_bodies(target, args.large_seconds)
+                    if name == "modelgate" and args.sizes_seconds > 0 and not args.modes_only:
+                        results.setdefault(name, {})["sizes"] = await bench_body_sizes(
+                            target, upstream.port, workdir, args.sizes_seconds
+                        )
                     if name == "modelgate" and args.floors:
                         print("[modelgate] CPU per chunk against the floor relay, interleaved")
                         chunk = await interleaved_chunk_cost(target, upstream, workdir)
@@ -501,6 +506,8 @@ async def main_async(args: argparse.Namespace) -> None:
         print_target(r)
         if "large" in r:
             print_large(r["large"])
+        if "sizes" in r:
+            print_body_sizes(r["sizes"])
     if "modelgate" in results:
         print_budget(results["modelgate"], results.get("litellm"))
     if floors:
@@ -565,6 +572,12 @@ def main() -> None:
         help="seconds of the large-bodies phase (bench/large.py); 0 skips it",
     )
     parser.add_argument(
+        "--sizes-seconds",
+        type=float,
+        default=4.0,
+        help="seconds per body size of the body-sizes phase (bench/body_sizes.py); 0 skips it",
+    )
+    parser.add_argument(
         "--workers",
         nargs="*",
         type=int,
@@ -585,7 +598,25 @@ def main() -> None:
         action="store_true",
         help="skip the single-process latency/memory bench; measure the deployment modes (and floors)",
     )
+    parser.add_argument(
+        "--keys",
+        type=int,
+        default=0,
+        help="data-size mode: measure again with N more keys (bench/datasize.py)",
+    )
+    parser.add_argument(
+        "--usage-records",
+        type=int,
+        default=0,
+        help="data-size mode: measure again with N usage records (bench/datasize.py)",
+    )
     args = parser.parse_args()
+    if args.keys or args.usage_records:
+        from bench import datasize
+
+        os.sched_setaffinity(0, {LOAD_CORE})
+        datasize.run(args)
+        return
     if (os.cpu_count() or 1) < 2:
         raise SystemExit("bench: needs at least 2 cores (system under test on 0, load on 1)")
     os.sched_setaffinity(0, {LOAD_CORE})

@@ -8,3 +8,5 @@ cd "$(dirname "$0")/.."
 source scripts/services.sh
 _mg_svc_ensure_chromium
 .venv/bin/python -m tests.admin.screenshots docs/screenshots
+# The single sign-on views need a real OpenID provider: their tests take those shots.
+MODELGATE_TEST_SCREENSHOTS="$PWD/docs/screenshots" .venv/bin/pytest -q -p no:cacheprovider tests/admin/test_sso_browser.py

@@ -27,7 +27,9 @@ from pydantic import (
 )
 
 from modelgate.addresses import NO_NETWORKS, AddressError, Networks, parse_networks
+from modelgate.alerts.config import AlertsConfig
 from modelgate.billing.input_bound import MediaRules
+from modelgate.sso_config import SsoConfig
 from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE
 from modelgate.upstream.config import (
     DeploymentConfig,
@@ -78,7 +80,7 @@ class ServerConfig(_Section):
     #: Bodies larger than this are parsed, checked and translated in worker processes, never on
     #: the event loop (``body_workers`` of them); smaller bodies are handled inline.
     offload_body_bytes: int = Field(256 * 1024, ge=1024)
-    body_workers: int = Field(1, ge=1, le=64)
+    body_workers: int = Field(2, ge=1, le=64)
     #: Large bodies (above ``offload_body_bytes``) held at once; beyond it: a fast 429.
     max_large_bodies: int = Field(8, ge=1)
     #: Deepest JSON nesting accepted in a request body (400 "nested too deeply" beyond).
@@ -198,6 +200,9 @@ class AdminConfig(_Section):
     token_last_used_resolution_seconds: float = Field(60.0, ge=1, le=86400)
     #: Records one CSV export may hold; a filter matching more is refused with 400.
     csv_max_rows: int = Field(100_000, ge=1, le=10_000_000)
+    #: How often each serving process checks the database for providers, deployments, aliases
+    #: and prices changed through the admin API (seconds; docs/upstreams.md).
+    upstreams_refresh_seconds: float = Field(0.25, gt=0, le=1.0)
 
 
 class MetricsConfig(_Section):
@@ -274,6 +279,18 @@ class ResponsesConfig(_Section):
     websocket_ping_interval_seconds: float = Field(20.0, ge=0)
 
 
+class UsageConfig(_Section):
+    """Usage records and their rollups (docs/operations.md, "Usage history")."""
+
+    #: Days a raw usage record is kept after its request started; older ones are deleted in
+    #: small batches. 0: kept forever. The rollups (totals, daily charts, top keys) are kept.
+    retention_days: int = Field(0, ge=0, le=36_500)
+    #: How often old records are looked for and deleted (seconds).
+    retention_interval_seconds: float = Field(3600.0, gt=0)
+    #: Records deleted per transaction (each batch a short write between ledger commits).
+    retention_batch: int = Field(1000, ge=1, le=100_000)
+
+
 class Settings(_Section):
     data_dir: Path = Path("data")
     #: ``sqlite:///…`` (default: ``<data_dir>/modelgate.db``) or ``postgresql://…``.
@@ -323,6 +340,10 @@ class Settings(_Section):
     request_log: bool = True
     metrics: MetricsConfig = MetricsConfig()
     otel: OtelConfig = OtelConfig()
+    #: OpenID Connect sign-in for the dashboard and admin API (docs/people.md).
+    sso: SsoConfig = SsoConfig()
+    alerts: AlertsConfig = AlertsConfig()
+    usage: UsageConfig = UsageConfig()
 
     @model_validator(mode="after")
     def _check_default_provider(self) -> Settings:

@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
 from modelgate.addresses import AddressError, parse_networks
+from modelgate.audit import describe
+from modelgate.audit.actor import draft
 from modelgate.catalogue import Catalogue, credits_to_micro
 from modelgate.clock import Clock
 from modelgate.keys import (
@@ -138,7 +140,10 @@ class Management:
         if await self.store.find_account(name) is not None:
             raise ConflictError(f"name: an account named {name!r} already exists")
         bounded_micro(credits_uc, "credits")
-        return await self.store.create_account(name, credits_uc, self.clock.time())
+        now = self.clock.time()
+        return await self.store.create_account(
+            name, credits_uc, now, audit=draft("account.create", describe.account, now)
+        )
 
     async def rename_account(self, account: Account, name: str) -> Account:
         """The same rules as a new account's name: 1 to 100 characters, not another's."""
@@ -148,7 +153,11 @@ class Management:
         other = await self.store.find_account(name)
         if other is not None and other.id != account.id:
             raise ConflictError(f"name: an account named {name!r} already exists")
-        renamed = await self.store.rename_account(account.id, name)
+        renamed = await self.store.rename_account(
+            account.id,
+            name,
+            audit=draft("account.update", describe.account, self.clock.time(), before=account),
+        )
         if renamed is None:
             raise NotFoundError(f"account {account.id} not found")
         return renamed
@@ -172,10 +181,52 @@ class Management:
         if amount_uc <= 0:
             raise ManagementError("amount: must be positive")
         bounded_micro(amount_uc, "amount")
+        now = self.clock.time()
+        audit = draft(
+            "account.topup",
+            describe.account,
+            now,
+            before=account,
+            detail={"amount_uc": amount_uc, "note": note},
+        )
         try:
-            return await self.store.top_up(account.id, amount_uc, note, self.clock.time())
+            return await self.store.top_up(account.id, amount_uc, note, now, audit=audit)
         except AmountTooLarge as exc:
             raise ManagementError(f"amount: {exc}") from None
+
+    async def adjust_credits(self, account: Account, amount_uc: int, note: str) -> Account:
+        """A correction of either sign (a refund, a charge made outside the gateway); the note
+        saying why is required. A debit never takes the balance below what is held."""
+        if amount_uc == 0:
+            raise ManagementError("amount: must not be zero")
+        bounded_micro(abs(amount_uc), "amount")
+        if not note.strip():
+            raise ManagementError("note: an adjustment needs a note saying why")
+        now = self.clock.time()
+        audit = draft(
+            "account.adjust",
+            describe.account,
+            now,
+            before=account,
+            detail={"amount_uc": amount_uc, "note": note},
+        )
+        try:
+            return await self.store.adjust(account.id, amount_uc, note, now, audit=audit)
+        except AmountTooLarge as exc:
+            raise ManagementError(f"amount: {exc}") from None
+
+    async def set_low_balance(self, account: Account, threshold_uc: int | None) -> Account:
+        """The account's ``balance.low`` alert threshold (None: the configured default)."""
+        if threshold_uc is not None:
+            bounded_micro(threshold_uc, "low_balance")
+        updated = await self.store.set_low_balance(
+            account.id,
+            threshold_uc,
+            audit=draft("account.update", describe.account, self.clock.time(), before=account),
+        )
+        if updated is None:
+            raise NotFoundError(f"account {account.id} not found")
+        return updated
 
     # keys ---------------------------------------------------------------------------------
 
@@ -209,6 +260,8 @@ class Management:
         rpm: int | None = None,
         models: list[str] | None = None,
         monthly_cap_uc: int | None = None,
+        tpm: int | None = None,
+        max_concurrency: int | None = None,
         expires_at: float | None = None,
         allowed_ips: list[str] | None = None,
     ) -> IssuedKey:
@@ -219,8 +272,11 @@ class Management:
             raise ManagementError("rpm: must be at least 1")
         if monthly_cap_uc is not None:
             bounded_micro(monthly_cap_uc, "monthly_cap")
+        _check_limit(tpm, "tpm")
+        _check_limit(max_concurrency, "max_concurrency")
         secret = new_api_key()
         display = display_of(secret)
+        now = self.clock.time()
         record = await self.store.create_key(
             NewKey(
                 id=new_key_id(),
@@ -233,10 +289,13 @@ class Management:
                 digest=self.digester.digest(secret),
                 prefix=display.prefix,
                 last4=display.last4,
+                tpm=tpm,
+                max_concurrency=max_concurrency,
                 expires_at=_checked_expiry(expires_at),
                 allowed_ips=_networks(allowed_ips) or None,
             ),
-            self.clock.time(),
+            now,
+            audit=draft("key.create", describe.key, now),
         )
         return IssuedKey(record, secret)
 
@@ -255,20 +314,26 @@ class Management:
         models: list[str] | None = None,
         monthly_cap_uc: int | None = None,
         clear_cap: bool = False,
+        tpm: int | None = None,
+        max_concurrency: int | None = None,
         expires_at: float | None = None,
         clear_expiry: bool = False,
         allowed_ips: list[str] | None = None,
     ) -> KeyRecord:
-        """A partial update; ``clear_expiry`` makes the key never expire and ``allowed_ips=[]``
-        lets it be used from anywhere."""
+        """``tpm`` and ``max_concurrency``: a new limit, ``-1`` to remove it, ``None`` to keep it;
+        ``clear_expiry`` makes the key never expire and ``allowed_ips=[]`` lets it be used from
+        anywhere."""
         if rpm is not None and rpm < 1:
             raise ManagementError("rpm: must be at least 1")
+        _check_limit(None if tpm == -1 else tpm, "tpm")
+        _check_limit(None if max_concurrency == -1 else max_concurrency, "max_concurrency")
         if monthly_cap_uc is not None:
             bounded_micro(monthly_cap_uc, "monthly_cap")
         allowed = None
         if models is not None:
             allowed = self._canonical_models(record.group, models) or ()
         cap = -1 if clear_cap else monthly_cap_uc
+        now = self.clock.time()
         updated = await self.store.update_key(
             record.id,
             KeyControls(
@@ -276,10 +341,13 @@ class Management:
                 rpm=rpm,
                 allowed_models=allowed,
                 monthly_cap_uc=cap,
+                tpm=tpm,
+                max_concurrency=max_concurrency,
                 expires_at=NEVER_EXPIRES if clear_expiry else _checked_expiry(expires_at),
                 allowed_ips=None if allowed_ips is None else _networks(allowed_ips),
             ),
-            self.clock.time(),
+            now,
+            audit=draft("key.update", describe.key, now, before=record),
         )
         if updated is None:
             raise NotFoundError(f"key {record.id} not found")
@@ -299,13 +367,23 @@ class Management:
             display.last4,
             grace_seconds,
             self.clock.time(),
+            audit=draft(
+                "key.rotate",
+                describe.key,
+                self.clock.time(),
+                before=record,
+                detail={"grace_seconds": grace_seconds},
+            ),
         )
         if updated is None:
             raise NotFoundError(f"key {record.id} not found")
         return IssuedKey(updated, secret)
 
     async def revoke_key(self, record: KeyRecord) -> KeyRecord:
-        updated = await self.store.revoke_key(record.id, self.clock.time())
+        now = self.clock.time()
+        updated = await self.store.revoke_key(
+            record.id, now, audit=draft("key.revoke", describe.key, now, before=record)
+        )
         if updated is None:
             raise NotFoundError(f"key {record.id} not found")
         return updated
@@ -347,6 +425,7 @@ class Management:
             last4=display.last4,
             created_by=created_by,
             expires_at=None if expires_in is None else now + expires_in,
+            audit=draft("token.create", describe.token, now),
         )
         record = await self.store.get_admin_token(token_id)
         assert record is not None  # just written
@@ -361,7 +440,10 @@ class Management:
 
     async def revoke_admin_token(self, record: AdminToken) -> AdminToken:
         """Refused by every instance from the next request on; revoking twice changes nothing."""
-        revoked = await self.store.revoke_admin_token(record.id, self.clock.time())
+        now = self.clock.time()
+        revoked = await self.store.revoke_admin_token(
+            record.id, now, audit=draft("token.revoke", describe.token, now, before=record)
+        )
         if revoked is None:
             raise NotFoundError(f"token {record.id} not found")
         return revoked
@@ -389,6 +471,20 @@ def parse_lifetime(text: str, now: float) -> float:
             f"expires: between {MIN_TOKEN_LIFETIME:g} seconds and {MAX_TOKEN_LIFETIME // 86400} days from now"
         )
     return float(seconds)
+
+
+#: The largest token or concurrency limit (fits every engine's INTEGER column).
+MAX_LIMIT = 2**31 - 1
+
+
+def _check_limit(value: int | None, name: str) -> None:
+    """A token or concurrency limit one can set: an integer in 1 ..= ``MAX_LIMIT``."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ManagementError(f"{name}: must be an integer")
+    if not 1 <= value <= MAX_LIMIT:
+        raise ManagementError(f"{name}: must be between 1 and {MAX_LIMIT}")
 
 
 def _checked_expiry(expires_at: float | None) -> float | None:

@@ -11,12 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from modelgate.alerts.delivery import Deliverer
+from modelgate.alerts.monitor import AlertMonitor
 from modelgate.auth import KeyView
 from modelgate.billing.ledger import Ledger, Settlements
 from modelgate.billing.settle_journal import SettleJournal
 from modelgate.billing.sweeper import Sweeper
 from modelgate.broadcast import KeyChangeBroadcast
-from modelgate.catalogue import Catalogue, build_catalogue
+from modelgate.catalogue import Catalogue
 from modelgate.clock import Clock, SystemClock
 from modelgate.config import ConfigError, Settings
 from modelgate.keys import Digester
@@ -26,54 +28,29 @@ from modelgate.limits.inflight import InFlightLimiter
 from modelgate.limits.redis_rpm import RedisRateLimiter
 from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
 from modelgate.limits.stored_room import StoredRoom
+from modelgate.limits.tickets import LocalTickets, TicketLimiter
+from modelgate.liveconfig.live import LiveRouting
+from modelgate.liveconfig.routing import RoutingBuilder
+from modelgate.liveconfig.routing import deployments_of as deployments_of
+from modelgate.liveconfig.routing import served_catalogue as served_catalogue
+from modelgate.liveconfig.sealing import Sealer
 from modelgate.offload import Offload
-from modelgate.retention import StateSweeper
+from modelgate.retention import StateSweeper, UsageSweeper
 from modelgate.secret_file import load_secret
 from modelgate.storage import open_store
 from modelgate.storage.base import AccountStore, AdminTokenStore, KeyStore, LedgerStore, Store, UsageStore
 from modelgate.storage.composed import Database
+from modelgate.storage.people import PeopleStore
 from modelgate.storage.reports import UsageReports
 from modelgate.storage.responses import ResponseStore
+from modelgate.storage.upstream_store import upstream_store
 from modelgate.telemetry import Telemetry
 from modelgate.telemetry.metrics import Metrics
 from modelgate.telemetry.tracing import Tracing, TracingUnavailable
-from modelgate.upstream.base import Deployment
-from modelgate.upstream.config import validate_upstreams
-from modelgate.upstream.providers import build_providers
 from modelgate.upstream.router import Router
-from modelgate.upstream.simulator import SimulatorProvider
 
 log = logging.getLogger("modelgate")
 T = TypeVar("T")
-
-
-def deployments_of(settings: Settings, catalogue: Catalogue) -> dict[str, list[Deployment]]:
-    """Configured deployments, plus the default provider for every other catalogue model."""
-    out: dict[str, list[Deployment]] = {}
-    for model_id, configs in settings.deployments.items():
-        if model_id not in catalogue.models:
-            raise ConfigError(f"deployments.{model_id}: not a catalogue model id")
-        out[model_id] = [Deployment.from_config(c) for c in configs]
-    for model_id in catalogue.models:
-        if model_id not in out and settings.default_provider:
-            out[model_id] = [Deployment(settings.default_provider, model_id)]
-    return out
-
-
-def served_catalogue(
-    settings: Settings, catalogue: Catalogue, deployments: Mapping[str, list[Deployment]]
-) -> Catalogue:
-    """The catalogue the gateway serves. Invariant: every model in it has a deployment, so a
-    request is never refused at request time for want of a route (``unrouted`` decides)."""
-    unrouted = [m for m in catalogue.models if not deployments.get(m)]
-    if not unrouted:
-        return catalogue
-    if settings.unrouted == "error":
-        raise ConfigError(
-            f"deployments: no deployment for catalogue model(s) {', '.join(unrouted)}; add "
-            '[[deployments."<model>"]] entries, set default_provider, or set unrouted = "hide"'
-        )
-    return catalogue.restricted_to(set(catalogue.models) - set(unrouted))
 
 
 def build_telemetry(settings: Settings) -> Telemetry:
@@ -107,6 +84,8 @@ class Services:
     #: API key records (``keys`` is the authentication view built on them).
     key_records: KeyStore
     tokens: AdminTokenStore
+    #: People who sign in (OpenID Connect), their sessions, account members and invitations.
+    people: PeopleStore
     #: Holds, settlements and their figures (``ledger`` is the billing logic built on them).
     ledger_store: LedgerStore
     usage: UsageStore
@@ -121,6 +100,9 @@ class Services:
     #: Accounts' stored byte counts, as recent as ``responses.room_check_max_age_seconds``.
     stored_room: StoredRoom
     rate_limiter: RateLimiter = field(default_factory=RollingWindowLimiter)
+    #: Tokens per minute and requests in flight per key (``limits.tickets``); over the worker link
+    #: with ``server.workers`` above 1.
+    tickets: TicketLimiter = field(default_factory=LocalTickets)
     inflight: InFlightLimiter = field(default_factory=lambda: InFlightLimiter(2048))
     #: Large bodies (above ``server.offload_body_bytes``) held in memory at once.
     large_bodies: InFlightLimiter = field(default_factory=lambda: InFlightLimiter(8))
@@ -132,6 +114,8 @@ class Services:
     sweeper: Sweeper | None = None
     #: Deletes stored responses and conversations past ``responses.ttl_days`` (``retention``).
     state_sweeper: StateSweeper | None = None
+    #: Deletes raw usage records past ``usage.retention_days`` (when set); runs from ``start``.
+    usage_sweeper: UsageSweeper | None = None
     #: With ``redis_url``: key changes made here are announced to the other instances, and
     #: theirs refresh this instance's key view (docs/scale-out.md).
     key_broadcast: KeyChangeBroadcast | None = None
@@ -139,40 +123,32 @@ class Services:
     telemetry: Telemetry = field(default_factory=Telemetry)
     #: This process's index among the workers of ``modelgate serve --workers N`` (None: one process).
     worker: int | None = None
+    #: Providers, deployments, aliases and prices changed through the admin API, applied live
+    #: (``modelgate.liveconfig``); set by ``build``.
+    live: LiveRouting | None = None
+    #: Alert webhooks (``[alerts]``): None when no webhook is configured (nothing on the request path).
+    alerts: AlertMonitor | None = None
 
     @classmethod
     def build(
         cls, settings: Settings, *, clock: Clock | None = None, env: Mapping[str, str] | None = None
     ) -> Services:
         env = os.environ if env is None else env
-        try:
-            catalogue = build_catalogue(settings.catalogue)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
-        deployments = deployments_of(settings, catalogue)
-        try:
-            validate_upstreams(settings.providers, settings.deployments, env)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
-        catalogue = served_catalogue(settings, catalogue, deployments)
         offload = Offload(settings.server.body_workers)
-        providers = build_providers(
-            settings.providers,
-            env,
-            factories={"simulator": lambda c: SimulatorProvider(c.name, settings.simulator, offload)},
-        )
-        router = Router(providers, deployments, settings.routing)
+        builder = RoutingBuilder(offload)
+        catalogue, router, prints = builder.build(settings, env)
         store = open_store(
             settings.resolved_database_url,
             pool_size=settings.database_pool_size,
             batch_wait=settings.database_batch_wait_seconds,
         )
-        digester = Digester(load_secret(settings))
+        secret = load_secret(settings)
+        digester = Digester(secret)
         clock = clock or SystemClock()
         settlements = Settlements()
         telemetry = build_telemetry(settings)
         store.ledger.observe_ledger(telemetry.metrics)
-        return cls(
+        services = cls(
             settings=settings,
             clock=clock,
             catalogue=catalogue,
@@ -181,6 +157,7 @@ class Services:
             accounts=store.accounts,
             key_records=store.keys,
             tokens=store.tokens,
+            people=store.people,
             ledger_store=store.ledger,
             usage=store.usage,
             reports=store.reports,
@@ -212,9 +189,37 @@ class Services:
             key_broadcast=KeyChangeBroadcast(settings.redis_url) if settings.redis_url else None,
             telemetry=telemetry,
         )
+        services.live = LiveRouting(
+            services,
+            upstream_store(store.database),
+            Sealer(secret),
+            builder,
+            interval=settings.admin.upstreams_refresh_seconds,
+            env=env,
+        )
+        services.live.installed_at_start(router, prints)
+        return services
+
+    def build_alerts(self) -> None:
+        """The alert monitor, when ``[[alerts.webhooks]]`` are configured (made on the loop)."""
+        if self.settings.alerts.webhooks and self.alerts is None:
+            self.alerts = AlertMonitor(
+                self.settings.alerts,
+                self.store,
+                self.keys.get,
+                self.clock,
+                Deliverer(self.settings.alerts),
+                # Read through self.router at each scan: a reload installs a new router.
+                upstreams=lambda: (
+                    (f"{s.provider}/{s.upstream_model}", s.cooling_for, s.consecutive_failures)
+                    for s in self.router.status()
+                ),
+            )
 
     async def start(self) -> None:
         await self.database.migrate()
+        if self.live is not None:
+            await self.live.start()
         await self.keys.start(self.settings.keys.refresh_interval)
         if isinstance(self.rate_limiter, RedisRateLimiter):
             await self.rate_limiter.start()
@@ -231,19 +236,41 @@ class Services:
             spared=self.ledger.holds,
         )
         self.sweeper.start()
+        self.build_alerts()
+        if self.alerts is not None:
+            self.ledger.watch = self.alerts
+            self.telemetry.metrics.collect_from(self.alerts.deliverer.collect)
+            self.alerts.start()
         responses = self.settings.responses
         if responses.store == "on":
             self.state_sweeper = StateSweeper(self.responses, self.clock, responses.sweep_interval_seconds)
             self.state_sweeper.start()
+        usage = self.settings.usage
+        if usage.retention_days > 0:
+            self.usage_sweeper = UsageSweeper(
+                self.usage,
+                self.clock,
+                usage.retention_days,
+                usage.retention_interval_seconds,
+                usage.retention_batch,
+            )
+            self.usage_sweeper.start()
 
     async def stop(self) -> None:
+        if self.usage_sweeper is not None:
+            await self.usage_sweeper.stop()
         if self.sweeper is not None:
             await self.sweeper.stop()
         if self.state_sweeper is not None:
             await self.state_sweeper.stop()
         await self.keys.stop()
         await self.settlements.drain()
+        if self.alerts is not None:
+            self.ledger.watch = None
+            await self.alerts.stop()
         await self.ledger.journal.aclose()
+        if self.live is not None:
+            await self.live.stop()
         await self.router.aclose()
         if self.key_broadcast is not None:
             self.keys.on_local_change = None

@@ -52,6 +52,9 @@ NAMES = (
     "overview-phone",
     "keys-phone",
     "usage-phone",
+    "upstreams",
+    "upstreams-phone",
+    "upstreams-edit-dialog",
     "key-page",
 )
 
@@ -123,6 +126,19 @@ def shots(seeded: Seeded) -> list[Shot]:
         Shot("keys-phone", "owner", "#/keys", size=PHONE, full_page=False, caption="Keys at phone width"),
         Shot(
             "usage-phone", "owner", "#/usage", size=PHONE, full_page=False, caption="Usage log at phone width"
+        ),
+        Shot(
+            "upstreams", "operator", "#/upstreams", caption="Upstreams: providers, weights, health and prices"
+        ),
+        Shot("upstreams-phone", "operator", "#/upstreams", size=PHONE, caption="Upstreams at phone width"),
+        Shot(
+            "upstreams-edit-dialog",
+            "operator",
+            "#/upstreams",
+            then='document.querySelector(\'tr[data-provider="simulator"] button[aria-label^="Edit"]\').click()',
+            until="document.getElementById('dlg-provider').open",
+            full_page=False,
+            caption="Editing a provider (its key shown only as a hint)",
         ),
         Shot("key-page", "key", "", caption="The key holder's page, signed in with the API key"),
     ]

@@ -16,6 +16,8 @@ def test_operator_manages_accounts_topups_and_account_tokens(admin: Admin) -> No
     assert me == {
         "token_id": me["token_id"],
         "scope": "operator",
+        "actor": me["token_id"],
+        "role": None,
         "account": None,
         "now": me["now"],
         "month": me["now"][:7],

@@ -146,3 +146,22 @@ def test_usage_per_key_and_account_per_month(cli_gateway: GatewayServer) -> None
         in modelgate(cli_gateway, "usage", "--key", first.record.id, "--month", "2001", ok=False).stderr
     )
     assert "not found" in modelgate(cli_gateway, "usage", "--account", "nobody-here", ok=False).stderr
+
+
+def test_cli_writes_are_in_the_audit_log_as_cli(cli_gateway: GatewayServer) -> None:
+    from modelgate.storage.audit import AuditFilter
+
+    account = cli_gateway.account("cli-audited")
+    key = cli_gateway.key(account, "Pro")
+    modelgate(cli_gateway, "keys", "update", key.record.id, "--rpm", "7", "--json")
+    modelgate(cli_gateway, "keys", "revoke", key.record.id)
+    entries = cli_gateway.call(
+        cli_gateway.services.store.audit_page(AuditFilter(target=f"key:{key.record.id}"), limit=10)
+    )
+    assert [(e.action, e.actor) for e in reversed(entries)] == [
+        ("key.create", "cli"),
+        ("key.update", "cli"),
+        ("key.revoke", "cli"),
+    ]
+    assert entries[1].before is not None and entries[1].before["rpm"] != 7
+    assert entries[1].after is not None and entries[1].after["rpm"] == 7

@@ -33,7 +33,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 HOSTILE = '<img src=x onerror="document.title=1">'
-VIEWS = ["overview", "keys", "usage", "accounts", "tokens"]
+VIEWS = ["overview", "keys", "usage", "accounts", "tokens", "audit"]
 # Elements the `hidden` attribute hides but a display rule of app.css would otherwise show.
 SIZED_IF_HIDDEN = "[...document.querySelectorAll('[hidden]')].filter(e => { const r = e.getBoundingClientRect(); return r.width > 0 || r.height > 0; }).map(e => e.id || e.outerHTML.slice(0, 60))"
 
@@ -461,7 +461,7 @@ def test_an_account_owner_never_sees_another_accounts_data(page: Page, world: tu
     for route in routes:
         page.js(f"location.hash = {json.dumps(route)}; true")
         page.wait("document.body.dataset.ready !== ''")
-        page.wait("['overview', 'keys', 'usage', 'tokens'].includes(document.body.dataset.ready)")
+        page.wait("['overview', 'keys', 'usage', 'tokens', 'audit'].includes(document.body.dataset.ready)")
         assert page.js("document.getElementById('scope-label').textContent") == (
             f"Account: {seeded.acme.account.name} (#{seeded.acme.account.id})"
         ), route
@@ -696,3 +696,42 @@ def test_the_browser_and_its_helpers_are_ended_as_a_group(tmp_path: Path) -> Non
         members = group_members(pgid)
         assert len(members) >= 3, members  # the wrapper script, the browser, its helpers
     assert group_members(pgid) == []
+
+
+def test_history_shows_the_audit_log_ledger_and_statement(page: Page, world: tuple[Admin, Seeded]) -> None:
+    admin, seeded = world
+    acme = seeded.acme.account
+    admin.operator.ok("POST", f"/accounts/{acme.id}/topups", {"amount": "1.5", "note": "invoice 1042"})
+    sign_in(page, seeded.operator)
+    visit(page, f"#/audit?account={acme.id}")
+    actions = page.js(
+        "[...document.querySelectorAll('#audit-rows tr td:nth-child(3)')].map(e => e.textContent)"
+    )
+    assert actions[0] == "account.topup" and "key.create" in actions
+    change = page.js("document.querySelector('#audit-rows tr td:nth-child(5)').textContent")
+    assert "balance_uc:" in change and "→" in change and "invoice 1042" in change
+    notes = page.js(
+        "[...document.querySelectorAll('#ledger-rows tr td:nth-child(4)')].map(e => e.textContent)"
+    )
+    assert notes[0] == "invoice 1042"
+    lines = page.js("[...document.querySelectorAll('#statement-lines tr th')].map(e => e.textContent)")
+    assert lines[:5] == ["Opening balance", "Top-ups", "Usage", "Adjustments", "Closing balance"]
+    closing = page.js("document.querySelectorAll('#statement-lines tr td')[4].textContent")
+    month = page.js("document.getElementById('statement-month').value")
+    statement = admin.operator.ok("GET", f"/accounts/{acme.id}/statement?month={month}")
+    assert closing == f"{statement['closing_uc'] / 1e6:,.6f}"
+    set_value(page, "audit-action", "account.topup")
+    page.js("document.getElementById('audit-filter').requestSubmit(); true")
+    page.wait(
+        "[...document.querySelectorAll('#audit-rows tr td:nth-child(3)')].every(e => e.textContent === 'account.topup')"
+    )
+    assert csp_violations(page) == []
+    # The owner sees its own account's entries only.
+    page.js("document.getElementById('signout').click(); true")
+    sign_in(page, seeded.acme.owner.secret)
+    visit(page, "#/audit")
+    targets = page.js(
+        "[...document.querySelectorAll('#audit-rows tr td:nth-child(4)')].map(e => e.textContent)"
+    )
+    assert targets and seeded.globex.account.name not in page.js("document.documentElement.outerHTML")
+    assert f"account:{seeded.globex.account.id}" not in targets

@@ -219,6 +219,10 @@ class FakeUpstream:
         self.dialect = dialect
         self.json_style = json_style
         self.requests: list[RecordedRequest] = []
+        #: Requests being answered now (a stream until its last event is written), and the most
+        #: there ever were at once: what a concurrency limit in front of this upstream let through.
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._runner: web.AppRunner | None = None
         self._ids = itertools.count(1)
         self.base_url = ""
@@ -286,11 +290,15 @@ class FakeUpstream:
         dialect = _dialect(request.path)
         if dialect == "unknown" or (self.dialect and dialect.split("/")[0] != self.dialect):
             return _json(404, _error_body(dialect, 404, "not_found_error", f"no route {request.path}"))
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
             resp = await self._answer(request, rec, dialect, self._next_step(rec))
         except (asyncio.CancelledError, ConnectionError):
             rec.disconnected_at = time.monotonic()
             raise
+        finally:
+            self.in_flight -= 1
         rec.finished = True
         return resp
 

@@ -12,33 +12,14 @@ from modelgate.formats import (
     CODECS,
     DIALECTS,
     FORMATS,
-    Credentials,
-    Format,
-    FormatRoute,
     format_for_client,
     format_for_path,
 )
 from modelgate.formats.gemini import CODEC as GEMINI
-from modelgate.formats.gemini import paths
 from modelgate.server.app import Route
 
-#: Gemini as a registry entry would declare it (its package, once routed, exports this).
-GEMINI_FORMAT = Format(
-    GEMINI,
-    routes=(
-        FormatRoute("/{version}/models/{model}:generateContent", "gemini", stream=False),
-        FormatRoute("/{version}/models/{model}:streamGenerateContent", "gemini", stream=True),
-        FormatRoute("/{version}/models/{model}:countTokens", "count_tokens", counting=True, stream=False),
-    ),
-    preferred_dialects=GEMINI.preferred_dialects,
-    credentials=Credentials(headers=(paths.KEY_HEADER,), bearer=False, query=paths.KEY_PARAMETER),
-    model_field=None,
-    stream_field=None,
-    reply_model_field="modelVersion",
-    owned_prefixes=("/v1beta/",),
-    client_headers=(paths.KEY_HEADER,),
-    outbound=False,
-)
+#: Gemini's registry entry: its routes carry their parameters in the path.
+GEMINI_FORMAT = FORMATS["gemini"]
 
 
 async def _nothing(scope: Scope, receive: Receive, send: Send) -> None:
@@ -46,11 +27,14 @@ async def _nothing(scope: Scope, receive: Receive, send: Send) -> None:
 
 
 def test_the_registry_names_every_format_once_and_derives_the_codecs() -> None:
-    assert list(FORMATS) == ["messages", "chat", "responses"]
+    assert list(FORMATS) == ["messages", "chat", "responses", "gemini"]
     assert {name: f.codec for name, f in FORMATS.items()} == dict(CODECS)
+    assert FORMATS["gemini"].codec is GEMINI
+    # Gemini is inbound only: no upstream speaks it, so it is no dialect.
     assert DIALECTS == ("messages", "chat", "responses")
     for fmt in FORMATS.values():
-        assert fmt.preferred_dialects[0] == fmt.name
+        if fmt.outbound:
+            assert fmt.preferred_dialects[0] == fmt.name
         assert sorted(fmt.preferred_dialects) == sorted(DIALECTS)
 
 
@@ -61,6 +45,12 @@ def test_refusals_off_the_routes_follow_the_path_then_the_client() -> None:
     assert format_for_path("/v1/nothing", {"anthropic-version": "2023-06-01"}).name == "messages"
     assert format_for_client({"x-api-key": "k"}).name == "messages"
     assert format_for_client({"authorization": "Bearer k"}).name == "chat"
+    assert format_for_path("/v1beta/models/x:nothing", {}).name == "gemini"
+    assert format_for_path("/v1/models/x:generateContent", {}).name == "gemini"
+    assert format_for_path("/v1/models/x", {}).name == "chat"
+    assert format_for_client({"x-goog-api-key": "k"}).name == "gemini"
+    assert format_for_client({}, {"key": "k"}).name == "gemini"
+    assert format_for_client({}, {"alt": "sse"}).name == "chat"
 
 
 def test_errors_render_with_each_formats_status() -> None:
@@ -78,7 +68,7 @@ def test_the_model_and_the_stream_flag_come_from_where_the_format_keeps_them() -
     assert chat.model_name({"model": "aria", "stream": True}) == "aria"
     assert chat.wants_stream({"model": "aria", "stream": True})
     assert not chat.wants_stream({"stream": "yes"})
-    generate, stream, _ = GEMINI_FORMAT.routes
+    generate, stream, *_ = GEMINI_FORMAT.routes
     assert GEMINI_FORMAT.model_name({"model": "ignored"}, {"model": "aria"}) == "aria"
     assert not GEMINI_FORMAT.wants_stream({"stream": True}, generate)
     assert GEMINI_FORMAT.wants_stream({}, stream)
@@ -96,18 +86,24 @@ def test_the_model_rewrite_uses_the_formats_field() -> None:
 @pytest.mark.parametrize(
     ("path", "params"),
     [
-        ("/v1beta/models/aria-5:generateContent", {"version": "v1beta", "model": "aria-5"}),
-        ("/v1/models/nova.5-mini:generateContent", {"version": "v1", "model": "nova.5-mini"}),
+        ("/v1beta/models/aria-5:generateContent", ("generate_content", {"model": "aria-5"})),
+        ("/v1/models/nova.5-mini:generateContent", ("generate_content", {"model": "nova.5-mini"})),
+        ("/v1/models/aria:countTokens", ("count_tokens", {"model": "aria"})),
         ("/v1beta/models/a/b:generateContent", None),
-        ("/v1beta/models/aria:streamGenerateContent", None),
+        ("/v2/models/aria:generateContent", None),
         ("/v1beta/models/:generateContent", None),
         ("/v1beta/models/aria:generateContentx", None),
     ],
 )
 def test_a_templated_route_matches_one_segment_per_parameter(
-    path: str, params: dict[str, str] | None
+    path: str, params: tuple[str, dict[str, str]] | None
 ) -> None:
-    route = Route(GEMINI_FORMAT.routes[0].path, frozenset({"POST"}), _nothing)
-    assert route.is_template
-    found = route.pattern().fullmatch(path)
-    assert (found.groupdict() if found else None) == params
+    found = None
+    for format_route in GEMINI_FORMAT.routes:
+        route = Route(format_route.path, frozenset({"POST"}), _nothing)
+        assert route.is_template
+        match = route.pattern().fullmatch(path)
+        if match is not None:
+            found = (format_route.endpoint, match.groupdict())
+            break
+    assert found == params

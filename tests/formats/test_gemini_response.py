@@ -267,6 +267,7 @@ def test_paths_credentials_and_stream_flag() -> None:
     assert not paths.is_gemini_client({"authorization": "Bearer k"}, {})
     assert paths.owns_path("/v1beta/models") and paths.owns_path("/v1beta/anything/else")
     assert paths.owns_path("/v1/models/aria:embedContent")
+    assert paths.owns_path("/v1/models/../..:generateContent")
     assert not paths.owns_path("/v1/models") and not paths.owns_path("/v1/chat/completions")
 
 

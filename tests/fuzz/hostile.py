@@ -152,7 +152,7 @@ class Hostile:
     path: str
     headers: dict[str, str]
     body: bytes = b""
-    #: The wire format errors must come in: messages, openai, admin, or none (no body check).
+    #: The wire format errors must come in: messages, openai, google, admin, or none (no body check).
     shape: str = "openai"
     tags: list[str] = field(default_factory=list)
 
@@ -352,6 +352,24 @@ ADMIN_PATHS = [
     "/admin/api/usage/quality?from=not-a-date", "/admin/api/usage/quality?key_id=key_%00",
     "/admin/api/usage/quality?from=2026-12-31&to=2026-01-01", "/admin/api/usage/quality?status=" + "s" * 5000,
     "/admin/api/usage/quality?account_id=9223372036854775808",
+    "/admin/api/keys?after=%FF", "/admin/api/keys?after=1e400~key_a", "/admin/api/keys?after=99999999999999999~k",
+    "/admin/api/keys?limit=%C2%B2", "/admin/api/keys?q=%00%25%5C", "/admin/api/keys?q=" + "q" * 5000,
+    "/admin/api/keys?q=%27%20OR%201%3D1--", "/admin/api/keys?after=1.0~" + "k" * 101,
+    "/admin/api/providers/%00", "/admin/api/providers/" + "x" * 5000, "/admin/api/models/%FF/price",
+    "/admin/api/models/..%2f/deployments", "/admin/api/models/aria-haiku-4.5/price?effective_from=%FF",
+    "/admin/api/sso/callback?code=%00&state=" + "s" * 5000, "/admin/api/sso/login?invite=%FF%FE",
+    "/admin/api/sso/session", "/admin/api/sso?x=" + "y" * 5000,
+    "/admin/api/audit?since=not-a-date", "/admin/api/audit?until=2026-02-30", "/admin/api/audit?since=99999-01-01",
+    "/admin/api/audit?since=2026-01-01T25:61:00Z", "/admin/api/audit?since=2027-01-01&until=2026-01-01",
+    "/admin/api/audit?limit=99999999999999999999", "/admin/api/audit?limit=0", "/admin/api/audit?limit=%C2%B2",
+    "/admin/api/audit?cursor=-1", "/admin/api/audit?cursor=%FF", "/admin/api/audit?action=DROP%20TABLE",
+    "/admin/api/audit?actor=%00", "/admin/api/audit?target=" + "t" * 5000, "/admin/api/audit?account_id=x",
+    "/admin/api/audit?format=csv&since=%2B1", "/admin/api/audit?since=1970-01-01T00:00:00%2B99:99",
+    "/admin/api/accounts/1/ledger?limit=1e9", "/admin/api/accounts/1/ledger?cursor=%C2%B2",
+    "/admin/api/accounts/1/ledger?format=csv&cursor=99999999999999999999", "/admin/api/accounts/%C2%B2/ledger",
+    "/admin/api/accounts/1/statement?month=2026-13", "/admin/api/accounts/1/statement?month=%3D1%2B1",
+    "/admin/api/accounts/1/statement?month=9999-12", "/admin/api/accounts/9223372036854775808/statement",
+    "/admin/api/accounts/1/statement?month=0000-01&format=csv", "/admin/api/accounts/0/alerts",
     "/dashboard/%2e%2e%2f%2e%2e%2fetc%2fpasswd", "/dashboard/..%2fapp.js", "/dashboard/%00", "/dashboard/a/b/c.js",
 ]  # fmt: skip
 ADMIN_BODIES: list[tuple[str, str, Any]] = [
@@ -377,6 +395,85 @@ ADMIN_BODIES: list[tuple[str, str, Any]] = [
     ("PATCH", "/admin/api/accounts/1", {"name": "ok", "balance_uc": 10**9}),
     ("PATCH", "/admin/api/accounts/9223372036854775808", {"name": "far"}),
     ("PATCH", "/admin/api/accounts/%C2%B2", {"name": "odd"}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "tpm": -5}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "tpm": 0}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "tpm": 2**63}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "tpm": "abc"}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "tpm": 1.5}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "max_concurrency": True}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "max_concurrency": -1}),
+    ("POST", "/admin/api/keys", {"account_id": 1, "group": "Pro", "max_concurrency": 10**30}),
+    ("PATCH", "/admin/api/keys/key_nope", {"tpm": "5h=abc"}),
+    ("PATCH", "/admin/api/keys/key_nope", {"max_concurrency": [1]}),
+    # Upstreams (admin.providers, admin.model_routes): none of these may change anything.
+    ("POST", "/admin/api/providers", {"name": "x" * 300, "kind": "openai", "api_key": "sk-fuzz-0123456789"}),
+    ("POST", "/admin/api/providers", {"name": "p", "kind": "openai", "api_key": ["k"] * 100}),
+    ("POST", "/admin/api/providers", {"name": "p", "kind": "anthropic", "api_key": 5}),
+    ("POST", "/admin/api/providers", {"name": "p", "kind": "anthropic", "api_key": " padded-key-value "}),
+    ("POST", "/admin/api/providers", {"name": "p", "kind": "bedrock", "region": "nowhere-1", "aws_credentials": [{"access_key_id": "A" * 5}]}),
+    ("POST", "/admin/api/providers", {"name": "p", "kind": "bedrock", "aws_credentials": "all"}),
+    ("POST", "/admin/api/providers", {"name": "p", "kind": "openai", "api_key": "sk-fuzz-0123456789", "timeouts": {"connect": -1}}),
+    ("POST", "/admin/api/providers", {"name": "p", "kind": "openai", "api_key": "sk-fuzz-0123456789", "base_url": "ftp://x"}),
+    ("POST", "/admin/api/providers", {"name": "p", "kind": {"$gt": 1}}),
+    ("POST", "/admin/api/providers", {"name": None, "kind": "simulator"}),
+    ("POST", "/admin/api/providers", {"name": "p", "kind": "openai", "api_key_env": "stored:x:api_key:0"}),
+    ("POST", "/admin/api/providers", {"name": "simulator", "kind": "simulator"}),
+    ("POST", "/admin/api/providers", {"name": "\u0000p", "kind": "simulator"}),
+    ("PUT", "/admin/api/providers/simulator", {"kind": "nonsense"}),
+    ("PUT", "/admin/api/providers/simulator", {"kind": "simulator", "name": "other"}),
+    ("PATCH", "/admin/api/providers/simulator", {"max_concurrency": -1}),
+    ("PATCH", "/admin/api/providers/simulator", {"headers": {"x": 5}}),
+    ("DELETE", "/admin/api/providers/simulator", {}),
+    ("DELETE", "/admin/api/providers/nope", {}),
+    ("POST", "/admin/api/providers/simulator/test", {"model": 5}),
+    ("POST", "/admin/api/providers/simulator/test", {"other": "x"}),
+    ("POST", "/admin/api/providers/nope/test", {}),
+    ("PUT", "/admin/api/models/aria-haiku-4.5/deployments", {"deployments": [{"provider": "ghost", "upstream_model": "m"}]}),
+    ("PUT", "/admin/api/models/aria-haiku-4.5/deployments", {"deployments": [{"provider": "simulator", "upstream_model": "m", "weight": 0}]}),
+    ("PUT", "/admin/api/models/aria-haiku-4.5/deployments", {"deployments": "all"}),
+    ("PUT", "/admin/api/models/aria-haiku-4.5/deployments", {"deployments": [{}] * 100}),
+    ("PUT", "/admin/api/models/%00/deployments", {"deployments": []}),
+    ("DELETE", "/admin/api/models/aria-haiku-4.5/deployments", {}),
+    ("PUT", "/admin/api/models/aria-haiku-4.5/price", {"input": "NaN"}),
+    ("PUT", "/admin/api/models/aria-haiku-4.5/price", {"input": "sNaN"}),
+    ("PUT", "/admin/api/models/aria-haiku-4.5/price", {"input": "Infinity"}),
+    ("PUT", "/admin/api/models/aria-haiku-4.5/price", {"input": "1e400"}),
+    ("PUT", "/admin/api/models/aria-haiku-4.5/price", {"input": "-0.5"}),
+    ("PUT", "/admin/api/models/aria-haiku-4.5/price", {"input": "0.0000001"}),
+    ("PUT", "/admin/api/models/aria-haiku-4.5/price", {"input": 1, "effective_from": "yesterday"}),
+    ("PUT", "/admin/api/models/aria-haiku-4.5/price", {"input": 1, "effective_from": 1e308}),
+    ("PUT", "/admin/api/models/aria-haiku-4.5/price", {"input": 1, "effective_from": -5}),
+    ("PUT", "/admin/api/models/aria-haiku-4.5/price", {"input": [1]}),
+    ("PUT", "/admin/api/models/aria-haiku-4.5/price", {}),
+    ("PUT", "/admin/api/models/no-such-model/price", {"input": 1}),
+    ("DELETE", "/admin/api/models/aria-haiku-4.5/price", {}),
+    ("PUT", "/admin/api/aliases/%00", {"target": "aria-haiku-4.5"}),
+    ("PUT", "/admin/api/aliases/x", {"target": "nova-5.5", "extra": 1}),
+    ("PUT", "/admin/api/aliases/x", {"target": "no-such-model"}),
+    ("PUT", "/admin/api/aliases/aria-opus-5", {"target": "aria-haiku-4.5"}),
+    ("PUT", "/admin/api/aliases/" + "a" * 300, {"target": "aria-haiku-4.5"}),
+    ("DELETE", "/admin/api/aliases/opus", {}),
+    ("DELETE", "/admin/api/aliases/never-made", {}),
+    ("POST", "/admin/api/invites", {"account_id": 1, "role": "king"}),
+    ("POST", "/admin/api/invites", {"account_id": 2**70}),
+    ("POST", "/admin/api/invites", {"account_id": 1, "email": "e" * 10_000}),
+    ("POST", "/admin/api/invites", {"account_id": "1", "token": "mg-inv-mine"}),
+    ("DELETE", "/admin/api/invites/%00", {}),
+    ("DELETE", "/admin/api/invites/" + "i" * 5000, {}),
+    ("PATCH", "/admin/api/accounts/1/members/person_%00", {"role": 5}),
+    ("PATCH", "/admin/api/accounts/1/members/x", {"role": "owner", "account_id": 2}),
+    ("DELETE", "/admin/api/accounts/%C2%B2/members/x", {}),
+    ("POST", "/admin/api/accounts/1/adjustments", {"amount": "-1e5", "note": "x"}),
+    ("POST", "/admin/api/accounts/1/adjustments", {"amount_uc": -(2**70), "note": "x"}),
+    ("POST", "/admin/api/accounts/1/adjustments", {"amount_uc": 0, "note": "x"}),
+    ("POST", "/admin/api/accounts/1/adjustments", {"amount_uc": 5}),
+    ("POST", "/admin/api/accounts/1/adjustments", {"amount": "--5", "note": "=cmd"}),
+    ("POST", "/admin/api/accounts/1/adjustments", {"amount": "1", "amount_uc": 1, "note": "both"}),
+    ("POST", "/admin/api/accounts/1/adjustments", {"amount_uc": -5, "note": "n" * 10_000}),
+    ("PUT", "/admin/api/accounts/1/alerts", {"low_balance": "-1"}),
+    ("PUT", "/admin/api/accounts/1/alerts", {"low_balance_uc": 2**64}),
+    ("PUT", "/admin/api/accounts/1/alerts", {"low_balance": "1", "low_balance_uc": 1}),
+    ("PUT", "/admin/api/accounts/1/alerts", {"threshold": 5}),
 ]  # fmt: skip
 #: Credentials /health reads (public view without one, details with an operator token).
 HEALTH_CREDENTIALS = [
@@ -545,18 +642,132 @@ def state_requests(keys: dict[str, str], rng: random.Random) -> Iterator[Hostile
             yield Hostile("POST", path, headers, raw, tags=tags)
 
 
+#: Gemini API paths: hostile models and methods in the path (decoded by the server before
+#: routing: ``%2F`` becomes ``/``), and hostile query strings (the key and ``alt`` live there).
+GEMINI_MODELS = [
+    "aria-haiku-4.5", "aria-haiku-4.5", "aria-sonnet-4.6", "nova-5.5", "..%2F..", "models%2Faria-haiku-4.5",
+    "%00", "%FF", "x" * 3000, "aria-haiku-4.5%3AcountTokens", "a/b", "", "%20", "nova-5.5%0D%0Ax-a: b",
+]  # fmt: skip
+GEMINI_METHODS = [
+    "generateContent", "generateContent", "streamGenerateContent", "countTokens", "embedContent",
+    "GENERATECONTENT", "generateContent:x", "", "batchGenerateContent",
+]  # fmt: skip
+GEMINI_QUERIES = [
+    "", "alt=json", "alt=" + "s" * 5000, "alt=sse&alt=json", "key=", "key=%FF", "key=sk-cs4-short",
+    "&".join(f"p{i}=x" for i in range(400)), "%FF=%FF", "x=" + "%" * 3000, "pageSize=-1", "$fields=a",
+]  # fmt: skip
+GEMINI_PARTS: list[Any] = [
+    {"text": 5}, {"text": "x", "inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgo="}},
+    {"inlineData": {"mimeType": 5, "data": "!!"}}, {"inlineData": {"mimeType": "image/png", "data": "@@@"}},
+    {"inlineData": {"mimeType": "application/pdf", "data": "JVBERi0="}}, {"inlineData": 5},
+    {"fileData": {"fileUri": 5}}, {"fileData": {"mimeType": "image/png", "fileUri": "gs://b/x.png"}},
+    {"functionCall": {"name": 5, "args": "x"}}, {"functionCall": {"name": "f", "args": [1], "id": 5}},
+    {"functionResponse": {"name": None, "response": 5}}, {"functionResponse": {"name": "f", "response": {}}},
+    {"thought": "yes", "text": "x"}, {"thoughtSignature": 5, "text": "x"}, {"thought": True, "text": "t"},
+    {"executableCode": {"code": 5}}, {"codeExecutionResult": {}}, {}, 5, None, [], "text",
+    {"text": "a", "text_": "b"}, {"text": "x", "video_metadata": {"fps": "x"}},
+]  # fmt: skip
+GEMINI_FIELDS: list[tuple[str, list[Any]]] = [
+    ("contents", [5, None, {}, [], [5], [{"role": 5}], [{"role": "system", "parts": [{"text": "x"}]}],
+                  [{"role": "model", "parts": []}], [{"parts": 5}], [{"role": "user", "parts": "hi"}]]),
+    ("systemInstruction", [5, "x", {"parts": 5}, {"parts": [{"text": 5}]}, {"role": "user", "parts": [None]}]),
+    ("generationConfig", [5, [], {"maxOutputTokens": -1}, {"maxOutputTokens": 0}, {"maxOutputTokens": 2**40},
+                          {"maxOutputTokens": "16"}, {"maxOutputTokens": 1.5}, {"candidateCount": 2},
+                          {"temperature": 5}, {"topP": -1}, {"topK": "x"}, {"stopSequences": "x"},
+                          {"responseMimeType": 5}, {"responseSchema": 5}, {"thinkingConfig": {"thinkingBudget": -5}},
+                          {"thinkingConfig": {"thinkingLevel": "ultra"}}, {"responseModalities": ["AUDIO"]},
+                          {"maxOutputTokens": 16, "max_output_tokens": 16}, {"seed": 2**70}]),
+    ("generation_config", [5, {"max_output_tokens": 10**30}]),
+    ("tools", [5, [5], [{}], [{"functionDeclarations": 5}], [{"functionDeclarations": [{"name": 5}]}],
+               [{"functionDeclarations": [{"name": "f", "parameters": 5}]}], [{"googleSearch": 5}],
+               [{"googleSearch": {}}], [{"codeExecution": {}}], [{"googleSearchRetrieval": {}}], [{"urlContext": {}}]]),
+    ("toolConfig", [5, {"functionCallingConfig": {"mode": "NOPE"}}, {"functionCallingConfig": 5},
+                    {"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": [5]}}]),
+    ("safetySettings", [5, [{"category": 5, "threshold": None}]]),
+    ("cachedContent", ["cachedContents/x", 5]),
+    ("labels", [5, {"a": 5}]),
+]  # fmt: skip
+
+
+def gemini_body(rng: random.Random, tags: list[str]) -> bytes:
+    body: dict[str, Any] = {
+        "contents": [{"role": "user", "parts": [{"text": "hello there"}]}],
+        "generationConfig": {"maxOutputTokens": 16},
+    }
+    for _ in range(rng.randint(1, 3)):
+        roll = rng.randrange(5)
+        if roll < 2:
+            name, values = rng.choice(GEMINI_FIELDS)
+            body[name] = rng.choice(values)
+            tags.append(f"gemini-field:{name}")
+        elif roll == 2:
+            parts = [rng.choice(GEMINI_PARTS) for _ in range(rng.randint(1, 3))]
+            body["contents"] = [{"role": rng.choice(["user", "model", "function", 5]), "parts": parts}]
+            tags.append("gemini-parts")
+        elif roll == 3:
+            body["generateContentRequest"] = rng.choice([5, {}, {"contents": 5}, dict(body)])
+            tags.append("gemini-count-wrapper")
+        else:
+            depth = rng.choice([100, 260, 600])
+            body["labels"] = json.loads("[" * depth + "]" * depth)
+            tags.append(f"depth:{depth}")
+    return encode(body, rng, tags)
+
+
+def gemini_requests(keys: dict[str, str], rng: random.Random) -> Iterator[Hostile]:
+    """The Gemini API's routes: hostile path models and methods, query strings, bodies, keys
+    in ``x-goog-api-key`` or ``?key=``; refusals in Google's shape."""
+    while True:
+        tags = ["gemini"]
+        version = rng.choice(["v1beta", "v1"])
+        key = rng.choice([keys["Basic"], keys["Basic"], keys["Nova"], "sk-cs4-" + "A" * 38, "nonsense"])
+        query = [rng.choice(GEMINI_QUERIES)] if rng.random() < 0.4 else []
+        headers = {"content-type": "application/json"}
+        if rng.random() < 0.1:
+            tags.append("no-key")
+        elif rng.random() < 0.5:
+            headers["x-goog-api-key"] = key
+        else:
+            query.append(f"key={key}")
+        if rng.random() < 0.15:
+            tail = rng.choice(["", "/" + rng.choice(GEMINI_MODELS), "/aria-haiku-4.5"])
+            query.append(rng.choice(["pageSize=" + rng.choice(["1", "0", "-5", "1e9", "9" * 30]), "pageToken=%FF",
+                                     "pageToken=" + "x" * 4000, "pageToken=bzU"]))  # fmt: skip
+            path = f"/{version}/models{tail}?" + "&".join(query)
+            # /v1/models and /v1/models/{id} are shared: a client that sends no key the Gemini
+            # way (header or ?key=) is answered as an OpenAI one; a colon in the path is Gemini's.
+            claimed = "x-goog-api-key" in headers or any(q.startswith("key=") for q in query)
+            shared = version == "v1" and "%3A" not in tail
+            shape = "openai" if shared and not claimed else "google"
+            yield Hostile("GET", path, headers, shape=shape, tags=[*tags, "gemini-models"])
+            continue
+        method = rng.choice(GEMINI_METHODS)
+        if method == "streamGenerateContent" and rng.random() < 0.8:
+            query.append("alt=sse")
+        path = f"/{version}/models/{rng.choice(GEMINI_MODELS)}:{method}"
+        if query:
+            path += "?" + "&".join(query)
+        http_method = "POST" if rng.random() < 0.95 else rng.choice(["GET", "PUT", "DELETE"])
+        yield Hostile(http_method, path, headers, gemini_body(rng, tags), "google", tags)
+
+
 def hostile_requests(keys: dict[str, str], admin: str, seed: int) -> Iterator[Hostile]:
-    """An endless mix: three in four aim at the model endpoints, one in ten at stored state, one
-    in twenty at a key's own view and rules (``hostile_keys``, when ``keys`` has its keys)."""
+    """An endless mix: about two in three aim at the model endpoints, one in ten at the Gemini
+    API, one in ten at stored state, one in twenty at a key's own view and rules
+    (``hostile_keys``, when ``keys`` has its keys)."""
     from tests.fuzz.hostile_keys import key_requests
 
     rng = random.Random(seed)
     models = model_requests(keys, rng)
     others = other_requests(keys, admin, rng)
     state = state_requests(keys, rng)
+    gemini = gemini_requests(keys, rng)
     own = key_requests(keys, admin, rng) if "Restricted" in keys else others
     while True:
         roll = rng.random()
+        if roll < 0.1:
+            yield next(gemini)
+            continue
         if roll < 0.75:
             yield next(models)
         elif roll < 0.85:

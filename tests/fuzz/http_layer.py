@@ -21,6 +21,10 @@ PATHS = {
     "/v1/models": "client",
     "/nope": "client",
     "/admin/api/keys": "admin",
+    # The Gemini API's routes (the key in the query never reaches the refusal or a log).
+    "/v1beta/models/aria-haiku-4.5:generateContent?key=sk-cs4-" + "Q" * 38: "google",
+    "/v1/models/aria-haiku-4.5:streamGenerateContent?alt=sse": "google",
+    "/v1/models/..%2F..:countTokens": "google",
 }
 #: Heads broken after a good request line; ``{tail}`` is where the request's own headers go.
 BROKEN_HEADS = [
@@ -55,7 +59,7 @@ BROKEN_VERSIONS = [b"HTTP/1.1x", b"HTTP/9", b"HTTP/1.1 extra", b"http/1.1", b"HT
 class RawCase:
     raw: bytes
     path: str
-    #: ``messages``, ``openai`` or ``admin``: the shape the 4xx body must have.
+    #: ``messages``, ``openai``, ``google`` or ``admin``: the shape the 4xx body must have.
     shape: str
     what: str
 

@@ -42,7 +42,11 @@ def check_shape(item: Hostile, response: httpx.Response) -> None:
     if item.shape == "none" or item.method == "HEAD":
         return
     body = orjson.loads(response.content)
-    if item.shape == "messages":
+    if item.shape == "google":
+        error = body["error"]
+        assert set(body) == {"error"} and error["code"] == response.status_code, body
+        assert isinstance(error["message"], str) and isinstance(error["status"], str), body
+    elif item.shape == "messages":
         assert body["type"] == "error" and isinstance(body["error"]["message"], str), body
         assert isinstance(body["error"]["type"], str)
     elif item.shape == "openai":
@@ -194,6 +198,11 @@ def test_hostile_requests_are_answered_in_format_and_never_charged(
                 row[0] for row in db.execute("SELECT request_id FROM usage_records WHERE charged_uc > 0")
             }
         assert not refused & charged_ids, refused & charged_ids
+        with gateway.db() as db:  # every hostile upstream change was refused: nothing stored
+            stored = db.execute(
+                "SELECT (SELECT COUNT(*) FROM upstream_entries) + (SELECT COUNT(*) FROM model_prices)"
+            )
+            assert stored.fetchone()[0] == 0
         ledger = gateway.ledger(seeded.account_id)
         assert ledger["pending"] == 0
         assert_ledger_invariant(ledger)

@@ -26,7 +26,11 @@ def check(case: RawCase, status: int, content_type: str, body: bytes) -> None:
     assert 400 <= status < 500, f"{status} for {where}: {body[:300]!r}"
     assert content_type.startswith("application/json"), f"{content_type} for {where}"
     parsed = orjson.loads(body)
-    if case.shape == "messages":
+    if case.shape == "google":
+        assert set(parsed) == {"error"} and parsed["error"]["code"] == status, (where, parsed)
+        assert isinstance(parsed["error"]["status"], str), (where, parsed)
+        assert "sk-cs4-" not in body.decode("utf-8", "replace"), (where, parsed)
+    elif case.shape == "messages":
         assert parsed["type"] == "error" and isinstance(parsed["error"]["type"], str), (where, parsed)
     elif case.shape == "openai":
         assert "type" not in parsed, (where, parsed)

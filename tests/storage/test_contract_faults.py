@@ -295,11 +295,17 @@ async def test_sqlite_write_failing_at_each_step_of_a_settle(sqlite: SqliteStore
         request = hold(key, 1_000)
         assert isinstance(await store.reserve(request), Reservation)
         outcome, fired = await _with_failure_at(store, step, store.settle(usage_of(request, 600)))
-        if outcome is None:
+        if outcome is None and await store.pending_reservations() == 0:
+            # Interrupted inside COMMIT after the commit was made: reported as failed though it
+            # landed, as a lost acknowledgement would be. The retry the ledger makes then changes
+            # nothing, and the request was charged once.
             failed += 1
-            assert await store.pending_reservations() == 1, f"step {step}: the hold is gone"
+            assert not (await store.settle(usage_of(request, 600))).applied, f"step {step}"
+        elif outcome is None:
+            failed += 1
             outcome = await until_it_lands(functools.partial(store.settle, usage_of(request, 600)))
-        assert isinstance(outcome, Settlement) and outcome.applied and outcome.charged_uc == 600
+        if outcome is not None:
+            assert isinstance(outcome, Settlement) and outcome.applied and outcome.charged_uc == 600
         charged += 600
         assert not (await store.settle(usage_of(request, 600))).applied
         await settled_once(store, usage_of(request, 600), 600)

@@ -17,9 +17,11 @@ from tests.workers.clock import FileClock
 
 
 class WorkersGateway(GatewayProcess):
-    def __init__(self, root: Path, *, workers: int = 2, clocked: bool = False, **sections: Any) -> None:
+    def __init__(
+        self, root: Path, extra: str = "", *, workers: int = 2, clocked: bool = False, **sections: Any
+    ) -> None:
         server = {"workers": workers, **sections.pop("server", {})}
-        super().__init__(root, server=server, **sections)
+        super().__init__(root, extra, server=server, **sections)
         self.workers = workers
         #: With ``clocked``, every worker reads the time from this clock (tests move it).
         self.clock: FileClock | None = None

@@ -15,6 +15,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from modelgate.admin import query, schemas
+from modelgate.admin.audit import AuditEndpoints, request_actor
 from modelgate.admin.auth import Principal, authenticate
 from modelgate.admin.context import AdminContext
 from modelgate.admin.dashboard import dashboard_routes
@@ -23,16 +24,25 @@ from modelgate.admin.http import (
     Handler,
     bad_request,
     conflict,
+    error_response,
     json_response,
     parse_body,
     path_int,
     query_int,
     route,
 )
+from modelgate.admin.key_limits import held_limit_changes
+from modelgate.admin.key_pages import key_page_query, next_cursor
+from modelgate.admin.ledger import LedgerEndpoints
+from modelgate.admin.members import MemberEndpoints
 from modelgate.admin.openapi import openapi_document
+from modelgate.admin.sessions import Sessions
+from modelgate.admin.sso import SsoEndpoints
 from modelgate.admin.tokens import TokenEndpoints
+from modelgate.admin.upstream_routes import upstream_routes
 from modelgate.admin.usage import UsageEndpoints
 from modelgate.admin.usage_quality import QualityEndpoints
+from modelgate.audit.actor import acting
 from modelgate.clock import month_of
 from modelgate.management import (
     ConflictError,
@@ -72,6 +82,11 @@ class AdminAPI:
         self.usage = UsageEndpoints(self.context)
         self.tokens = TokenEndpoints(self.context)
         self.quality = QualityEndpoints(self.context, self.usage)
+        self.sessions = Sessions(services.people, services.digester, services.clock, services.settings.sso)
+        self.sso = SsoEndpoints(self.context, self.sessions)
+        self.members = MemberEndpoints(self.context, self.sessions)
+        self.audit = AuditEndpoints(self.context)
+        self.ledger = LedgerEndpoints(self.context)
 
     @property
     def management(self) -> Management:
@@ -84,16 +99,32 @@ class AdminAPI:
 
         async def run(request: Request) -> Response:
             principal = await authenticate(
-                request, self.services.tokens, self.services.digester, self.services.clock, resolution
+                request,
+                self.services.tokens,
+                self.services.digester,
+                self.services.clock,
+                resolution,
+                self.sessions,
             )
-            try:
-                return await handler(request, principal)
-            except NotFoundError as exc:  # pragma: no cover - lookups below raise their own 404s
-                raise AdminError(404, "not_found_error", str(exc)) from None
-            except (ConflictError, Conflict) as exc:
-                raise conflict(str(exc)) from None
-            except ManagementError as exc:
-                raise bad_request(str(exc)) from None
+            # Every write reached from here records this caller (a token's id, or the signed-in
+            # person by name), request and client (audit.actor).
+            with acting(request_actor(request, principal.actor)) as actor:
+                try:
+                    response = await handler(request, principal)
+                    response.headers["x-request-id"] = actor.request_id
+                except NotFoundError as exc:  # pragma: no cover - lookups below raise their own 404s
+                    response = error_response(AdminError(404, "not_found_error", str(exc)))
+                except (ConflictError, Conflict) as exc:
+                    response = error_response(conflict(str(exc)))
+                except ManagementError as exc:
+                    response = error_response(bad_request(str(exc)))
+                except AdminError as error:
+                    response = error_response(error)
+            if principal.renewed_session is not None and principal.session is not None:
+                # Whatever the answer, it carries the session's new id (the old one ends soon),
+                # unless the handler set the cookie itself (sign-out clears it).
+                self.sessions.renew_cookie(response, principal.renewed_session, principal.session.expires_at)
+            return response
 
         return run
 
@@ -112,6 +143,8 @@ class AdminAPI:
             {
                 "token_id": principal.token_id,
                 "scope": "operator" if principal.is_operator else "account",
+                "actor": principal.actor,
+                "role": principal.session_role,
                 "account": account,
                 "now": schemas.when(now),
                 "month": month_of(now),
@@ -175,9 +208,19 @@ class AdminAPI:
         if account_id is not None:
             account_id = (await self.context.account(principal, account_id)).id
         month = self.context.month(request)
-        records = await self.key_records.list_keys(account_id)
+        page = key_page_query(request)
+        records = await self.key_records.key_page(
+            account_id, limit=page.limit + 1, after=page.after, search=page.search
+        )
+        # A member sees only their own keys: the page is cut first, so it may hold fewer than
+        # ``limit`` (the cursor still walks the account's keys in order).
+        shown = await self.context.visible_keys(principal, records[: page.limit])
         return json_response(
-            {"month": month, "data": await self.context.key_views(records, month, account_id)}
+            {
+                "month": month,
+                "data": await self.context.key_views(shown, month, account_id),
+                "next_cursor": next_cursor(records, page.limit),
+            }
         )
 
     async def key_create(self, request: Request, principal: Principal) -> Response:
@@ -194,10 +237,14 @@ class AdminAPI:
             rpm=body.rpm,
             models=body.allowed_models,
             monthly_cap_uc=cap,
+            tpm=body.tpm,
+            max_concurrency=body.max_concurrency,
             expires_at=None if body.expires_at is None else parse_expiry(body.expires_at),
             allowed_ips=body.allowed_ips,
         )
         record = self._applied(issued.record)
+        if principal.person is not None:  # a person's key: theirs to manage even as a member
+            await self.services.people.set_key_owner(record.id, principal.person.id, account.id)
         return json_response(
             await self.context.key_view(record, self.context.month(request), issued.secret), 201
         )
@@ -219,6 +266,7 @@ class AdminAPI:
             raise bad_request("name: must be a string")
         if "rpm" in given and body.rpm is None:
             raise bad_request("rpm: must be an integer")
+        limits = held_limit_changes(record, body, given, principal.is_operator)
         updated = await self.management.update_key(
             record,
             name=body.name,
@@ -226,6 +274,7 @@ class AdminAPI:
             models=models if "allowed_models" in given else None,
             monthly_cap_uc=cap,
             clear_cap=cap_given and cap is None,
+            **limits,
             expires_at=None if body.expires_at is None else parse_expiry(body.expires_at),
             clear_expiry="expires_at" in given and body.expires_at is None,
             allowed_ips=(body.allowed_ips or []) if "allowed_ips" in given else None,
@@ -270,6 +319,21 @@ class AdminAPI:
         return [
             route(f"{PREFIX}/openapi.json", {"GET": openapi}),
             route(f"{PREFIX}/me", {"GET": a(self.me)}),
+            route(f"{PREFIX}/sso", {"GET": self.sso.status}),
+            route(f"{PREFIX}/sso/login", {"GET": self.sso.login}),
+            route(f"{PREFIX}/sso/callback", {"GET": self.sso.callback}),
+            route(f"{PREFIX}/sso/session", {"GET": a(self.sso.session)}),
+            route(f"{PREFIX}/sso/logout", {"POST": a(self.sso.logout)}),
+            route(f"{PREFIX}/accounts/{{account_id}}/members", {"GET": a(self.members.list)}),
+            route(
+                f"{PREFIX}/accounts/{{account_id}}/members/{{person_id}}",
+                {"PATCH": a(self.members.update), "DELETE": a(self.members.remove)},
+            ),
+            route(
+                f"{PREFIX}/invites",
+                {"GET": a(self.members.invites_list), "POST": a(self.members.invite_create)},
+            ),
+            route(f"{PREFIX}/invites/{{invite_id}}", {"DELETE": a(self.members.invite_revoke)}),
             route(f"{PREFIX}/accounts", {"GET": a(self.accounts_list), "POST": a(self.accounts_create)}),
             route(
                 f"{PREFIX}/accounts/{{account_id}}",
@@ -290,6 +354,9 @@ class AdminAPI:
             route(f"{PREFIX}/usage/daily", {"GET": a(self.usage.daily)}),
             route(f"{PREFIX}/usage/top-keys", {"GET": a(self.usage.top_keys)}),
             route(f"{PREFIX}/usage/quality", {"GET": a(self.quality.daily)}),
+            *upstream_routes(self.services, PREFIX, a),
+            *self.audit.routes(PREFIX, a),
+            *self.ledger.routes(PREFIX, a),
             route(PREFIX + "/{rest:path}", {m: unknown for m in ("GET", "POST", "PATCH", "PUT", "DELETE")}),
         ]
 

@@ -15,6 +15,10 @@ refused by every instance from the next request on, whichever process revoked it
 is written at most once per ``admin.token_last_used_resolution_seconds`` per token (a conditional
 update, so racing instances write once); a failed write never fails the request.
 
+A person signed in with single sign-on (``admin.sso``) is authenticated by the session cookie
+instead (``admin.sessions``: CSRF token on writes); an ``Authorization`` header always wins, so
+automation with admin tokens works as before.
+
 Visibility rule: anything outside the caller's account is reported exactly like something that does
 not exist (same 404, same message form), so an account token cannot learn whether another
 account's ids exist.
@@ -29,9 +33,11 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from modelgate.admin.http import AdminError, forbidden, not_found
+from modelgate.admin.sessions import Sessions
 from modelgate.clock import Clock
 from modelgate.keys import ACCOUNT_TOKEN_PREFIX, OPERATOR_TOKEN_PREFIX, Digester, is_well_formed_admin_token
 from modelgate.storage.base import AdminTokenStore, StorageError
+from modelgate.storage.people import AdminSession, Person, SessionRole
 
 log = logging.getLogger("modelgate.admin")
 
@@ -47,10 +53,39 @@ class Principal:
     token_id: str
     #: None: operator (every account); otherwise the only account this caller can see.
     account_id: int | None
+    #: The person signed in to a dashboard session (None: an admin token).
+    person: Person | None = None
+    #: A session's role: ``operator``, ``owner`` or ``member`` (None: an admin token, whose
+    #: scope alone says what it may do; an account token acts as an owner).
+    session_role: SessionRole | None = None
+    #: The signed-in session itself (None: an admin token).
+    session: AdminSession | None = None
+    #: The session's new id when it was rotated by this request: the answer sets it as the cookie.
+    renewed_session: str | None = None
 
     @property
     def is_operator(self) -> bool:
         return self.account_id is None
+
+    @property
+    def is_member(self) -> bool:
+        """A member (not an owner) of the account: manages only the keys they created."""
+        return self.session_role == "member"
+
+    @property
+    def actor(self) -> str:
+        """Who acts, as the audit log names them: the person (name and email) or the token id."""
+        person = self.person
+        if person is None:
+            return self.token_id
+        if person.name and person.email:
+            return f"{person.name} <{person.email}>"
+        return person.email or person.name or person.id
+
+    def require_owner(self) -> None:
+        """Owners (and account tokens, and operators) only: members are refused."""
+        if self.is_member:
+            raise forbidden("this operation needs an owner of the account")
 
     def require_operator(self) -> None:
         if not self.is_operator:
@@ -71,8 +106,27 @@ def bearer_token(request: Request) -> str:
 
 
 async def authenticate(
-    request: Request, store: AdminTokenStore, digester: Digester, clock: Clock, touch_resolution: float
+    request: Request,
+    store: AdminTokenStore,
+    digester: Digester,
+    clock: Clock,
+    touch_resolution: float,
+    sessions: Sessions | None = None,
 ) -> Principal:
+    """The admin token in ``Authorization`` or, without one, the signed-in session's cookie."""
+    if sessions is not None and "authorization" not in request.headers:
+        found = await sessions.find(request)
+        if found is not None:
+            session, renewed = found
+            sessions.check_csrf(request, session)
+            return Principal(
+                token_id=f"person:{session.person.id}",
+                account_id=session.account_id,
+                person=session.person,
+                session_role=session.role,
+                session=session,
+                renewed_session=renewed,
+            )
     token = bearer_token(request)
     if not is_well_formed_admin_token(token):
         raise _unauthorized("invalid admin token: not a well-formed mg-op-/mg-acct- token")

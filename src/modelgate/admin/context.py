@@ -22,6 +22,10 @@ from modelgate.storage.reports import KeyActivity
 _IDLE = KeyActivity(0, 0, None)
 
 
+#: Up to this many keys, their activity is asked for by id; beyond, for the whole scope.
+KEY_ACTIVITY_BY_ID = 500
+
+
 class AdminContext:
     def __init__(self, services: Services) -> None:
         self.services = services
@@ -58,9 +62,23 @@ class AdminContext:
 
     async def key(self, principal: Principal, key_id: str) -> KeyRecord:
         try:
-            return await self.management.key(key_id, account_id=principal.account_id)
+            record = await self.management.key(key_id, account_id=principal.account_id)
         except NotFoundError:
             raise not_found("key", key_id) from None
+        if principal.is_member and not await self.owns(principal, record.id):
+            raise not_found("key", key_id)  # a member sees only their own keys
+        return record
+
+    async def owns(self, principal: Principal, key_id: str) -> bool:
+        person = principal.person
+        return person is not None and await self.services.people.key_owner(key_id) == person.id
+
+    async def visible_keys(self, principal: Principal, records: list[KeyRecord]) -> list[KeyRecord]:
+        """The records this caller may see: all of them, or a member's own."""
+        if not principal.is_member or principal.person is None or principal.account_id is None:
+            return records
+        own = set(await self.services.people.owned_keys(principal.person.id, principal.account_id))
+        return [r for r in records if r.id in own]
 
     async def token(self, principal: Principal, token_id: str) -> AdminToken:
         try:
@@ -88,7 +106,9 @@ class AdminContext:
     async def key_views(
         self, records: list[KeyRecord], month: str, account_id: int | None
     ) -> list[dict[str, Any]]:
-        activity = await self.reports.key_activity(month, account_id)
+        # A page of keys asks only for its own keys' activity (each an index seek or two).
+        page = [k.id for k in records] if len(records) <= KEY_ACTIVITY_BY_ID else None
+        activity = await self.reports.key_activity(month, account_id, page)
         now = self.now()
         return [schemas.key_view(k, month, activity.get(k.id, _IDLE), now) for k in records]
 

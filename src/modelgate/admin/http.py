@@ -24,6 +24,8 @@ ErrorType = Literal[
     "method_not_allowed",
     "conflict_error",
     "request_too_large",
+    "upstream_error",
+    "rate_limit_error",
 ]
 MAX_BODY_BYTES = 64 * 1024
 NO_STORE = {"cache-control": "no-store", "x-content-type-options": "nosniff"}

@@ -10,15 +10,17 @@ from functools import cache
 from typing import Any
 
 from modelgate import __version__
-from modelgate.admin import schemas
+from modelgate.admin import openapi_people, schemas
 from modelgate.admin.openapi_schemas import RESPONSE_SCHEMAS, ref
+from modelgate.admin.openapi_sso import SSO_PATHS, SSO_SCHEMAS, sso_request_schemas
+from modelgate.admin.openapi_upstreams import upstream_components, upstream_paths
 
 _REF = "#/components/schemas/{model}"
 
 
 _ERRORS = {
     "400": "Invalid request (bad JSON, unknown or invalid field; the message names the field)",
-    "401": "Missing, malformed or unknown admin token",
+    "401": "Missing, malformed or unknown admin token (or session)",
     "403": "Needs an operator token",
     "404": "No such id, or not visible to this token (indistinguishable)",
     "405": "Method not allowed on this path",
@@ -87,7 +89,7 @@ _LABEL = {"type": "string", "pattern": "^[A-Za-z0-9._:/-]{1,100}$"}
 _FILTERS = [
     *_SCOPE,
     _query("model", _LABEL, "canonical model id"),
-    _query("endpoint", _LABEL, "messages, count_tokens, chat or responses"),
+    _query("endpoint", _LABEL, "messages, count_tokens, chat, responses or generate_content"),
     _query("status", _LABEL, "usage status, e.g. ok, client_disconnected, upstream_rate_limit"),
     _query("from", _DAY, "first UTC day (inclusive)"),
     _query("to", _DAY, "last UTC day (inclusive)"),
@@ -102,9 +104,10 @@ _CSV = {
 
 @cache
 def openapi_document() -> dict[str, Any]:
-    components: dict[str, Any] = dict(RESPONSE_SCHEMAS)
+    components: dict[str, Any] = {**RESPONSE_SCHEMAS, **SSO_SCHEMAS}
     for model in schemas.REQUEST_MODELS:
         components[model.__name__] = model.model_json_schema(ref_template=_REF)
+    components.update(sso_request_schemas(_REF))
     paths: dict[str, Any] = {
         "/admin/api/me": {
             "get": _op("getMe", "The calling token's scope (and account)", ("200", "Me"), errors=("401",))
@@ -203,6 +206,17 @@ def openapi_document() -> dict[str, Any]:
                 params=[
                     _query("account_id", {"type": "integer"}, "operator: one account; default all"),
                     _MONTH,
+                    _query(
+                        "limit",
+                        {"type": "integer", "minimum": 1, "maximum": 1000},
+                        "keys per page (default 100)",
+                    ),
+                    _query("after", {"type": "string"}, "next_cursor of the previous page"),
+                    _query(
+                        "q",
+                        {"type": "string", "maxLength": 100},
+                        "name, id or key prefix contains (any case)",
+                    ),
                 ],
                 errors=("400", "401", "404"),
             ),
@@ -319,6 +333,11 @@ def openapi_document() -> dict[str, Any]:
             )
         },
     }
+    paths.update(upstream_paths())
+    components.update(upstream_components())
+    paths.update(SSO_PATHS)
+    paths.update(openapi_people.PATHS)
+    components.update(openapi_people.SCHEMAS)
     return {
         "openapi": "3.1.0",
         "info": {
@@ -330,11 +349,14 @@ def openapi_document() -> dict[str, Any]:
                 "exactly like a missing id. Money: *_uc integers in micro-credits plus credits strings."
             ),
         },
-        "security": [{"adminToken": []}],
+        "security": [{"adminToken": []}, {"session": []}],
         "paths": paths,
         "components": {
             "schemas": components,
-            "securitySchemes": {"adminToken": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "adminToken": {"type": "http", "scheme": "bearer"},
+                "session": {"type": "apiKey", "in": "cookie", "name": "mg_session"},
+            },
             "responses": {
                 f"E{code}": {
                     "description": text,

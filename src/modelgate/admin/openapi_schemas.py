@@ -45,6 +45,8 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
                             "method_not_allowed",
                             "conflict_error",
                             "request_too_large",
+                            "upstream_error",
+                            "rate_limit_error",
                         ],
                     },
                     "message": _STR,
@@ -107,6 +109,8 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
         {
             "token_id": _STR,
             "scope": {"type": "string", "enum": ["operator", "account"]},
+            "actor": {"type": "string", "description": "who acts: the signed-in person, or the token id"},
+            "role": {"type": ["string", "null"], "enum": ["operator", "owner", "member", None]},
             "account": {"oneOf": [ref("Account"), {"type": "null"}]},
             "now": {**_TIME, "description": "the server's clock"},
             "month": {"type": "string", "description": "the current UTC month, YYYY-MM"},
@@ -140,6 +144,14 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
                 "type": "boolean",
                 "description": "the secret replaced by the last rotation still works (never for a revoked key)",
             },
+            "tpm": {
+                "type": ["integer", "null"],
+                "description": "input + output tokens per rolling minute; null: no limit",
+            },
+            "max_concurrency": {
+                "type": ["integer", "null"],
+                "description": "requests in flight at once; null: no limit",
+            },
             "expires_at": {**_TIME_OR_NULL, "description": "refused from this instant on; null: never"},
             "expired": {"type": "boolean", "description": "expires_at has passed: the key is refused (401)"},
             "allowed_ips": {
@@ -155,7 +167,13 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
             _obj({"secret": {"type": "string", "description": "sk-cs4-…; shown once, store it now"}}),
         ]
     },
-    "KeyList": _obj({"month": _STR, "data": {"type": "array", "items": ref("Key")}}),
+    "KeyList": _obj(
+        {
+            "month": _STR,
+            "data": {"type": "array", "items": ref("Key")},
+            "next_cursor": {"type": ["string", "null"], "description": "pass as after for the next page"},
+        }
+    ),
     "UsageRecord": _obj(
         {
             "request_id": _STR,

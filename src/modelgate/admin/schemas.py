@@ -22,6 +22,8 @@ from modelgate.storage.base import MAX_UC, Account, AdminToken, KeyRecord, Usage
 from modelgate.storage.reports import DailyUsage, KeyActivity, KeySpend
 
 MAX_RPM = 1_000_000
+#: The largest token or concurrency limit (``management.MAX_LIMIT``).
+MAX_LIMIT = 2**31 - 1
 MAX_GRACE_SECONDS = 90 * 86400
 Name = Annotated[str, StringConstraints(max_length=100)]
 # ASCII digits only (\d would admit other scripts' digits); amounts are bounded by MAX_UC.
@@ -80,6 +82,12 @@ class KeyCreate(Body):
     )
     monthly_cap: Credits | None = Field(default=None, description="Credits per UTC month.")
     monthly_cap_uc: Micro | None = Field(default=None, description="Micro-credits per UTC month.")
+    tpm: Annotated[int, Field(ge=1, le=MAX_LIMIT)] | None = Field(
+        default=None, description="Input + output tokens per rolling minute; null: no limit."
+    )
+    max_concurrency: Annotated[int, Field(ge=1, le=MAX_LIMIT)] | None = Field(
+        default=None, description="Requests in flight at once; null: no limit."
+    )
     expires_at: Expiry | None = Field(
         default=None,
         description="RFC 3339 date-time (with Z or an offset) from which the key is refused; null: never.",
@@ -101,6 +109,9 @@ class KeyUpdate(Body):
     allowed_models: Annotated[list[ModelName], Field(max_length=100)] | None = None
     monthly_cap: Credits | None = None
     monthly_cap_uc: Micro | None = None
+    #: ``null`` removes the limit (an operator only: a key's owner may only lower it).
+    tpm: Annotated[int, Field(ge=1, le=MAX_LIMIT)] | None = None
+    max_concurrency: Annotated[int, Field(ge=1, le=MAX_LIMIT)] | None = None
     #: null: the key never expires.
     expires_at: Expiry | None = None
     #: null or []: the key may be used from anywhere.
@@ -201,6 +212,8 @@ def key_view(key: KeyRecord, month: str, activity: KeyActivity, now: float) -> d
         "previous_secret_active": key.state == "active"
         and previous_until is not None
         and now < previous_until,
+        "tpm": key.tpm,
+        "max_concurrency": key.max_concurrency,
         "expires_at": when(key.expires_at),
         "expired": key.expires_at is not None and now >= key.expires_at,
         "allowed_ips": list(key.allowed_ips) if key.allowed_ips else None,

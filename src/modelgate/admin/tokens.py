@@ -28,6 +28,7 @@ class TokenEndpoints:
 
     async def list(self, request: Request, principal: Principal) -> Response:
         """``GET /tokens``: the caller's account's tokens, or (operator) all or one account's."""
+        principal.require_owner()
         account_id = query_int(request, "account_id")
         if account_id is None:
             account_id = principal.account_id
@@ -62,6 +63,7 @@ class TokenEndpoints:
     async def revoke(self, request: Request, principal: Principal) -> Response:
         """``POST /tokens/{token_id}/revoke``: idempotent; the caller may revoke its own token."""
         token = await self.context.token(principal, request.path_params["token_id"])
+        principal.require_owner()
         await parse_body(request, schemas.Empty)
         revoked = await self.context.management.revoke_admin_token(token)
         return json_response(schemas.token_view(revoked, self.context.now(), principal.token_id))

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -24,6 +26,7 @@ from modelgate.storage.base import UsageRecord
 from modelgate.storage.reports import UsageCursor, UsageFilter
 
 DEFAULT_RECORDS = 50
+DAY_SECONDS = 86_400
 MAX_RECORDS = 500
 #: Records fetched per query while streaming a CSV export.
 CSV_BATCH = 1000
@@ -129,6 +132,18 @@ class UsageEndpoints:
             until=until,
         )
 
+    def retained(self, where: UsageFilter) -> UsageFilter:
+        """``where`` limited to the whole UTC days whose records ``usage.retention_days`` keeps: the
+        counts come from the rollups, which keep deleted records' sums (the day the cut falls in
+        is left out, so a count never includes a deleted record)."""
+        days = self.context.settings.usage.retention_days
+        if days <= 0:
+            return where
+        first_whole_day = math.ceil((self.context.now() - days * DAY_SECONDS) / DAY_SECONDS) * DAY_SECONDS
+        if where.since is None or where.since < first_whole_day:
+            return replace(where, since=float(first_whole_day))
+        return where
+
     async def records(self, request: Request, principal: Principal) -> Response:
         """``GET /usage/records``: one page of the filtered log, newest first. The first page
         (no ``cursor``) also carries the number of matching records and the facets."""
@@ -142,7 +157,7 @@ class UsageEndpoints:
         }
         if after is None:
             facets = await self.reports.usage_facets(where)
-            body["total"] = await self.reports.usage_count(where)
+            body["total"] = await self.reports.usage_count(self.retained(where))
             body["facets"] = {
                 "models": list(facets.models),
                 "endpoints": list(facets.endpoints),
@@ -155,7 +170,7 @@ class UsageEndpoints:
         memory); more than ``admin.csv_max_rows`` is refused before anything is sent."""
         where = await self.filter_of(request, principal)
         limit = self.context.settings.admin.csv_max_rows
-        total = await self.reports.usage_count(where)
+        total = await self.reports.usage_count(self.retained(where))
         if total > limit:
             raise bad_request(
                 f"{total} records match; a CSV export holds at most {limit} (admin.csv_max_rows): narrow the filter"

@@ -54,7 +54,7 @@ _FORMAT_FIELDS = (
     ("response_format", None),
     ("text", "format"),
     ("output_config", "format"),
-    # Gemini's generation config, in both the spellings its clients send.
+    # generationConfig's schemas, in both proto3 JSON spellings (lowerCamelCase and snake_case).
     ("generationConfig", "responseSchema"),
     ("generationConfig", "responseJsonSchema"),
     ("generation_config", "response_schema"),

@@ -27,10 +27,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from modelgate import ir
 from modelgate.billing.pricing import affordable_output_tokens, bound_uc, cost_uc
@@ -86,6 +86,14 @@ class UsageStatus(StrEnum):
             return cls.UPSTREAM_UPSTREAM_ERROR
 
 
+class SpendWatch(Protocol):
+    """Told every settlement's figures and every refused hold (alerts: ``alerts.monitor``). Must
+    return at once and never raise: it runs on the request path."""
+
+    def settled(self, key_id: str, account_id: int, month: str, settlement: Settlement) -> None: ...
+    def refused(self, key_id: str, account_id: int, month: str, reason: str) -> None: ...
+
+
 class Settlements:
     """Runs ledger settlements to completion even when the request that started one is cancelled."""
 
@@ -136,10 +144,12 @@ class Hold:
         "_runner",
         "_store",
         "_timeout",
+        "_watch",
         "balance_after_uc",
         "cap_remaining_after_uc",
         "granted_uc",
         "max_tokens",
+        "on_end",
         "purpose",
     )
 
@@ -157,6 +167,7 @@ class Hold:
         journal: SettleJournal,
         live: set[str],
         settle_timeout: float = math.inf,
+        watch: SpendWatch | None = None,
     ) -> None:
         self.purpose = purpose
         self.granted_uc = granted_uc
@@ -174,6 +185,10 @@ class Hold:
         #: Seconds the first attempt at the database gets before the settle is journaled instead.
         self._timeout = settle_timeout
         self._ended: asyncio.Future[Settlement] | None = None
+        self._watch = watch
+        #: Called once, as the hold ends, with the tokens the request used (0 when released): the
+        #: request's limit ticket is settled with it (``gateway.limit_tickets``).
+        self.on_end: Callable[[int], None] | None = None
 
     async def settle(self, usage: ir.Usage, status: UsageStatus) -> Settlement:
         """Charge what ``usage`` costs (capped by the hold) and free the rest."""
@@ -186,6 +201,9 @@ class Hold:
     async def _end(self, usage: ir.Usage, status: UsageStatus, *, charge: bool) -> Settlement:
         if self._ended is not None:
             return await asyncio.shield(self._ended)
+        if self.on_end is not None:
+            used = usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens
+            self.on_end(used + usage.output_tokens if charge else 0)
         purpose = self.purpose
         record = UsageRecord(
             request_id=purpose.request_id,
@@ -213,7 +231,7 @@ class Hold:
         try:
             # asyncio.timeout, not wait_for: no extra task per settle (this runs in its own).
             async with asyncio.timeout(self._timeout if math.isfinite(self._timeout) else None):
-                return await write
+                settlement = await write
         except asyncio.CancelledError:
             # Cancelled mid-way (the loop is ending): nothing may be awaited any more, so the
             # settle is journaled synchronously; a retry of one that did commit changes nothing.
@@ -231,6 +249,10 @@ class Hold:
             )
             await self._journal.keep(record, charge=charge)
             return self._provisional(record.charged_uc if charge else 0)
+        else:
+            if self._watch is not None:
+                self._watch.settled(record.key_id, record.account_id, record.month, settlement)
+            return settlement
         finally:
             self._live.discard(record.request_id)
 
@@ -264,6 +286,8 @@ class Ledger:
         self._live: set[str] = set()
         #: Writes started by ``in_background`` that have not ended.
         self.background_pending = 0
+        #: Told each settlement and refused hold (alerts), when set.
+        self.watch: SpendWatch | None = None
 
     def holds(self, request_id: str) -> bool:
         """Whether this process still answers for the hold of ``request_id``: its request is in
@@ -294,6 +318,10 @@ class Ledger:
             )
         )
         if isinstance(outcome, Refusal):
+            if self.watch is not None:
+                self.watch.refused(
+                    purpose.key_id, purpose.account_id, month_of(purpose.started), outcome.reason
+                )
             return HoldRefused(
                 outcome.reason, outcome.available_uc, amount, minimum, input_bound, max_tokens, web_searches
             )
@@ -311,6 +339,7 @@ class Ledger:
             journal=self.journal,
             live=self._live,
             settle_timeout=self.settle_timeout,
+            watch=self.watch,
         )
 
     def in_background(self, operation: Coroutine[Any, Any, Any], *, limit: int) -> bool:

@@ -22,8 +22,10 @@ from modelgate.cli.context import (
     when,
     with_management,
 )
+from modelgate.cli.people import invites_app, members_app
 from modelgate.cli.serve import serve_command
 from modelgate.cli.tokens import tokens_app
+from modelgate.cli.usage_rollups import rebuild_rollups_command
 from modelgate.clock import month_of
 from modelgate.management import Management, ManagementError, format_credits, parse_credits, parse_expiry
 from modelgate.storage.base import Account, KeyRecord
@@ -38,6 +40,8 @@ app.add_typer(accounts_app, name="accounts")
 app.add_typer(credits_app, name="credits")
 app.add_typer(keys_app, name="keys")
 app.add_typer(tokens_app, name="tokens")
+app.add_typer(invites_app, name="invites")
+app.add_typer(members_app, name="members")
 app.command("serve")(serve_command)
 
 
@@ -69,13 +73,15 @@ def key_row(key: KeyRecord) -> dict[str, Any]:
         "rotated": when(key.rotated_at),
         "revoked": when(key.revoked_at),
         "previous_secret_valid_until": when(key.previous_expires_at),
+        "tpm": key.tpm if key.tpm is not None else "none",
+        "concurrency": key.max_concurrency if key.max_concurrency is not None else "none",
         "expires": when(key.expires_at),
         "allowed_ips": ",".join(key.allowed_ips) if key.allowed_ips else "(anywhere)",
     }
 
 
 KEY_COLUMNS = ["id", "name", "group", "key", "state", "rpm", "monthly_cap"]
-KEY_WIDE_COLUMNS = ("models", "created", "revoked", "expires", "allowed_ips")
+KEY_WIDE_COLUMNS = ("models", "tpm", "concurrency", "created", "revoked", "expires", "allowed_ips")
 
 
 @accounts_app.command("create")
@@ -195,6 +201,27 @@ def _credits(value: str, field: str) -> int:
         fail(str(exc))
 
 
+def _limit(value: str | None, flag: str, *, clearable: bool) -> int | None:
+    """A ``--tpm`` or ``--concurrency`` value: a whole number from 1 up, or (``clearable``)
+    ``none`` to remove the limit (-1); ``management`` checks the upper bound."""
+    if value is None:
+        return None
+    if clearable and value.strip().lower() == "none":
+        return -1
+    text = value.strip()
+    if not text.isdigit() or int(text) < 1:
+        fail(f"{flag}: must be a whole number from 1 up" + (" or 'none'" if clearable else ""))
+    return int(text)
+
+
+TpmOpt = Annotated[
+    str | None, typer.Option("--tpm", help="Input + output tokens per rolling minute ('none': no limit).")
+]
+ConcurrencyOpt = Annotated[
+    str | None, typer.Option("--concurrency", help="Requests in flight at once ('none': no limit).")
+]
+
+
 def _models(value: str | None) -> list[str] | None:
     return None if value is None else [m for m in value.split(",") if m.strip()]
 
@@ -244,6 +271,8 @@ def keys_create(
     monthly_cap: Annotated[
         str | None, typer.Option("--monthly-cap", help="Monthly credit cap (UTC month).")
     ] = None,
+    tpm: TpmOpt = None,
+    concurrency: ConcurrencyOpt = None,
     expires_at: ExpiresOpt = None,
     allow_ip: AllowIpOpt = None,
     allowed_ips: AllowedIpsOpt = None,
@@ -254,6 +283,8 @@ def keys_create(
     """Create a key; its secret is printed once and cannot be shown again."""
     options = Options(config, data_dir, json)
     cap = _credits(monthly_cap, "monthly-cap") if monthly_cap is not None else None
+    tpm_limit = _limit(tpm, "tpm", clearable=False)
+    concurrency_limit = _limit(concurrency, "concurrency", clearable=False)
     expiry = _expiry(expires_at)
 
     async def work(m: Management) -> Any:
@@ -264,6 +295,8 @@ def keys_create(
             rpm=rpm,
             models=_models(models),
             monthly_cap_uc=cap,
+            tpm=tpm_limit,
+            max_concurrency=concurrency_limit,
             expires_at=expiry,
             allowed_ips=_ranges(allow_ip, allowed_ips),
         )
@@ -347,6 +380,8 @@ def keys_update(
         str | None, typer.Option("--monthly-cap", help="Credits per UTC month; 'none' to clear.")
     ] = None,
     name: Annotated[str | None, typer.Option("--name", help="New label.")] = None,
+    tpm: TpmOpt = None,
+    concurrency: ConcurrencyOpt = None,
     expires_at: Annotated[
         str | None, typer.Option("--expires-at", help="RFC 3339 date-time; 'never' to clear.")
     ] = None,
@@ -363,6 +398,8 @@ def keys_update(
     options = Options(config, data_dir, json)
     clear = monthly_cap is not None and monthly_cap.lower() == "none"
     cap = _credits(monthly_cap, "monthly-cap") if monthly_cap is not None and not clear else None
+    tpm_limit = _limit(tpm, "tpm", clearable=True)
+    concurrency_limit = _limit(concurrency, "concurrency", clearable=True)
     never = expires_at is not None and expires_at.strip().lower() == "never"
     expiry = None if never else _expiry(expires_at)
 
@@ -374,6 +411,8 @@ def keys_update(
             models=_models(models),
             monthly_cap_uc=cap,
             clear_cap=clear,
+            tpm=tpm_limit,
+            max_concurrency=concurrency_limit,
             expires_at=expiry,
             clear_expiry=never,
             allowed_ips=_ranges(allow_ip, allowed_ips),
@@ -383,8 +422,15 @@ def keys_update(
     emit_one(options, key_row(record), f"updated key {record.id}")
 
 
-@app.command("usage")
+#: ``modelgate usage`` shows a month's usage; its subcommands maintain the usage data.
+usage_app = typer.Typer(help="Usage and spend per month; rebuild-rollups.")
+app.add_typer(usage_app, name="usage")
+usage_app.command("rebuild-rollups")(rebuild_rollups_command)
+
+
+@usage_app.callback(invoke_without_command=True)
 def usage(
+    ctx: typer.Context,
     account: Annotated[str | None, typer.Option("--account", help="Account name or id.")] = None,
     key: Annotated[str | None, typer.Option("--key", help="Key id.")] = None,
     month: Annotated[str | None, typer.Option("--month", help="YYYY-MM (UTC); default this month.")] = None,
@@ -393,6 +439,8 @@ def usage(
     json: JsonOpt = False,
 ) -> None:
     """Usage and spend per month, for an account or a key."""
+    if ctx.invoked_subcommand is not None:
+        return
     options = Options(config, data_dir, json)
     if (account is None) == (key is None):
         fail("give exactly one of --account or --key")

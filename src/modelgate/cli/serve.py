@@ -24,9 +24,10 @@ from modelgate.cli.bootstrap import (
 )
 from modelgate.cli.context import Options, console, fail, with_management
 from modelgate.config import ConfigError, Settings
+from modelgate.liveconfig.routing import check_routing
 from modelgate.management import Management
 from modelgate.server.app import create_app
-from modelgate.server.reload import ConfigSource, check_routing
+from modelgate.server.reload import ConfigSource
 from modelgate.server.runner import serve, tune_garbage_collector
 from modelgate.server.supervisor import supervise
 from modelgate.telemetry.logs import configure_logging

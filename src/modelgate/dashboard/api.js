@@ -1,5 +1,7 @@
 // The admin API client. The token lives in sessionStorage (this tab only) and goes to /admin/api
-// as Authorization: Bearer, never in a URL; responses are never cached.
+// as Authorization: Bearer, never in a URL; responses are never cached. Without a token, a person
+// signed in with single sign-on is authenticated by the HttpOnly session cookie, and every write
+// carries the session's CSRF token (from GET /admin/api/sso/session) as X-CSRF-Token.
 
 const TOKEN_KEY = "modelgate.adminToken";
 const API = "/admin/api";
@@ -17,9 +19,15 @@ export const token = {
   clear: () => sessionStorage.removeItem(TOKEN_KEY),
 };
 
+// The signed-in session's CSRF token (null: no session, or an admin token is used).
+const signedIn = { csrf: null };
+
 async function call(method, path, body) {
-  const headers = { Authorization: "Bearer " + token.get() };
-  const init = { method, headers, cache: "no-store", credentials: "omit", redirect: "error" };
+  const bearer = token.get();
+  const headers = bearer ? { Authorization: "Bearer " + bearer } : {};
+  if (!bearer && signedIn.csrf && method !== "GET" && method !== "HEAD") headers["X-CSRF-Token"] = signedIn.csrf;
+  const credentials = bearer ? "omit" : "same-origin";
+  const init = { method, headers, cache: "no-store", credentials, redirect: "error" };
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -59,4 +67,31 @@ export async function download(path, fallbackName) {
   link.remove();
   setTimeout(() => URL.revokeObjectURL(url), 10000);
   return link.download;
+}
+
+// Single sign-on: whether it is offered, the session behind the cookie (null when none), sign-out.
+export async function ssoStatus() {
+  const res = await fetch(API + "/sso", { cache: "no-store", credentials: "omit" });
+  return res.ok ? res.json() : { enabled: false, login_url: null };
+}
+
+export async function ssoSession() {
+  if (token.get()) return null;
+  try {
+    const found = await api("GET", "/sso/session");
+    signedIn.csrf = found.csrf_token;
+    return found;
+  } catch (err) {
+    if (err instanceof ApiError && (err.status === 401 || err.status === 404)) return null;
+    throw err;
+  }
+}
+
+export async function ssoSignOut() {
+  if (!signedIn.csrf) return;
+  try {
+    await call("POST", "/sso/logout");
+  } finally {
+    signedIn.csrf = null;
+  }
 }

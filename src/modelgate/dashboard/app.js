@@ -3,19 +3,22 @@
 // server is inserted as text (see dom.js). Routes live in the URL fragment (#/keys?account=2), so
 // back/forward and bookmarks work and nothing secret is ever in a URL.
 
-import { ApiError, api, token } from "./api.js";
+import { ApiError, api, ssoSession, ssoSignOut, ssoStatus, token } from "./api.js";
 import { closeAll, onUnauthorized, wireDialogs } from "./dialogs.js";
 import { $ } from "./dom.js";
 import * as accounts from "./view-accounts.js";
+import * as audit from "./view-audit.js";
 import * as keys from "./view-keys.js";
+import * as members from "./view-members.js";
 import * as overview from "./view-overview.js";
 import * as tokens from "./view-tokens.js";
+import * as upstreams from "./view-upstreams.js";
 import * as usage from "./view-usage.js";
 
-const VIEWS = { overview, keys, usage, accounts, tokens };
-const OPERATOR_ONLY = new Set(["accounts"]);
+const VIEWS = { overview, keys, usage, accounts, tokens, members, audit, upstreams };
+const OPERATOR_ONLY = new Set(["accounts", "upstreams"]);
 // `shown`: the view and account last shown; a message belongs to the view it was said in.
-const session = { me: null, render: 0, shown: "" };
+const session = { me: null, person: null, render: 0, shown: "" };
 
 function say(message, isError) {
   $("status").textContent = message || "";
@@ -56,6 +59,7 @@ async function show() {
   let { view, account, search } = route();
   if (!operator) account = session.me.account.id;
   if (!operator && OPERATOR_ONLY.has(view)) view = "overview";
+  if (session.me.role === "member" && view === "tokens") view = "overview";
   // Another view (or another account's): the last view's message goes with it.
   const shown = `${view}|${account}`;
   if (shown !== session.shown) say("");
@@ -65,7 +69,7 @@ async function show() {
 
   for (const name of Object.keys(VIEWS)) $("view-" + name).hidden = name !== view;
   for (const a of $("nav").querySelectorAll("a")) {
-    a.href = href(a.dataset.view, operator && a.dataset.view !== "accounts" ? account : null);
+    a.href = href(a.dataset.view, operator && !OPERATOR_ONLY.has(a.dataset.view) ? account : null);
     if (a.dataset.view === view) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
@@ -108,10 +112,27 @@ async function signIn(value) {
     token.clear();
     throw err;
   }
+  await enter();
+}
+
+// A person signed in with single sign-on (the session cookie), if there is one.
+async function resume() {
+  const found = await ssoSession();
+  if (!found) return false;
+  session.me = await api("GET", "/me");
+  session.person = found.person;
+  await enter();
+  return true;
+}
+
+async function enter() {
   const operator = session.me.scope === "operator";
   document.body.classList.toggle("operator", operator);
   for (const node of document.querySelectorAll("[data-operator]")) node.hidden = !operator;
-  $("who").textContent = operator ? "Operator" : "Account " + session.me.account.name;
+  // A member (single sign-on) manages only their own keys: no admin tokens.
+  for (const node of document.querySelectorAll("[data-owner]")) node.hidden = session.me.role === "member";
+  const where = operator ? "Operator" : "Account " + session.me.account.name;
+  $("who").textContent = session.person ? `${session.me.actor} · ${where}` : where;
   $("signin").hidden = true;
   $("nav").hidden = false;
   $("signout").hidden = false;
@@ -121,8 +142,10 @@ async function signIn(value) {
 
 // Everything the page held for the last session goes: token, dialogs, form contents, tables.
 function signOut(message, isError, keepRoute) {
+  if (session.person) ssoSignOut().catch(() => {});
   token.clear();
   session.me = null;
+  session.person = null;
   session.shown = "";
   session.render++;
   closeAll();
@@ -156,7 +179,14 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("signout").addEventListener("click", () => signOut("Signed out."));
   window.addEventListener("hashchange", () => show().catch(fail));
+  ssoStatus().then((sso) => {
+    $("sso").hidden = !sso.enabled;
+    if (sso.login_url) $("sso-link").href = sso.login_url;
+  });
   const saved = token.get();
   if (saved) signIn(saved).catch((err) => signOut("Sign-in failed: " + err.message, true));
-  else signOut("", false, true);
+  else
+    resume()
+      .then((entered) => entered || signOut("", false, true))
+      .catch((err) => signOut("Sign-in failed: " + err.message, true));
 });

@@ -6,13 +6,17 @@ import { partsBar } from "./chart.js";
 import { ask, confirmAction, showSecret } from "./dialogs.js";
 import { $, ago, badge, button, cell, credits, el, fill, when } from "./dom.js";
 
-const state = { ctx: null, models: null, accounts: [], keys: [], names: new Map() };
+// Keys come a page at a time (PAGE_KEYS, oldest first); "More keys" fetches the next page.
+const PAGE_KEYS = 100;
+const state = { ctx: null, models: null, accounts: [], keys: [], names: new Map(), next: null, found: null, timer: null };
 
 export function wire() {
   $("key-new").addEventListener("click", () => state.ctx && edit(state.ctx, null).catch(state.ctx.fail));
-  // Search narrows the keys already loaded, as you type (name, id, account or shown prefix).
+  // Search narrows the keys already loaded, as you type (name, id, account or shown prefix); while
+  // more pages are left unloaded, the server searches every key instead (name, id or prefix).
   $("keys-search").addEventListener("submit", (event) => event.preventDefault());
-  $("keys-q").addEventListener("input", () => state.ctx && show(state.ctx));
+  $("keys-q").addEventListener("input", () => state.ctx && searchSoon(state.ctx));
+  $("keys-more").addEventListener("click", () => state.ctx && more(state.ctx).catch(state.ctx.fail));
   $("dlg-key-group").addEventListener("change", () => modelChoices($("dlg-key-group").value, []));
 }
 
@@ -21,6 +25,9 @@ export function reset() {
   state.models = null;
   state.accounts = [];
   state.keys = [];
+  state.next = null;
+  state.found = null;
+  $("keys-more").hidden = true;
   $("keys-q").value = "";
   $("keys-count").textContent = "";
   $("dlg-key-models").replaceChildren();
@@ -31,7 +38,7 @@ export async function render(ctx) {
   state.ctx = ctx;
   const scope = ctx.scope.id === null ? {} : { account_id: ctx.scope.id };
   const [list, models, accounts] = await Promise.all([
-    api("GET", "/keys" + query(scope)),
+    api("GET", "/keys" + query({ ...scope, limit: PAGE_KEYS })),
     state.models ? Promise.resolve(state.models) : api("GET", "/models").then((r) => r.data),
     ctx.operator && ctx.scope.id === null ? api("GET", "/accounts").then((r) => r.data) : Promise.resolve([]),
   ]);
@@ -41,7 +48,42 @@ export async function render(ctx) {
   $("keys-month").textContent = list.month;
   state.names = new Map(accounts.map((a) => [a.id, a.name]));
   state.keys = list.data;
+  state.next = list.next_cursor;
+  state.found = null;
   show(ctx);
+}
+
+function scopeOf(ctx) {
+  return ctx.scope.id === null ? {} : { account_id: ctx.scope.id };
+}
+
+async function more(ctx) {
+  if (!state.next) return;
+  const page = await api("GET", "/keys" + query({ ...scopeOf(ctx), limit: PAGE_KEYS, after: state.next }));
+  if (ctx.stale()) return;
+  state.keys = state.keys.concat(page.data);
+  state.next = page.next_cursor;
+  show(ctx);
+}
+
+function searchSoon(ctx) {
+  clearTimeout(state.timer);
+  const needle = $("keys-q").value.trim();
+  if (!state.next || !needle) {
+    state.found = null;
+    show(ctx);
+    return;
+  }
+  state.timer = setTimeout(async () => {
+    try {
+      const found = await api("GET", "/keys" + query({ ...scopeOf(ctx), limit: PAGE_KEYS, q: needle }));
+      if (ctx.stale() || $("keys-q").value.trim() !== needle) return;
+      state.found = found;
+      show(ctx);
+    } catch (error) {
+      ctx.fail(error);
+    }
+  }, 250);
 }
 
 function matches(k, needle) {
@@ -50,6 +92,13 @@ function matches(k, needle) {
 }
 
 function show(ctx) {
+  $("keys-more").hidden = !state.next || state.found !== null;
+  if (state.found !== null) {
+    const more = state.found.next_cursor ? "the first " : "";
+    $("keys-count").textContent = `${more}${state.found.data.length} keys match “${$("keys-q").value.trim()}”.`;
+    fill($("keys-rows"), state.found.data.map((k) => row(ctx, k, state.names)), 10, "No key matches.");
+    return;
+  }
   const needle = $("keys-q").value.trim().toLowerCase();
   const shown = needle ? state.keys.filter((k) => matches(k, needle)) : state.keys;
   $("keys-count").textContent = needle ? `${shown.length} of ${state.keys.length} keys match “${$("keys-q").value.trim()}”.` : "";

@@ -10,15 +10,21 @@ branches on its name.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from modelgate.catalogue import Model
 from modelgate.formats.base import Codec
 from modelgate.formats.jsonutil import Json
 from modelgate.formats.sse import model_rewrites
 
 _NO_PARAMS: Mapping[str, str] = MappingProxyType({})
+
+
+def input_tokens_answer(count: int) -> Json:
+    """The answer of a token count in the Messages shape (the default ``Format.count_answer``)."""
+    return {"input_tokens": count}
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +87,22 @@ class Format:
     answers_unclaimed: bool = False
     #: An upstream may speak it (a dialect); False for a format only clients speak.
     outbound: bool = True
+    #: Refuses (``InvalidRequest``) what a route needs in the query string and is missing
+    #: (``?alt=sse`` of a stream route); None: the format reads nothing there but its key.
+    check_query: Callable[[FormatRoute, Mapping[str, str]], None] | None = None
+    #: The body of a token count's answer (``{"input_tokens": n}`` unless the format says).
+    count_answer: Callable[[int], Json] = input_tokens_answer
+    #: Paths this format owns by their shape rather than a prefix (``/v1/models/x:verb``).
+    owns_path: Callable[[str], bool] | None = None
+    #: ``GET`` paths listing models in this format's own shape: exact (``/v1beta/models``) or with a
+    #: ``{model}`` segment (one model). The shared ``/v1/models`` answers in it too when the
+    #: format claims the client (``claims_client``).
+    model_paths: tuple[str, ...] = ()
+    #: One page of the key's models in the format's shape, from the query's paging parameters;
+    #: None: the shared list shape (OpenAI and Anthropic SDKs).
+    models_page: Callable[[Sequence[Model], Mapping[str, str]], Json] | None = None
+    #: One model in the format's shape; None: the shared item shape.
+    model_object: Callable[[Model], Json] | None = None
 
     @property
     def name(self) -> str:
@@ -103,7 +125,14 @@ class Format:
         return model_rewrites(upstream_model, client_model, self.reply_model_field)
 
     def claims_path(self, path: str) -> bool:
+        if self.owns_path is not None and self.owns_path(path):
+            return True
         return any(path == p.rstrip("/") or path.startswith(p) for p in self.owned_prefixes)
 
-    def claims_client(self, headers: Mapping[str, str]) -> bool:
-        return any(h in headers for h in self.client_headers)
+    def claims_client(self, headers: Mapping[str, str], query: Mapping[str, str] | None = None) -> bool:
+        """The request comes from this format's clients: a header only they send, or the key in
+        the format's own query parameter (``?key=``)."""
+        if any(h in headers for h in self.client_headers):
+            return True
+        parameter = self.credentials.query
+        return parameter is not None and query is not None and parameter in query

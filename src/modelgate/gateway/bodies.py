@@ -4,9 +4,12 @@ worker process for large ones (``modelgate.offload``), so no body stalls the eve
 ``analyse`` parses the body and applies the strict input rules: valid JSON object, nesting at most
 ``server.max_json_depth`` levels, every control field (``Codec.control_fields``) given once, the
 format's own field checks, and the input-token bound of its text and media. For a large body the
-worker returns only the control fields and figures (``Facts.offloaded``); everything later that
-needs the whole body (building the upstream body, counting its tokens) runs in a worker too, by
-the functions at the end of this module.
+worker parses it once and finds the byte span of every top-level value by C-level searches
+(``body_scan.quick_spans``) or, when a key is written more than once or with escapes, by one scan
+of its bytes (``body_scan.scan_object``: depth, duplicated control fields, spans), and returns only the control fields,
+the spans and figures (``Facts.offloaded``). The passthrough body is then spliced in this process
+from those spans (a byte copy, no scan); only translation and the token estimate, which need the
+whole document, parse it again in a worker (the functions at the end of this module).
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ from modelgate.billing.estimate import count_tokens, prompt_tokens
 from modelgate.billing.input_bound import MediaRules, input_bound
 from modelgate.billing.server_tools import web_search_bound
 from modelgate.formats import CODECS, ClientRequest, FormatName
-from modelgate.formats.base import decode_untrusted
+from modelgate.formats.base import Codec, decode_untrusted
 from modelgate.formats.jsonutil import Json
-from modelgate.gateway.body import duplicate_key, parse_object, splice_top_level, too_deep
-from modelgate.gateway.translate import Built, HostedToolPolicy, build_body
+from modelgate.gateway.body import duplicate_key, parse_object, too_deep
+from modelgate.gateway.body_scan import quick_spans, scan_object
+from modelgate.gateway.translate import HostedToolPolicy, build_body
 from modelgate.upstream.affinity_key import body_session
 from modelgate.upstream.base import Dialect
 
@@ -53,21 +57,40 @@ class Facts:
     web_search: bool = False
     #: Offloaded: the body's unscoped session key (``upstream.affinity_key.body_session``).
     session_hint: bytes | None = None
+    #: Offloaded: each top-level value's byte span, keyed as parsed (``body_scan.Layout.spans``),
+    #: so the gateway's fields are spliced in without scanning the body again.
+    spans: dict[str, tuple[int, int]] | None = None
+
+
+def _too_deep(rules: BodyRules) -> errors.InvalidRequest:
+    return errors.InvalidRequest(
+        f"request body is nested too deeply: at most {rules.max_depth} levels of objects and arrays"
+    )
+
+
+def _duplicated(field: str) -> errors.InvalidRequest:
+    return errors.InvalidRequest(
+        f"{field}: the field is given more than once; send each field once", param=field
+    )
 
 
 def analyse(raw: bytes, fmt: FormatName, counting: bool, rules: BodyRules) -> Facts:
-    """Parse and check a body; raises ``InvalidRequest`` when it cannot be read at all."""
+    """Parse and check a body; raises ``InvalidRequest`` when it cannot be read at all.
+
+    A small body's structural checks are a walk over the parsed containers and a C-level count
+    per control field (a large one's: ``scan_object``, in ``analyse_in_worker``)."""
     codec = CODECS[fmt]
     body = parse_object(raw)
     if too_deep(body, rules.max_depth):
-        raise errors.InvalidRequest(
-            f"request body is nested too deeply: at most {rules.max_depth} levels of objects and arrays"
-        )
+        raise _too_deep(rules)
     duplicated = duplicate_key(raw, body, codec.control_fields)
     if duplicated is not None:
-        raise errors.InvalidRequest(
-            f"{duplicated}: the field is given more than once; send each field once", param=duplicated
-        )
+        raise _duplicated(duplicated)
+    return _judged(raw, body, codec, counting, rules)
+
+
+def _judged(raw: bytes, body: Json, codec: Codec, counting: bool, rules: BodyRules) -> Facts:
+    """The format's verdict and the figures of a structurally sound body."""
     try:
         codec.validate(body, counting=counting)
         invalid = None
@@ -82,10 +105,26 @@ def analyse(raw: bytes, fmt: FormatName, counting: bool, rules: BodyRules) -> Fa
 
 
 def analyse_in_worker(raw: bytes, fmt: FormatName, counting: bool, rules: BodyRules) -> Facts:
-    """``analyse`` for a large body, returning only what is small (runs in a worker process)."""
-    facts = analyse(raw, fmt, counting, rules)
+    """``analyse`` for a large body, returning only what is small (runs in a worker process):
+    one parse and one scan of the bytes."""
     codec = CODECS[fmt]
-    body = facts.body
+    body = parse_object(raw)  # the one parse; a body that is not an object is refused here
+    # Usually every top-level key is written once in the whole body: then C-level searches find
+    # the spans and no key can be duplicated, and the depth is a walk over the parsed containers.
+    # Otherwise the one-pass scan of the bytes decides.
+    spans = quick_spans(raw, body)
+    if spans is not None:
+        if too_deep(body, rules.max_depth):
+            raise _too_deep(rules)
+    else:
+        layout = scan_object(raw, rules.max_depth)
+        if layout.too_deep:
+            raise _too_deep(rules)
+        duplicated = layout.duplicated(codec.control_fields)
+        if duplicated is not None:
+            raise _duplicated(duplicated)
+        spans = layout.spans()
+    facts = _judged(raw, body, codec, counting, rules)
     request = None
     if facts.invalid is None and codec.echoes_request:
         try:
@@ -103,10 +142,11 @@ def analyse_in_worker(raw: bytes, fmt: FormatName, counting: bool, rules: BodyRu
         request=request,
         web_search=codec.offers_web_search(body),
         session_hint=body_session(body),
+        spans=spans,
     )
 
 
-def upstream_body_in_worker(
+def built_in_worker(
     raw: bytes,
     control_fields: Json,
     fmt: FormatName,
@@ -118,13 +158,18 @@ def upstream_body_in_worker(
     hosted_tools: HostedToolPolicy,
     web_searches: int,
     provider_kind: str,
-) -> Built:
-    """``translate.build_body`` for a large body (runs in a worker process)."""
+) -> tuple[bytes, tuple[str, ...]]:
+    """``translate.build_body`` for a large body (runs in a worker process). Translation parses
+    it (the only second parse of a large body: it needs all of it); passthrough, when the spans
+    from the analysis no longer fit the body, scans it again instead."""
     codec = CODECS[fmt]
-    # Passthrough only splices control fields, found by byte search: no need to parse the body.
-    body = control_fields if dialect == codec.name else orjson.loads(raw)
+    spans = None
+    if dialect == codec.name:
+        body, spans = control_fields, scan_object(raw, 1 << 30).spans()
+    else:
+        body = orjson.loads(raw)
     client = ClientRequest(codec, body, upstream_model)
-    return build_body(
+    built = build_body(
         client,
         raw,
         dialect,
@@ -135,12 +180,9 @@ def upstream_body_in_worker(
         hosted_tools=hosted_tools,
         web_searches=web_searches,
         provider_kind=provider_kind,
+        spans=spans,
     )
-
-
-def splice_in_worker(raw: bytes, fields: Json) -> bytes:
-    """``body.splice_top_level`` for a large body (runs in a worker process)."""
-    return splice_top_level(raw, fields, parsed=orjson.loads(raw))
+    return built.body, built.dropped
 
 
 def prompt_tokens_in_worker(raw: bytes, fmt: FormatName) -> int:

@@ -15,11 +15,14 @@ from typing import Any
 import orjson
 
 from modelgate.errors import InvalidRequest, RequestTooLarge
+from modelgate.gateway.body_scan import content_end, respellable, scan_object
 
 # Strings (with escapes) and brackets: all that is needed to know the nesting depth.
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]', re.DOTALL)
 _COLON = re.compile(rb"\s*:\s*")
 _SCALAR_END = re.compile(rb"[\s,}\]]")
+#: Deeper than any body gets (the depth limit was applied before these fallbacks run).
+_ANY_DEPTH = 1 << 30
 
 
 async def read_limited(
@@ -67,7 +70,7 @@ def parse_object(raw: bytes) -> dict[str, Any]:
 
 def top_level_members(raw: bytes) -> list[tuple[bytes, tuple[int, int]]]:
     """Each top-level key of a JSON object, as written (escapes kept), with the byte span of its
-    value, in document order, duplicates included (``decoded_key`` reads a key)."""
+    value, in document order, duplicates included (``body_scan.decoded_key`` reads a key)."""
     members: list[tuple[bytes, tuple[int, int]]] = []
     depth = 0
     tokens = _TOKENS.finditer(raw)
@@ -103,17 +106,6 @@ def top_level_members(raw: bytes) -> list[tuple[bytes, tuple[int, int]]]:
     return members
 
 
-def decoded_key(written: bytes) -> str:
-    """A key as ``top_level_members`` gives it (``\\u006dodel``), as a parser reads it (``model``)."""
-    if b"\\" not in written:
-        return written.decode("utf-8", "surrogateescape")
-    try:
-        key = orjson.loads(b'"' + written + b'"')
-    except orjson.JSONDecodeError:
-        return written.decode("utf-8", "surrogateescape")
-    return key if isinstance(key, str) else ""
-
-
 def top_level_spans(raw: bytes) -> dict[bytes, tuple[int, int]]:
     """Byte span of each top-level key's value in a JSON object, keyed as written (the last one
     wins on duplicates)."""
@@ -131,16 +123,9 @@ def duplicate_key(raw: bytes, parsed: Mapping[str, Any], keys: Iterable[str]) ->
     suspects = [k for k in keys if k in parsed]
     if not suspects:
         return None
-    escaped = b"\\u" in raw
-    if not escaped and all(raw.count(orjson.dumps(k)) == 1 for k in suspects):
+    if not respellable(raw, suspects) and all(raw.count(orjson.dumps(k)) == 1 for k in suspects):
         return None
-    seen: set[str] = set()
-    for written, _ in top_level_members(raw):
-        key = decoded_key(written)
-        if key in seen and key in suspects:
-            return key
-        seen.add(key)
-    return None
+    return scan_object(raw, _ANY_DEPTH).duplicated(frozenset(suspects))
 
 
 def too_deep(value: Any, limit: int) -> bool:
@@ -165,8 +150,9 @@ def too_deep(value: Any, limit: int) -> bool:
 def _unique_span(raw: bytes, key: str, value: Any) -> tuple[int, int] | None:
     """Span of ``value`` after ``key`` found by C-level search, when that is unambiguous.
 
-    Sound only when the body has no ``\\u`` escapes (so the key cannot be spelled another way)
-    and the key occurs once: then the single occurrence is the top-level one the parsed body has.
+    Sound only when the body has no escapes of printable ASCII (so the key cannot be spelled
+    another way, ``body_scan.respellable``) and the key occurs once: then the single occurrence
+    is the top-level one the parsed body has.
     """
     if isinstance(value, dict | list):
         return None
@@ -183,24 +169,27 @@ def _unique_span(raw: bytes, key: str, value: Any) -> tuple[int, int] | None:
 
 
 def splice_top_level(
-    raw: bytes, changes: Mapping[str, Any], parsed: Mapping[str, Any] | None = None
+    raw: bytes,
+    changes: Mapping[str, Any],
+    parsed: Mapping[str, Any] | None = None,
+    spans: Mapping[str, tuple[int, int]] | None = None,
 ) -> bytes:
     """``raw`` with the given top-level fields replaced (or appended when absent).
 
-    With ``parsed`` (the decoded ``raw``) the usual case costs a few C-level searches: absent
-    keys are appended without a scan and present ones are found by ``_unique_span``. Anything
-    ambiguous falls back to tokenising the whole body.
+    With ``spans`` (each top-level value's span, from ``body_scan.scan_object``) this is a byte
+    copy and nothing else. With ``parsed`` (the decoded ``raw``) the usual case costs a few
+    C-level searches: absent keys are appended without a scan and present ones are found by
+    ``_unique_span``. Anything ambiguous falls back to tokenising the whole body.
     """
     if not changes:
         return raw
-    spans: dict[str, tuple[int, int]] | None = None
-    fast = parsed is not None and b"\\u" not in raw
+    fast = parsed is not None and not respellable(raw, changes)
     edits: list[tuple[int, int, bytes]] = []
     appended: list[bytes] = []
     for key, value in changes.items():
         encoded = orjson.dumps(value)
         span: tuple[int, int] | None = None
-        if fast and parsed is not None:
+        if spans is None and fast and parsed is not None:
             if key not in parsed:
                 appended.append(orjson.dumps(key) + b":" + encoded)
                 continue
@@ -209,18 +198,29 @@ def splice_top_level(
             if spans is None:
                 # Keyed as a parser reads them: a field written with escapes is replaced, never
                 # appended a second time.
-                spans = {decoded_key(k): v for k, v in top_level_members(raw)}
+                spans = scan_object(raw, _ANY_DEPTH).spans()
             span = spans.get(key)
         if span is None:
             appended.append(orjson.dumps(key) + b":" + encoded)
         else:
             edits.append((span[0], span[1], encoded))
-    out = raw
-    for start, end, encoded in sorted(edits, reverse=True):
-        out = out[:start] + encoded + out[end:]
+    return _edited(raw, edits, appended)
+
+
+def _edited(raw: bytes, edits: list[tuple[int, int, bytes]], appended: list[bytes]) -> bytes:
+    """``raw`` with each span replaced and members appended before the closing brace, built by
+    one join (one copy of the body, whose copying releases the GIL for a large one)."""
+    view = memoryview(raw)
+    parts: list[bytes | memoryview] = []
+    done = 0
+    for start, end, encoded in sorted(edits):
+        parts += (view[done:start], encoded)
+        done = end
     if appended:
-        close = out.rstrip().rfind(b"}")
-        inner = out[:close].rstrip()
-        sep = b"" if inner.endswith(b"{") else b","
-        out = inner + sep + b",".join(appended) + out[close:]
-    return out
+        close = raw.rfind(b"}")
+        inner_end = content_end(raw, done, close)
+        opened = raw[inner_end - 1 : inner_end] == b"{"
+        parts += (view[done:inner_end], b"" if opened else b",", b",".join(appended), view[close:])
+    else:
+        parts.append(view[done:])
+    return b"".join(parts)

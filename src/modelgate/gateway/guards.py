@@ -18,6 +18,7 @@ from starlette.responses import Response
 
 from modelgate import errors
 from modelgate.formats import Format, ids
+from modelgate.gateway import headers as hdr
 from modelgate.gateway import key_access, policy
 from modelgate.gateway.observe import ShutdownRefusal
 from modelgate.gateway.relay import SHUTTING_DOWN
@@ -88,6 +89,8 @@ async def admit_rate(services: Services, key: KeyRecord, response_headers: dict[
     decision = await services.rate_limiter.admit(key.id, key.rpm, services.clock.steady())
     response_headers.update(decision.headers())
     if not decision.admitted:
+        response_headers[hdr.LIMIT] = "rpm"
+        services.telemetry.metrics.limit_refused("rpm")
         raise errors.RateLimited(
             f"rate limit of {key.rpm} requests per minute exceeded for this key; retry after "
             f"{decision.retry_after} s",

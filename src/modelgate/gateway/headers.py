@@ -17,6 +17,8 @@ CHARGED = "x-modelgate-credits-charged"
 CAP_REMAINING = "x-modelgate-cap-remaining"
 BALANCE_REMAINING = "x-modelgate-balance-remaining"
 DROPPED_TOOLS = "x-modelgate-dropped-tools"
+#: On a refusal by one of a key's limits: which (rpm, tpm, concurrency, cap-month).
+LIMIT = "x-modelgate-limit"
 
 
 def money_headers(charged: int | None, cap_remaining: int | None, balance: int) -> dict[str, str]:

@@ -29,16 +29,15 @@ from modelgate.billing.ledger import Hold, Purpose, UsageStatus
 from modelgate.billing.refusal import refused as billing_refusal
 from modelgate.catalogue import Model
 from modelgate.formats import CODECS, ClientRequest
-from modelgate.gateway import guards, key_access, policy
+from modelgate.gateway import guards, key_access, limit_tickets, policy
 from modelgate.gateway import headers as hdr
 from modelgate.gateway.bodies import (
     BodyRules,
     Facts,
     analyse,
     analyse_in_worker,
+    built_in_worker,
     prompt_tokens_in_worker,
-    splice_in_worker,
-    upstream_body_in_worker,
 )
 from modelgate.gateway.body import read_limited, splice_top_level
 from modelgate.gateway.counting import upstream_count, upstream_counts
@@ -50,7 +49,7 @@ from modelgate.gateway.refusals import record_refusal
 from modelgate.gateway.relay import StreamResponse, relay_whole
 from modelgate.gateway.replies import error_reply, json_reply
 from modelgate.gateway.streams import estimate_input, open_stream
-from modelgate.gateway.translate import HostedToolPolicy, build_body, choose_dialect
+from modelgate.gateway.translate import Built, HostedToolPolicy, build_body, choose_dialect
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord, Refusal, Settlement, StorageError
 from modelgate.telemetry.logs import CURRENT_REQUEST
@@ -206,6 +205,8 @@ def authenticate(services: Services, exchange: Exchange, query: Mapping[str, str
     record = exchange.record
     record.key_id, record.account_id, record.group = key.id, key.account_id, key.group
     endpoint.codec.check_headers(exchange.headers, services.settings.api_versions)
+    if fmt.check_query is not None and endpoint.route is not None:  # e.g. a stream's ?alt=sse
+        fmt.check_query(endpoint.route, query or {})
     policy.check_format(fmt.name, key)  # after the headers: a malformed request is a 400 first
     return key
 
@@ -259,7 +260,7 @@ async def analyse_body(services: Services, exchange: Exchange, raw: bytes) -> Fa
     billing = services.settings.billing
     rules = BodyRules(server.max_json_depth, billing.media_rules(), billing.max_web_searches_per_request)
     if len(raw) > server.offload_body_bytes:
-        return await services.offload.run(
+        return await services.offload.run_on_body(
             analyse_in_worker, raw, endpoint.codec.name, endpoint.counting, rules
         )
     return analyse(raw, endpoint.codec.name, endpoint.counting, rules)
@@ -288,14 +289,39 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
     purpose = Purpose(
         exchange.request_id, key.id, key.account_id, exchange.endpoint.name, model, exchange.started
     )
-    outcome = await services.ledger.reserve(
-        purpose, input_bound=input_bound, max_tokens=max_tokens, web_searches=admitted.facts.web_searches
+    # Checked here, not inside ``take``: a key without these limits pays no call and no await.
+    ticket = (
+        None
+        if key.tpm is None and key.max_concurrency is None
+        else await limit_tickets.take(services, exchange, key, admitted.admission, input_bound, max_tokens)
     )
+    if ticket is not None and key.tpm is not None and ticket.tokens < input_bound + max_tokens:
+        # Less than the worst case was left this minute (at least input + one output token).
+        asked = requested if requested is not None else max_tokens
+        max_tokens = ticket.tokens - input_bound
+        exchange.response_headers[hdr.MAX_TOKENS_CLAMPED] = f"{asked}->{max_tokens}; reason=tpm"
+        services.telemetry.metrics.clamped("tpm")
+    try:
+        outcome = await services.ledger.reserve(
+            purpose, input_bound=input_bound, max_tokens=max_tokens, web_searches=admitted.facts.web_searches
+        )
+    except BaseException:
+        if ticket is not None:
+            services.tickets.release(ticket)
+        raise
+    if ticket is not None:
+        if isinstance(outcome, Refusal):
+            services.tickets.release(ticket)
+        else:
+            outcome.on_end = limit_tickets.ender(services, ticket)
     if isinstance(outcome, Refusal):
         # A refused request consumes no rate-limit unit either.
         admission = admitted.admission
         await services.rate_limiter.refund(key.id, admission)
         exchange.response_headers.update(replace(admission, remaining=admission.remaining + 1).headers())
+        if outcome.reason == "monthly_cap":
+            exchange.response_headers[hdr.LIMIT] = "cap-month"
+            services.telemetry.metrics.limit_refused("cap-month")
         raise billing_refusal(outcome, services.telemetry.metrics)
     if outcome.max_tokens < max_tokens:
         asked = requested if requested is not None else max_tokens
@@ -418,9 +444,23 @@ async def upstream_body(
             web_searches=facts.web_searches,
             provider_kind=provider.kind,
         )
+    elif dialect == codec.name and facts.spans is not None:
+        # Passthrough of a large body: spliced here from the spans the worker found; the one
+        # copy runs on a thread (a large join releases the GIL), so the loop keeps serving.
+        built = await asyncio.to_thread(
+            build_body,
+            client,
+            admitted.raw,
+            dialect,
+            upstream_model=deployment.upstream_model,
+            max_tokens=max_tokens,
+            stream=admitted.stream,
+            legacy_limit=provider.legacy_chat_limit,
+            spans=facts.spans,
+        )
     else:
-        built = await services.offload.run(
-            upstream_body_in_worker,
+        body, dropped = await services.offload.run_on_body(
+            built_in_worker,
             admitted.raw,
             facts.body,
             codec.name,
@@ -433,6 +473,7 @@ async def upstream_body(
             facts.web_searches,
             provider.kind,
         )
+        built = Built(body, dropped)
     exchange = admitted.exchange
     exchange.record.dropped_tools = ",".join(built.dropped) or None
     if built.dropped:
@@ -453,7 +494,9 @@ def hosted_tool_policy(services: Services, provider: Provider) -> HostedToolPoli
 async def input_estimate(services: Services, admitted: Admitted) -> int:
     """Input tokens of a request the upstream never reported (``streams.estimate_input``)."""
     if admitted.facts.offloaded:
-        return await services.offload.run(prompt_tokens_in_worker, admitted.raw, admitted.client.codec.name)
+        return await services.offload.run_on_body(
+            prompt_tokens_in_worker, admitted.raw, admitted.client.codec.name
+        )
     return estimate_input(admitted.client, admitted.raw)
 
 
@@ -511,7 +554,7 @@ async def count_tokens(services: Services, admitted: Admitted) -> Response:
         count = await _count(services, admitted, router, model_id)
     finally:
         router.release()
-    return json_reply({"input_tokens": count}, headers=exchange.reply_headers())
+    return json_reply(exchange.endpoint.format.count_answer(count), headers=exchange.reply_headers())
 
 
 async def _count(services: Services, admitted: Admitted, router: Router, model_id: str) -> int:
@@ -524,8 +567,9 @@ async def _count(services: Services, admitted: Admitted, router: Router, model_i
 
     async def build(deployment: Deployment, provider: Provider) -> tuple[Dialect, bytes]:
         fields = {fmt.model_field or "model": deployment.upstream_model}
-        if admitted.facts.offloaded:
-            return dialect, await services.offload.run(splice_in_worker, admitted.raw, fields)
+        facts = admitted.facts
+        if facts.offloaded:
+            return dialect, await asyncio.to_thread(splice_top_level, admitted.raw, fields, spans=facts.spans)
         return dialect, splice_top_level(admitted.raw, fields, parsed=admitted.client.body)
 
     observer = AttemptLog(services.telemetry.metrics, exchange.record, exchange.trace)

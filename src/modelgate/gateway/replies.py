@@ -32,9 +32,9 @@ def error_reply(codec: Codec, error: errors.GatewayError, headers: Mapping[str, 
     )
 
 
-def codec_for_path(path: str, headers: Mapping[str, str]) -> Codec:
+def codec_for_path(path: str, headers: Mapping[str, str], query: Mapping[str, str] | None = None) -> Codec:
     """The wire format of a refusal on ``path`` that no endpoint rendered (``formats.format_for_path``)."""
-    return format_for_path(path, headers).codec
+    return format_for_path(path, headers, query).codec
 
 
 def codec_for_client(headers: Mapping[str, str]) -> Codec:

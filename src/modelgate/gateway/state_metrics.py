@@ -18,6 +18,7 @@ from prometheus_client.core import Metric
 
 from modelgate import __version__
 from modelgate.limits.redis_rpm import RedisRateLimiter
+from modelgate.limits.rpm import RollingWindowLimiter
 from modelgate.limits.stored_room import MAX_ACCOUNTS
 from modelgate.services import Services
 from modelgate.storage.base import StorageError
@@ -147,6 +148,18 @@ class StateMetrics:
                 "Seconds since the key cache last read the database.",
                 time.monotonic() - refreshed,
             )
+        yield gauge("modelgate_key_cache_keys", "Keys held by this instance's key cache.", len(services.keys))
+        if isinstance(services.rate_limiter, RollingWindowLimiter):
+            yield gauge(
+                "modelgate_rate_window_keys",
+                "Keys with an in-process rate window (those used in about the last minute).",
+                len(services.rate_limiter),
+            )
+        yield counter(
+            "modelgate_usage_records_deleted",
+            "Usage records deleted past usage.retention_days by this instance.",
+            0 if services.usage_sweeper is None else services.usage_sweeper.deleted,
+        )
         yield gauge(
             "modelgate_stored_room_accounts",
             f"Accounts whose stored byte count this instance remembers (at most {MAX_ACCOUNTS:,}).",

@@ -59,11 +59,13 @@ def build_body(
     hosted_tools: HostedToolPolicy = "drop",
     web_searches: int = 0,
     provider_kind: str = "",
+    spans: dict[str, tuple[int, int]] | None = None,
 ) -> Built:
     """The body to send in ``dialect``: the client's bytes with the gateway's fields spliced in
     (same dialect), or the request translated through the IR. ``web_searches``: the searches the
     request's hold covers (``billing.server_tools``); a translated web search is limited to them
-    (0: no limit), so the hold stays a true upper bound."""
+    (0: no limit), so the hold stays a true upper bound. ``spans``: the body's top-level value
+    spans when a worker scanned it (``bodies.Facts.spans``), so passthrough splices by offset."""
     codec = client.codec
     if dialect == codec.name:
         fields = codec.passthrough_fields(
@@ -73,7 +75,7 @@ def build_body(
             stream=stream,
             legacy_limit=legacy_limit,
         )
-        return Built(splice_top_level(raw, fields, parsed=client.body))
+        return Built(splice_top_level(raw, fields, parsed=client.body, spans=spans))
     request = client.request()
     target = CODECS[dialect]
     runs = target.runs_hosted if runs_hosted_tools(provider_kind) else frozenset()

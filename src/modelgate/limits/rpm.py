@@ -3,7 +3,10 @@
 Each key keeps the admission times of its last ``limit`` requests. A request at ``now`` is
 admitted when fewer than ``limit`` admissions lie in ``(now - 60, now]``; otherwise it is refused
 with the wait until the oldest of them leaves the window. Refused requests are not logged, so
-they consume no units. Memory is O(limit) per active key.
+they consume no units. Memory is O(limit) per key active in the last window: keys are kept in
+order of last use, and every admission drops up to ``PRUNE_PER_ADMIT`` least recently used keys
+whose whole log has left the window (an idle key's log would refuse nothing), so idle keys cost
+nothing however many there are.
 
 Times are the caller's ``clock.steady()``: seconds that never step, so a wall-clock step moves no
 window. Times from several processes (``limits.shared_rpm``, ``limits.redis_rpm``) agree only as
@@ -16,9 +19,8 @@ one window.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import math
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,6 +28,9 @@ WINDOW_SECONDS = 60.0
 #: How far ahead of ``now`` an admission's time may be and still count as given (clocks of
 #: processes started at different moments differ by their wall clocks' error then).
 AHEAD_TOLERANCE = 1.0
+#: Idle keys examined (and dropped when their log is out of the window) per admission: more than
+#: one, so pruning outpaces the arrival of new keys.
+PRUNE_PER_ADMIT = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +72,12 @@ class RollingWindowLimiter:
 
     def __init__(self, window: float = WINDOW_SECONDS) -> None:
         self._window = window
-        self._log: dict[str, deque[float]] = {}
+        #: Least recently admitted first (``admit_now`` moves a key to the end).
+        self._log: OrderedDict[str, deque[float]] = OrderedDict()
+
+    def __len__(self) -> int:
+        """Keys holding a log (at most those used in about the last window, see ``_prune``)."""
+        return len(self._log)
 
     async def admit(self, key_id: str, limit: int, now: float) -> Decision:
         return self.admit_now(key_id, limit, now)
@@ -76,7 +86,10 @@ class RollingWindowLimiter:
         log = self._log.get(key_id)
         if log is None:
             log = self._log[key_id] = deque()
+        else:
+            self._log.move_to_end(key_id)
         horizon = now - self._window
+        self._prune(horizon)
         while log and log[0] <= horizon:
             log.popleft()
         if log and log[-1] > now + AHEAD_TOLERANCE:
@@ -99,9 +112,18 @@ class RollingWindowLimiter:
     def refund_now(self, key_id: str, decision: Decision) -> None:
         log = self._log.get(key_id)
         if log is not None and decision.admitted and isinstance(decision.token, float):
-            # Equal timestamps are interchangeable: removing any one of them is the same window.
-            with contextlib.suppress(ValueError):
-                log.remove(decision.token)
+            _remove_recent(log, decision.token)
+
+    def _prune(self, horizon: float) -> None:
+        """Drop up to ``PRUNE_PER_ADMIT`` least recently used keys whose log is out of the window
+        (the newest key, being admitted, always has a newer entry or none yet)."""
+        for _ in range(PRUNE_PER_ADMIT):
+            if len(self._log) < 2:
+                return
+            oldest_key, oldest = next(iter(self._log.items()))
+            if oldest and oldest[-1] > horizon:
+                return
+            del self._log[oldest_key]
 
     def seconds_until_out(self, entry: float, now: float) -> float:
         """Seconds until ``entry`` leaves the window, such that sleeping ``ceil`` of it is enough
@@ -124,3 +146,18 @@ def _restamp_ahead(log: deque[float], now: float) -> None:
     insert_at = bisect.bisect_right(log, now)
     for _ in range(ahead):
         log.insert(insert_at, now)
+
+
+def _remove_recent(log: deque[float], token: float) -> None:
+    """Remove one entry equal to ``token``, searching from the newest end: a refund follows its
+    admission by moments, so the entry is found after a few steps, not a scan of the window.
+    Equal timestamps are interchangeable: removing any one of them is the same window."""
+    if log and log[-1] == token:
+        log.pop()
+        return
+    for offset, entry in enumerate(reversed(log)):
+        if entry == token:
+            del log[len(log) - 1 - offset]
+            return
+        if entry < token:  # sorted: it is not there (already out of the window)
+            return

@@ -9,6 +9,17 @@ included, never N x the limit. Times are the ``now`` each worker passes (its ste
 Cost: the admissions asked in one turn of a worker's event loop travel as one write and their
 answers come back as one (a line of JSON each), so under load one round trip serves many requests.
 
+The same link carries admission tickets (``limits.tickets``): the parent holds the instance's one
+``BucketStore``, so tokens per minute and requests in flight are counted once for all workers. A
+ticket a worker took is released by the parent when that worker's link closes (the worker died or
+was stopped): its slots do not stay taken.
+
+Messages (a JSON array per line), told apart by their length: ``[seq, key id, limit, now]`` an
+admission, ``[0, key id, token]`` a refund, ``[seq, "T", ticket id, claims, now]`` a ticket taken,
+``[ticket id, used tokens]`` a ticket ended (0 used: released). Replies: ``[seq, admitted,
+remaining, reset after, token]`` and, for a ticket, ``[seq, granted, tokens, resource, subject,
+limit, wait]``.
+
 A worker whose link is gone (the parent died: the worker is being shut down with it) decides alone
 with its own window, says so once in the log, and never fails a request for it.
 """
@@ -22,7 +33,9 @@ from typing import Any, cast
 
 import orjson
 
+from modelgate.limits.key_limits import Claim, Resource
 from modelgate.limits.rpm import WINDOW_SECONDS, Decision, RollingWindowLimiter
+from modelgate.limits.tickets import BucketStore, Refused, Ticket
 
 log = logging.getLogger("modelgate.limits")
 
@@ -65,9 +78,17 @@ class _Lines(asyncio.Protocol):
 
 
 class _ServiceLink(_Lines):
-    def __init__(self, limiter: RollingWindowLimiter) -> None:
+    def __init__(self, limiter: RollingWindowLimiter, buckets: BucketStore) -> None:
         super().__init__()
         self._limiter = limiter
+        self._buckets = buckets
+        #: The tickets this worker holds, released when its link closes.
+        self._tickets: dict[str, Ticket] = {}
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        tickets, self._tickets = self._tickets, {}
+        for ticket in tickets.values():
+            self._buckets.release(ticket)
 
     def received(self, messages: list[Any]) -> None:
         replies = []
@@ -80,6 +101,12 @@ class _ServiceLink(_Lines):
             elif len(message) == 3:  # [0, key id, token]: give an admitted unit back
                 _, key_id, token = message
                 limiter.refund_now(key_id, Decision(True, 0, 0, 0.0, token=token))
+            elif len(message) == 5:  # [seq, "T", ticket id, claims, now]: take a ticket
+                replies.append(self._take(message))
+            elif len(message) == 2:  # [ticket id, used tokens]: end a ticket
+                ticket = self._tickets.pop(message[0], None)
+                if ticket is not None:
+                    self._buckets.settle(ticket, int(message[1]))
             else:
                 self.broken("a message of unknown shape")
                 return
@@ -87,17 +114,30 @@ class _ServiceLink(_Lines):
             replies.append(b"")
             self.transport.write(b"\n".join(replies))
 
+    def _take(self, message: list[Any]) -> bytes:
+        seq, _, ticket_id, raw_claims, now = message
+        claims = tuple(Claim(c[0], Resource(c[1]), c[2], c[3], c[4]) for c in raw_claims)
+        outcome = self._buckets.admit(claims, now, ticket_id)
+        if isinstance(outcome, Refused):
+            wait = outcome.wait if outcome.wait != float("inf") else -1.0
+            return orjson.dumps([seq, False, 0, outcome.resource, outcome.subject, outcome.limit, wait])
+        self._tickets[ticket_id] = outcome
+        return orjson.dumps([seq, True, outcome.tokens, "", "", 0, 0.0])
+
 
 class WindowService:
     """The parent's side: the instance's one window, served to each worker over its socket."""
 
     def __init__(self, window: float = WINDOW_SECONDS) -> None:
         self.limiter = RollingWindowLimiter(window)
+        self.buckets = BucketStore(window)
 
     async def serve(self, sock: socket.socket) -> asyncio.Transport:
         """Answer the worker at the other end of ``sock`` until it closes."""
         loop = asyncio.get_running_loop()
-        transport, _ = await loop.create_unix_connection(lambda: _ServiceLink(self.limiter), sock=sock)
+        transport, _ = await loop.create_unix_connection(
+            lambda: _ServiceLink(self.limiter, self.buckets), sock=sock
+        )
         return transport
 
 
@@ -120,10 +160,12 @@ class SharedWindowLimiter:
         self._sock = sock
         self._link: _ClientLink | None = None
         self._pending: dict[int, tuple[asyncio.Future[Decision], str, int, float]] = {}
+        self._taking: dict[int, tuple[asyncio.Future[Ticket | Refused], tuple[Claim, ...], float, str]] = {}
         self._outbox: list[bytes] = []
         self._seq = 0
         #: Decides alone once the link is gone.
         self.local = RollingWindowLimiter(window)
+        self.local_buckets = BucketStore(window)
 
     @property
     def connected(self) -> bool:
@@ -151,6 +193,29 @@ class SharedWindowLimiter:
         else:
             self._send(orjson.dumps([0, key_id, decision.token]))
 
+    async def take(self, claims: tuple[Claim, ...], now: float, ticket_id: str) -> Ticket | Refused:
+        if self._link is None:
+            return self.local_buckets.admit(claims, now, ticket_id)
+        self._seq += 1
+        done: asyncio.Future[Ticket | Refused] = asyncio.get_running_loop().create_future()
+        self._taking[self._seq] = (done, claims, now, ticket_id)
+        wire = [[c.subject, c.resource.value, c.limit, c.amount, c.minimum] for c in claims]
+        self._send(orjson.dumps([self._seq, "T", ticket_id, wire, now]))
+        return await done
+
+    def settle(self, ticket: Ticket, used_tokens: int) -> None:
+        if ticket.ended:
+            return
+        if ticket.entries or ticket.slots:  # taken locally (the link was gone)
+            self.local_buckets.settle(ticket, used_tokens)
+            return
+        ticket.ended = True
+        if self._link is not None:
+            self._send(orjson.dumps([ticket.id, max(0, min(used_tokens, ticket.tokens))]))
+
+    def release(self, ticket: Ticket) -> None:
+        self.settle(ticket, 0)
+
     def _send(self, line: bytes) -> None:
         self._outbox.append(line)
         if len(self._outbox) == 1:
@@ -164,7 +229,11 @@ class SharedWindowLimiter:
             link.transport.write(b"\n".join(lines))
 
     def answered(self, messages: list[Any]) -> None:
-        for seq, admitted, remaining, reset_after, token in messages:
+        for message in messages:
+            if len(message) == 7:
+                self._taken(message)
+                continue
+            seq, admitted, remaining, reset_after, token = message
             entry = self._pending.pop(seq, None)
             if entry is None:
                 continue
@@ -176,6 +245,21 @@ class SharedWindowLimiter:
                     self._send(orjson.dumps([0, key_id, token]))
                 continue
             done.set_result(decision)
+
+    def _taken(self, message: list[Any]) -> None:
+        seq, granted, tokens, resource, subject, limit, wait = message
+        entry = self._taking.pop(seq, None)
+        if entry is None:
+            return
+        done, _, _, ticket_id = entry
+        if done.cancelled():  # its request is gone: what it was granted goes back
+            if granted:
+                self._send(orjson.dumps([ticket_id, 0]))
+            return
+        if granted:
+            done.set_result(Ticket(ticket_id, tokens=tokens))
+        else:
+            done.set_result(Refused(Resource(resource), subject, limit, float("inf") if wait < 0 else wait))
 
     def lost(self) -> None:
         if self._link is None:
@@ -190,6 +274,10 @@ class SharedWindowLimiter:
             # Unanswered admissions are decided here instead, so no request waits forever.
             if not done.done():
                 done.set_result(self.local.admit_now(key_id, limit, now))
+        taking, self._taking = self._taking, {}
+        for took, claims, now, ticket_id in taking.values():
+            if not took.done():
+                took.set_result(self.local_buckets.admit(claims, now, ticket_id))
 
     async def aclose(self) -> None:
         link, self._link = self._link, None

@@ -32,6 +32,7 @@ from modelgate.admin import admin_routes
 from modelgate.clock import Clock
 from modelgate.config import Settings
 from modelgate.formats import Codec, Format, FormatRoute
+from modelgate.formats.registry import MODEL_PATHS
 from modelgate.formats.registry import ROUTES as MODEL_ROUTES
 from modelgate.gateway import health, key_view, metrics_endpoint, models, pipeline, state_metrics
 from modelgate.gateway.exchange import Endpoint
@@ -114,6 +115,18 @@ def _one_model(services: Services) -> ASGIApp:
     return _serving(serve)
 
 
+def _format_models(services: Services, fmt: Format, path: str) -> Route:
+    """A format's own model list (``/v1beta/models``) or one model (``…/models/{model}``)."""
+
+    async def listing(request: Request) -> Response:
+        return await models.list_models(services, request, fmt)
+
+    async def one(request: Request) -> Response:
+        return await models.get_model(services, request, request.path_params["model"], fmt)
+
+    return Route(path, frozenset({"GET", "HEAD"}), _serving(one if "{model}" in path else listing))
+
+
 def routes(services: Services) -> list[Route]:
     """Every path the gateway serves."""
     read = frozenset({"GET", "HEAD"})
@@ -137,6 +150,7 @@ def routes(services: Services) -> list[Route]:
         ),
         Route("/v1/models", read, _with_services(services, models.list_models)),
         Route("/v1/models/", read, _one_model(services), prefix=True),
+        *(_format_models(services, fmt, path) for fmt, path in MODEL_PATHS),
         Route(key_view.PATH, read, _with_services(services, key_view.key_info)),
         Route(key_view.USAGE_PATH, read, _with_services(services, key_view.key_usage)),
         Route("/admin/api", admin_methods, admin, prefix=True),
@@ -254,7 +268,7 @@ class EdgeApp:
         codec: Codec | None = None,
     ) -> None:
         request = Request(scope, receive)
-        codec = codec or codec_for_path(scope["path"], request.headers)
+        codec = codec or codec_for_path(scope["path"], request.headers, request.query_params)
         response = error_reply(codec, error, {"connection": "close"})
         with contextlib.suppress(RuntimeError, OSError):  # an answer had already begun: nothing to add
             await response(scope, receive, send)

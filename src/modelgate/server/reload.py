@@ -24,14 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modelgate.catalogue import Catalogue, build_catalogue
 from modelgate.config import ConfigError, Settings, load_settings
-from modelgate.services import Services, deployments_of, served_catalogue
+from modelgate.liveconfig.routing import check_routing
+from modelgate.services import Services
 from modelgate.telemetry.logs import scrub_also
-from modelgate.upstream.config import validate_upstreams
-from modelgate.upstream.providers import build_providers
-from modelgate.upstream.router import Router
-from modelgate.upstream.simulator import SimulatorProvider
 
 log = logging.getLogger("modelgate.reload")
 
@@ -130,17 +126,6 @@ def compare(running: Settings, new: Settings) -> Changes:
     return Changes(applied, [key for key in changed if key not in LIVE], settings)
 
 
-def check_routing(settings: Settings, env: Mapping[str, str]) -> Catalogue:
-    """The start-up checks of the catalogue, deployments and providers; the served catalogue."""
-    try:
-        catalogue = build_catalogue(settings.catalogue)
-        deployments = deployments_of(settings, catalogue)
-        validate_upstreams(settings.providers, settings.deployments, env)
-    except ValueError as exc:  # ConfigError is one
-        raise ConfigError(str(exc)) from exc
-    return served_catalogue(settings, catalogue, deployments)
-
-
 def load_checked(
     source: ConfigSource, running: Settings, adjust: Callable[[Settings], Settings] | None = None
 ) -> Changes:
@@ -182,8 +167,6 @@ class Reloader:
         self._adjust = adjust
         self._running: asyncio.Task[None] | None = None
         self._again = False
-        #: Replaced routers, each with the task that closes it once its requests have ended.
-        self._retired: dict[Router, asyncio.Task[None]] = {}
 
     def request(self) -> None:
         """Reload soon (on the serving loop); a SIGHUP during a reload runs one more after it."""
@@ -205,27 +188,25 @@ class Reloader:
     async def reload_now(self) -> Changes | None:
         """Apply the file's live settings; None (nothing changed) if it cannot be used.
 
-        Reading, validating and building (credentials resolved, possibly over HTTP from a cloud
-        metadata service) run in a worker thread: the serving loop only swaps the result in."""
+        Reading and comparing run in a worker thread, and so do validating and building the new
+        routing (credentials resolved, possibly over HTTP from a cloud metadata service;
+        ``liveconfig.live``, with the providers, deployments, aliases and prices stored through
+        the admin API laid over the file's): the serving loop only swaps the result in."""
         where = self._source.describe()
         services = self._services
         try:
-            changes, routing = await asyncio.to_thread(self._prepare, services.settings)
+            changes = await asyncio.to_thread(self._prepare, services.settings)
+            if services.drain.active:
+                log.warning("stopping: the reload of %s is not applied", where)
+                return None
+            if changes.routing and services.live is not None:
+                await services.live.rebuild(changes.settings)
         except ConfigError as exc:
             log.error("reload of %s failed; still serving with the running configuration: %s", where, exc)
             return None
         except Exception as exc:  # anything else a provider's construction raises: same answer
             log.exception("reload of %s failed; still serving with the running configuration: %s", where, exc)
             return None
-        if services.drain.active:  # stopping meanwhile: what was built is not used
-            if routing is not None:
-                await routing[1].aclose()
-            log.warning("stopping: the reload of %s is not applied", where)
-            return None
-        if routing is not None:
-            old = services.router
-            services.catalogue, services.router = routing
-            self._retire(old)
         services.settings = changes.settings
         server = changes.settings.server
         services.inflight.limit = server.max_in_flight
@@ -235,51 +216,16 @@ class Reloader:
         log.warning("reloaded %s: %s", where, describe(changes))
         return changes
 
-    def _prepare(self, running: Settings) -> tuple[Changes, tuple[Catalogue, Router] | None]:
-        """In a worker thread: the new file compared with ``running``, and, when routing changed,
-        the new catalogue and router (checked once, then built)."""
+    def _prepare(self, running: Settings) -> Changes:
+        """In a worker thread: the new file compared with ``running``."""
         new = self._source.load()
         if self._adjust is not None:
             new = self._adjust(new)
-        changes = compare(running, new)
-        if not changes.routing:
-            return changes, None
-        return changes, self._routing(changes.settings)
-
-    def _routing(self, settings: Settings) -> tuple[Catalogue, Router]:
-        catalogue = check_routing(settings, os.environ)
-        offload = self._services.offload
-        try:
-            providers = build_providers(
-                settings.providers,
-                os.environ,
-                factories={"simulator": lambda c: SimulatorProvider(c.name, settings.simulator, offload)},
-            )
-        except ValueError as exc:  # a credential that resolved for the check and no more
-            raise ConfigError(str(exc)) from exc
-        full = build_catalogue(settings.catalogue)
-        return catalogue, Router(providers, deployments_of(settings, full), settings.routing)
-
-    def _retire(self, router: Router) -> None:
-        """Close ``router``'s connection pools once no exchange uses it any more: every upstream
-        call and count holds it (``Router.acquire``) from its start to the exchange's end, so a
-        stream still waiting for its upstream's first byte keeps it open too."""
-
-        async def close_when_unused() -> None:
-            try:
-                await router.unused()
-            finally:
-                del self._retired[router]
-                await router.aclose()
-
-        self._retired[router] = asyncio.get_running_loop().create_task(close_when_unused())
+        return compare(running, new)
 
     async def stop(self) -> None:
-        """At shutdown (every request has ended or was cut): close the replaced routers now."""
-        waiting = list(self._retired.values())
-        for task in waiting:
-            task.cancel()
-        await asyncio.gather(*waiting, return_exceptions=True)
+        """At shutdown: nothing of the reloader's own runs on (replaced routers are closed by
+        ``liveconfig.live`` when the services stop)."""
 
 
 def on_hangup(loop: asyncio.AbstractEventLoop, reloader: Reloader) -> Callable[[int, Any], None]:

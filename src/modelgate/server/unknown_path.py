@@ -27,6 +27,7 @@ def unknown_path_message(method: str, path: str, headers: Mapping[str, str], sch
     if path.startswith("/v1/v1/"):
         return f"{message}: the base URL ends in /v1 and the client adds /v1 itself. {takes}"
     suffix = next((s for s in _ENDPOINTS if path.endswith(s) or (s + "/") in path), None)
-    if suffix is not None and not path.startswith("/v1/"):
+    # Under /v1beta (a version only one format serves) a path is a wrong route, not a wrong base URL.
+    if suffix is not None and not path.startswith(("/v1/", "/v1beta/")):
         return f"{message}: the endpoints are under /v1 ({root}/v1{suffix}). {takes}"
     return message

@@ -139,6 +139,7 @@ def run_worker(spec: WorkerSpec) -> None:
     window = SharedWindowLimiter(spec.window) if spec.window is not None else None
     if window is not None:
         services.rate_limiter = window
+        services.tickets = window
     tune_garbage_collector()
     set_min_free_bytes(services.store, settings.database_min_free_bytes)
     config = uvicorn_config(fit_connection_cap(settings), app)

@@ -53,6 +53,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from modelgate.storage.audit import AuditDraft, AuditStore
 from modelgate.storage.records import (
     GROUPS,
     MAX_UC,
@@ -117,15 +118,46 @@ __all__ = [
 class AccountStore(Protocol):
     """Accounts and their shared balance."""
 
-    async def create_account(self, name: str, balance_uc: int, now: float) -> Account: ...
+    async def create_account(
+        self, name: str, balance_uc: int, now: float, *, audit: AuditDraft[Account] | None = None
+    ) -> Account: ...
     async def get_account(self, account_id: int) -> Account | None: ...
     async def find_account(self, name: str) -> Account | None: ...
     async def list_accounts(self) -> list[Account]: ...
-    async def rename_account(self, account_id: int, name: str) -> Account | None:
+    async def rename_account(
+        self, account_id: int, name: str, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
         """The account under its new name (None: no such account); a taken name is ``Conflict``."""
         ...
 
-    async def top_up(self, account_id: int, amount_uc: int, note: str, now: float) -> Account: ...
+    async def top_up(
+        self,
+        account_id: int,
+        amount_uc: int,
+        note: str,
+        now: float,
+        *,
+        audit: AuditDraft[Account] | None = None,
+    ) -> Account: ...
+    async def adjust(
+        self,
+        account_id: int,
+        amount_uc: int,
+        note: str,
+        now: float,
+        *,
+        audit: AuditDraft[Account] | None = None,
+    ) -> Account:
+        """A ledger adjustment of either sign; a debit that would take the balance below what
+        requests in flight hold is ``Conflict``."""
+        ...
+
+    async def set_low_balance(
+        self, account_id: int, threshold_uc: int | None, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        """The account's ``balance.low`` alert threshold (None: the configured default)."""
+        ...
+
     async def topups_total(self, account_id: int) -> int: ...
     async def set_hide_balance(self, account_id: int, hide: bool) -> Account | None:
         """Whether the account's balance is hidden from its keys' holders (None: no such account)."""
@@ -135,16 +167,42 @@ class AccountStore(Protocol):
 class KeyStore(Protocol):
     """API key records (digests only; the secrets are never stored)."""
 
-    async def create_key(self, key: NewKey, now: float) -> KeyRecord: ...
+    async def create_key(
+        self, key: NewKey, now: float, *, audit: AuditDraft[KeyRecord] | None = None
+    ) -> KeyRecord: ...
     async def get_key(self, key_id: str) -> KeyRecord | None: ...
     async def list_keys(self, account_id: int | None = None) -> list[KeyRecord]: ...
-    async def update_key(self, key_id: str, controls: KeyControls, now: float) -> KeyRecord | None: ...
-    async def rotate_key(
-        self, key_id: str, digest: bytes, prefix: str, last4: str, grace_seconds: float, now: float
+    async def update_key(
+        self, key_id: str, controls: KeyControls, now: float, *, audit: AuditDraft[KeyRecord] | None = None
     ) -> KeyRecord | None: ...
-    async def revoke_key(self, key_id: str, now: float) -> KeyRecord | None: ...
-    async def keys_changed_since(self, version: int) -> list[KeyRecord]:
-        """Keys whose version is above ``version`` (all keys for 0), ordered by version."""
+    async def rotate_key(
+        self,
+        key_id: str,
+        digest: bytes,
+        prefix: str,
+        last4: str,
+        grace_seconds: float,
+        now: float,
+        *,
+        audit: AuditDraft[KeyRecord] | None = None,
+    ) -> KeyRecord | None: ...
+    async def revoke_key(
+        self, key_id: str, now: float, *, audit: AuditDraft[KeyRecord] | None = None
+    ) -> KeyRecord | None:
+        """Disable the key; revoking a disabled key changes nothing and writes no audit entry."""
+        ...
+
+    async def key_page(
+        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+    ) -> list[KeyRecord]:
+        """Up to ``limit`` keys in ``(created_at, id)`` order after ``after``, of one account or all;
+        ``search`` (when not empty) keeps those whose name, id or display prefix contains it, in
+        any case."""
+        ...
+
+    async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
+        """Keys whose version is above ``version`` (all keys for 0), ordered by version; at most
+        ``limit`` of them (the lowest versions) when given."""
         ...
 
 
@@ -163,6 +221,7 @@ class AdminTokenStore(Protocol):
         last4: str = "",
         created_by: str | None = None,
         expires_at: float | None = None,
+        audit: AuditDraft[AdminToken] | None = None,
     ) -> None: ...
     async def find_admin_token(self, digest: bytes) -> AdminToken | None:
         """The token with this digest, revoked and expired ones included (the caller decides)."""
@@ -173,8 +232,11 @@ class AdminTokenStore(Protocol):
         """Oldest first; with ``account_id`` only that account's tokens, otherwise all of them."""
         ...
 
-    async def revoke_admin_token(self, token_id: str, now: float) -> AdminToken | None:
-        """Revoke once (a second call keeps the first ``revoked_at``); None when unknown."""
+    async def revoke_admin_token(
+        self, token_id: str, now: float, *, audit: AuditDraft[AdminToken] | None = None
+    ) -> AdminToken | None:
+        """Revoke once (a second call keeps the first ``revoked_at`` and writes no audit entry);
+        None when unknown."""
         ...
 
     async def touch_admin_token(self, token_id: str, now: float, resolution: float) -> bool:
@@ -266,6 +328,15 @@ class UsageStore(Protocol):
     async def usage_records(
         self, month: str, *, account_id: int | None = None, key_id: str | None = None, limit: int = 100
     ) -> list[UsageRecord]: ...
+    async def rebuild_rollups(self) -> int:
+        """Recompute the usage rollups from the records there are (one transaction that keeps
+        ledger writes out meanwhile); the number of key rollup rows written."""
+        ...
+
+    async def delete_usage_before(self, cutoff: float, limit: int) -> int:
+        """Delete up to ``limit`` usage records that started before ``cutoff``, oldest first (the
+        rollups keep their sums); the number deleted."""
+        ...
 
 
 #: Connections a store with a pool (PostgreSQL) opens at most by default (``database_pool_size``).
@@ -288,7 +359,15 @@ class ConnectionUse:
 
 
 class Store(
-    AccountStore, KeyStore, AdminTokenStore, LedgerStore, UsageStore, UsageReports, ResponseStore, Protocol
+    AccountStore,
+    KeyStore,
+    AdminTokenStore,
+    LedgerStore,
+    UsageStore,
+    UsageReports,
+    ResponseStore,
+    AuditStore,
+    Protocol,
 ):
     """Everything durable, as one engine implements it. Consumers ask for the narrow protocols
     above; implementations must pass ``tests/storage/test_contract.py``."""

@@ -11,6 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, Protocol
 
+from modelgate.storage.audit import (
+    AuditDraft,
+    AuditEntry,
+    AuditFilter,
+    AuditStore,
+    LedgerEntry,
+    StatementFigures,
+)
 from modelgate.storage.base import (
     AccountStore,
     AdminTokenStore,
@@ -20,6 +28,7 @@ from modelgate.storage.base import (
     LedgerStore,
     UsageStore,
 )
+from modelgate.storage.people import PeopleStore
 from modelgate.storage.records import (
     Account,
     AdminToken,
@@ -79,6 +88,8 @@ class ComposedStore:
         usage: UsageStore,
         reports: UsageReports,
         responses: ResponseStore,
+        people: PeopleStore,
+        audit: AuditStore,
     ) -> None:
         self.database = database
         self.accounts = accounts
@@ -88,6 +99,9 @@ class ComposedStore:
         self.usage = usage
         self.reports = reports
         self.responses = responses
+        #: People, sessions, members and invitations (``storage.people``).
+        self.people = people
+        self.audit = audit
 
     # the database -------------------------------------------------------------------------
 
@@ -106,8 +120,10 @@ class ComposedStore:
 
     # AccountStore (accounts) ------------------------------------------------
 
-    async def create_account(self, name: str, balance_uc: int, now: float) -> Account:
-        return await self.accounts.create_account(name, balance_uc, now)
+    async def create_account(
+        self, name: str, balance_uc: int, now: float, *, audit: AuditDraft[Account] | None = None
+    ) -> Account:
+        return await self.accounts.create_account(name, balance_uc, now, audit=audit)
 
     async def get_account(self, account_id: int) -> Account | None:
         return await self.accounts.get_account(account_id)
@@ -118,11 +134,37 @@ class ComposedStore:
     async def list_accounts(self) -> list[Account]:
         return await self.accounts.list_accounts()
 
-    async def rename_account(self, account_id: int, name: str) -> Account | None:
-        return await self.accounts.rename_account(account_id, name)
+    async def rename_account(
+        self, account_id: int, name: str, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        return await self.accounts.rename_account(account_id, name, audit=audit)
 
-    async def top_up(self, account_id: int, amount_uc: int, note: str, now: float) -> Account:
-        return await self.accounts.top_up(account_id, amount_uc, note, now)
+    async def top_up(
+        self,
+        account_id: int,
+        amount_uc: int,
+        note: str,
+        now: float,
+        *,
+        audit: AuditDraft[Account] | None = None,
+    ) -> Account:
+        return await self.accounts.top_up(account_id, amount_uc, note, now, audit=audit)
+
+    async def adjust(
+        self,
+        account_id: int,
+        amount_uc: int,
+        note: str,
+        now: float,
+        *,
+        audit: AuditDraft[Account] | None = None,
+    ) -> Account:
+        return await self.accounts.adjust(account_id, amount_uc, note, now, audit=audit)
+
+    async def set_low_balance(
+        self, account_id: int, threshold_uc: int | None, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        return await self.accounts.set_low_balance(account_id, threshold_uc, audit=audit)
 
     async def set_hide_balance(self, account_id: int, hide: bool) -> Account | None:
         return await self.accounts.set_hide_balance(account_id, hide)
@@ -132,8 +174,10 @@ class ComposedStore:
 
     # KeyStore (keys) --------------------------------------------------------
 
-    async def create_key(self, key: NewKey, now: float) -> KeyRecord:
-        return await self.keys.create_key(key, now)
+    async def create_key(
+        self, key: NewKey, now: float, *, audit: AuditDraft[KeyRecord] | None = None
+    ) -> KeyRecord:
+        return await self.keys.create_key(key, now, audit=audit)
 
     async def get_key(self, key_id: str) -> KeyRecord | None:
         return await self.keys.get_key(key_id)
@@ -141,19 +185,36 @@ class ComposedStore:
     async def list_keys(self, account_id: int | None = None) -> list[KeyRecord]:
         return await self.keys.list_keys(account_id)
 
-    async def update_key(self, key_id: str, controls: KeyControls, now: float) -> KeyRecord | None:
-        return await self.keys.update_key(key_id, controls, now)
+    async def update_key(
+        self, key_id: str, controls: KeyControls, now: float, *, audit: AuditDraft[KeyRecord] | None = None
+    ) -> KeyRecord | None:
+        return await self.keys.update_key(key_id, controls, now, audit=audit)
 
     async def rotate_key(
-        self, key_id: str, digest: bytes, prefix: str, last4: str, grace_seconds: float, now: float
+        self,
+        key_id: str,
+        digest: bytes,
+        prefix: str,
+        last4: str,
+        grace_seconds: float,
+        now: float,
+        *,
+        audit: AuditDraft[KeyRecord] | None = None,
     ) -> KeyRecord | None:
-        return await self.keys.rotate_key(key_id, digest, prefix, last4, grace_seconds, now)
+        return await self.keys.rotate_key(key_id, digest, prefix, last4, grace_seconds, now, audit=audit)
 
-    async def revoke_key(self, key_id: str, now: float) -> KeyRecord | None:
-        return await self.keys.revoke_key(key_id, now)
+    async def revoke_key(
+        self, key_id: str, now: float, *, audit: AuditDraft[KeyRecord] | None = None
+    ) -> KeyRecord | None:
+        return await self.keys.revoke_key(key_id, now, audit=audit)
 
-    async def keys_changed_since(self, version: int) -> list[KeyRecord]:
-        return await self.keys.keys_changed_since(version)
+    async def key_page(
+        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+    ) -> list[KeyRecord]:
+        return await self.keys.key_page(account_id, limit=limit, after=after, search=search)
+
+    async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
+        return await self.keys.keys_changed_since(version, limit)
 
     # AdminTokenStore (tokens) -----------------------------------------------
 
@@ -169,6 +230,7 @@ class ComposedStore:
         last4: str = "",
         created_by: str | None = None,
         expires_at: float | None = None,
+        audit: AuditDraft[AdminToken] | None = None,
     ) -> None:
         await self.tokens.create_admin_token(
             token_id,
@@ -180,6 +242,7 @@ class ComposedStore:
             last4=last4,
             created_by=created_by,
             expires_at=expires_at,
+            audit=audit,
         )
 
     async def find_admin_token(self, digest: bytes) -> AdminToken | None:
@@ -191,8 +254,10 @@ class ComposedStore:
     async def list_admin_tokens(self, account_id: int | None = None) -> list[AdminToken]:
         return await self.tokens.list_admin_tokens(account_id)
 
-    async def revoke_admin_token(self, token_id: str, now: float) -> AdminToken | None:
-        return await self.tokens.revoke_admin_token(token_id, now)
+    async def revoke_admin_token(
+        self, token_id: str, now: float, *, audit: AuditDraft[AdminToken] | None = None
+    ) -> AdminToken | None:
+        return await self.tokens.revoke_admin_token(token_id, now, audit=audit)
 
     async def touch_admin_token(self, token_id: str, now: float, resolution: float) -> bool:
         return await self.tokens.touch_admin_token(token_id, now, resolution)
@@ -250,6 +315,12 @@ class ComposedStore:
     ) -> list[UsageRecord]:
         return await self.usage.usage_records(month, account_id=account_id, key_id=key_id, limit=limit)
 
+    async def rebuild_rollups(self) -> int:
+        return await self.usage.rebuild_rollups()
+
+    async def delete_usage_before(self, cutoff: float, limit: int) -> int:
+        return await self.usage.delete_usage_before(cutoff, limit)
+
     # UsageReports (reports) -------------------------------------------------
 
     async def usage_page(
@@ -271,8 +342,10 @@ class ComposedStore:
     async def top_keys(self, month: str, *, account_id: int | None = None, limit: int = 5) -> list[KeySpend]:
         return await self.reports.top_keys(month, account_id=account_id, limit=limit)
 
-    async def key_activity(self, month: str, account_id: int | None = None) -> dict[str, KeyActivity]:
-        return await self.reports.key_activity(month, account_id)
+    async def key_activity(
+        self, month: str, account_id: int | None = None, key_ids: list[str] | None = None
+    ) -> dict[str, KeyActivity]:
+        return await self.reports.key_activity(month, account_id, key_ids)
 
     # ResponseStore (responses) ----------------------------------------------
 
@@ -361,3 +434,26 @@ class ComposedStore:
 
     async def state_bytes(self, account_id: int) -> int:
         return await self.responses.state_bytes(account_id)
+
+    # AuditStore (audit) -----------------------------------------------------
+
+    async def append_audit(self, entry: AuditEntry) -> int:
+        return await self.audit.append_audit(entry)
+
+    async def audit_page(
+        self, where: AuditFilter, *, limit: int, before_id: int | None = None
+    ) -> list[AuditEntry]:
+        return await self.audit.audit_page(where, limit=limit, before_id=before_id)
+
+    async def ledger_page(
+        self, account_id: int, *, limit: int, before_id: int | None = None
+    ) -> list[LedgerEntry]:
+        return await self.audit.ledger_page(account_id, limit=limit, before_id=before_id)
+
+    async def statement_figures(
+        self, account_id: int, since: float, until: float, month: str
+    ) -> StatementFigures:
+        return await self.audit.statement_figures(account_id, since, until, month)
+
+    async def claim_alert(self, event: str, subject: str, window: str, now: float) -> bool:
+        return await self.audit.claim_alert(event, subject, window, now)

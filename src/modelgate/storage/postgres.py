@@ -23,8 +23,10 @@ from __future__ import annotations
 from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE, ConnectionUse
 from modelgate.storage.composed import ComposedStore
 from modelgate.storage.postgres_accounts import PostgresAccounts
+from modelgate.storage.postgres_audit import PostgresAudit
 from modelgate.storage.postgres_database import PostgresDatabase
 from modelgate.storage.postgres_keys import PostgresKeys
+from modelgate.storage.postgres_people import PostgresPeople
 from modelgate.storage.postgres_reports import PostgresReports
 from modelgate.storage.postgres_reservations import PostgresLedger
 from modelgate.storage.postgres_responses import PostgresResponses
@@ -54,6 +56,8 @@ class PostgresStore(ComposedStore):
             usage=PostgresUsage(database),
             reports=PostgresReports(database),
             responses=PostgresResponses(database),
+            people=PostgresPeople(database),
+            audit=PostgresAudit(database),
         )
         self.url = url
 

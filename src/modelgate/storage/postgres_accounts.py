@@ -1,19 +1,31 @@
-"""``AccountStore`` on PostgreSQL: accounts, their balances and top-ups."""
+"""``AccountStore`` on PostgreSQL: accounts, their balances and the ledger (top-ups, adjustments).
+
+Writes that take an ``AuditDraft`` append its entry in their own transaction (``storage.audit``).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from modelgate.storage import rows
+from modelgate.storage import postgres_audit, rows
+from modelgate.storage.audit import AuditDraft, LedgerKind
 from modelgate.storage.postgres_database import PostgresRepository
-from modelgate.storage.records import MAX_UC, Account, AmountTooLarge
+from modelgate.storage.records import MAX_UC, Account, AmountTooLarge, Conflict
 
 _ACCOUNT_COLUMNS = rows.ACCOUNT_COLUMNS
 _account = rows.account_record
 
 
+async def _audited(conn: Any, account: Account, audit: AuditDraft[Account] | None) -> Account:
+    if audit is not None:
+        await postgres_audit.append(conn, audit.entry(account))
+    return account
+
+
 class PostgresAccounts(PostgresRepository):
-    async def create_account(self, name: str, balance_uc: int, now: float) -> Account:
+    async def create_account(
+        self, name: str, balance_uc: int, now: float, *, audit: AuditDraft[Account] | None = None
+    ) -> Account:
         async with self._tx() as conn:
             row = await conn.fetchrow(
                 f"INSERT INTO accounts (name, balance_uc, created_at) VALUES ($1, $2, $3) "
@@ -24,12 +36,14 @@ class PostgresAccounts(PostgresRepository):
             )
             if balance_uc:
                 await conn.execute(
-                    "INSERT INTO topups (account_id, amount_uc, note, created_at) VALUES ($1, $2, 'initial', $3)",
+                    "INSERT INTO topups (account_id, amount_uc, note, created_at, actor) "
+                    "VALUES ($1, $2, 'initial', $3, $4)",
                     row[0],
                     balance_uc,
                     now,
+                    audit.actor if audit is not None else "",
                 )
-            return _account(row)
+            return await _audited(conn, _account(row), audit)
 
     async def _account_where(self, condition: str, value: Any) -> Account | None:
         async with self._conn() as conn:
@@ -47,32 +61,80 @@ class PostgresAccounts(PostgresRepository):
             rows = await conn.fetch(f"SELECT {_ACCOUNT_COLUMNS} FROM accounts ORDER BY id")
         return [_account(r) for r in rows]
 
-    async def rename_account(self, account_id: int, name: str) -> Account | None:
+    async def _update(
+        self, sets: str, account_id: int, value: Any, audit: AuditDraft[Account] | None
+    ) -> Account | None:
         async with self._tx() as conn:
             row = await conn.fetchrow(
-                f"UPDATE accounts SET name = $1 WHERE id = $2 RETURNING {_ACCOUNT_COLUMNS}", name, account_id
+                f"UPDATE accounts SET {sets} WHERE id = $2 RETURNING {_ACCOUNT_COLUMNS}", value, account_id
             )
-        return _account(row) if row else None
+            return None if row is None else await _audited(conn, _account(row), audit)
 
-    async def top_up(self, account_id: int, amount_uc: int, note: str, now: float) -> Account:
+    async def rename_account(
+        self, account_id: int, name: str, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        return await self._update("name = $1", account_id, name, audit)
+
+    async def set_low_balance(
+        self, account_id: int, threshold_uc: int | None, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        return await self._update("low_balance_uc = $1", account_id, threshold_uc, audit)
+
+    async def top_up(
+        self,
+        account_id: int,
+        amount_uc: int,
+        note: str,
+        now: float,
+        *,
+        audit: AuditDraft[Account] | None = None,
+    ) -> Account:
+        return await self._ledger_write(account_id, amount_uc, note, now, "topup", audit)
+
+    async def adjust(
+        self,
+        account_id: int,
+        amount_uc: int,
+        note: str,
+        now: float,
+        *,
+        audit: AuditDraft[Account] | None = None,
+    ) -> Account:
+        return await self._ledger_write(account_id, amount_uc, note, now, "adjustment", audit)
+
+    async def _ledger_write(
+        self,
+        account_id: int,
+        amount_uc: int,
+        note: str,
+        now: float,
+        kind: LedgerKind,
+        audit: AuditDraft[Account] | None,
+    ) -> Account:
         async with self._tx() as conn:
             await conn.execute(
-                "INSERT INTO topups (account_id, amount_uc, note, created_at) VALUES ($1, $2, $3, $4)",
+                "INSERT INTO topups (account_id, amount_uc, note, created_at, kind, actor) "
+                "VALUES ($1, $2, $3, $4, $5, $6)",
                 account_id,
                 amount_uc,
                 note,
                 now,
+                kind,
+                audit.actor if audit is not None else "",
             )
+            # A debit never takes the balance below what requests in flight hold.
             row = await conn.fetchrow(
-                f"UPDATE accounts SET balance_uc = balance_uc + $1 WHERE id = $2 AND balance_uc + $1 <= $3 "
-                f"RETURNING {_ACCOUNT_COLUMNS}",
+                "UPDATE accounts SET balance_uc = balance_uc + $1 WHERE id = $2 AND balance_uc + $1 <= $3 "
+                f"AND balance_uc + $1 >= reserved_uc RETURNING {_ACCOUNT_COLUMNS}",
                 amount_uc,
                 account_id,
                 MAX_UC,
             )
-            if row is None and await conn.fetchval("SELECT 1 FROM accounts WHERE id = $1", account_id):
-                raise AmountTooLarge(f"the balance would exceed the maximum of {MAX_UC} µc")
-            return _account(row)
+            if row is None:
+                if amount_uc > 0:
+                    raise AmountTooLarge(f"the balance would exceed the maximum of {MAX_UC} µc")
+                raise Conflict("the balance would fall below what requests in flight hold")
+            return await _audited(conn, _account(row), audit)
 
     async def topups_total(self, account_id: int) -> int:
         async with self._conn() as conn:

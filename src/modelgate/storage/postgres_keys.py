@@ -13,17 +13,27 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from modelgate.storage import rows
+from modelgate.storage import postgres_audit, rows
+from modelgate.storage.audit import AuditDraft
+from modelgate.storage.key_pages import key_page_sql
 from modelgate.storage.postgres_database import _LOCK_KEY_VERSIONS, PostgresRepository
 from modelgate.storage.records import KeyControls, KeyRecord, NewKey
+from modelgate.storage.reports import Params, dollar
 
 _KEY_COLUMNS = rows.KEY_COLUMNS
+KeyAudit = AuditDraft[KeyRecord] | None
 
 
 def _key(row: Sequence[Any]) -> KeyRecord:
     return rows.key_record(
-        row, tuple(row[5]) if row[5] is not None else None, tuple(row[18]) if row[18] is not None else None
+        row, tuple(row[5]) if row[5] is not None else None, tuple(row[20]) if row[20] is not None else None
     )
+
+
+async def _audited(conn: Any, record: KeyRecord, audit: KeyAudit) -> KeyRecord:
+    if audit is not None:
+        await postgres_audit.append(conn, audit.entry(record))
+    return record
 
 
 class PostgresKeys(PostgresRepository):
@@ -38,14 +48,15 @@ class PostgresKeys(PostgresRepository):
         row = await conn.fetchrow(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = $1", key_id)
         return _key(row) if row else None
 
-    async def create_key(self, key: NewKey, now: float) -> KeyRecord:
+    async def create_key(self, key: NewKey, now: float, *, audit: KeyAudit = None) -> KeyRecord:
         allowed = list(key.allowed_models) if key.allowed_models is not None else None
         async with self._tx() as conn:
             version = await self._next_version(conn)
             row = await conn.fetchrow(
                 "INSERT INTO api_keys (id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, "
-                "digest, prefix, last4, created_at, version, expires_at, allowed_ips) "
-                f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING {_KEY_COLUMNS}",
+                "digest, prefix, last4, created_at, version, tpm, max_concurrency, expires_at, allowed_ips) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) "
+                f"RETURNING {_KEY_COLUMNS}",
                 key.id,
                 key.account_id,
                 key.name,
@@ -58,10 +69,12 @@ class PostgresKeys(PostgresRepository):
                 key.last4,
                 now,
                 version,
+                key.tpm,
+                key.max_concurrency,
                 key.expires_at,
                 list(key.allowed_ips) if key.allowed_ips else None,
             )
-            return _key(row)
+            return await _audited(conn, _key(row), audit)
 
     async def get_key(self, key_id: str) -> KeyRecord | None:
         async with self._conn() as conn:
@@ -78,7 +91,9 @@ class PostgresKeys(PostgresRepository):
                 )
         return [_key(r) for r in rows]
 
-    async def update_key(self, key_id: str, controls: KeyControls, now: float) -> KeyRecord | None:
+    async def update_key(
+        self, key_id: str, controls: KeyControls, now: float, *, audit: KeyAudit = None
+    ) -> KeyRecord | None:
         values: dict[str, Any] = {}
         if controls.name is not None:
             values["name"] = controls.name
@@ -88,6 +103,9 @@ class PostgresKeys(PostgresRepository):
             values["allowed_models"] = list(controls.allowed_models) if controls.allowed_models else None
         if controls.monthly_cap_uc is not None:
             values["monthly_cap_uc"] = None if controls.monthly_cap_uc < 0 else controls.monthly_cap_uc
+        for column, limit in (("tpm", controls.tpm), ("max_concurrency", controls.max_concurrency)):
+            if limit is not None:  # -1: no limit
+                values[column] = None if limit < 0 else limit
         if controls.expires_at is not None:
             values["expires_at"] = None if controls.expires_at < 0 else controls.expires_at
         if controls.allowed_ips is not None:
@@ -100,10 +118,18 @@ class PostgresKeys(PostgresRepository):
             row = await conn.fetchrow(
                 f"UPDATE api_keys SET {sets} WHERE id = $1 RETURNING {_KEY_COLUMNS}", key_id, *values.values()
             )
-            return _key(row)
+            return await _audited(conn, _key(row), audit)
 
     async def rotate_key(
-        self, key_id: str, digest: bytes, prefix: str, last4: str, grace_seconds: float, now: float
+        self,
+        key_id: str,
+        digest: bytes,
+        prefix: str,
+        last4: str,
+        grace_seconds: float,
+        now: float,
+        *,
+        audit: KeyAudit = None,
     ) -> KeyRecord | None:
         async with self._tx() as conn:
             # The version lock serialises key writers, so the row cannot change under us.
@@ -126,9 +152,9 @@ class PostgresKeys(PostgresRepository):
                 now,
                 version,
             )
-            return _key(row)
+            return await _audited(conn, _key(row), audit)
 
-    async def revoke_key(self, key_id: str, now: float) -> KeyRecord | None:
+    async def revoke_key(self, key_id: str, now: float, *, audit: KeyAudit = None) -> KeyRecord | None:
         async with self._tx() as conn:
             version = await self._next_version(conn)
             current = await self._get_key(conn, key_id)
@@ -141,11 +167,22 @@ class PostgresKeys(PostgresRepository):
                 now,
                 version,
             )
-            return _key(row)
+            return await _audited(conn, _key(row), audit)
 
-    async def keys_changed_since(self, version: int) -> list[KeyRecord]:
+    async def key_page(
+        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+    ) -> list[KeyRecord]:
+        p = Params(dollar)
+        sql = key_page_sql(account_id, limit, after, search, p)
+        async with self._conn() as conn:
+            found = await conn.fetch(sql, *p.values)
+        return [_key(r) for r in found]
+
+    async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
         async with self._conn() as conn:
             rows = await conn.fetch(
-                f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > $1 ORDER BY version", version
+                f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > $1 ORDER BY version LIMIT $2",
+                version,
+                limit,
             )
         return [_key(r) for r in rows]

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from modelgate.storage import rows
+from modelgate.storage import postgres_audit, rows
+from modelgate.storage.audit import AuditDraft
 from modelgate.storage.base import AdminToken
 from modelgate.storage.postgres_database import PostgresRepository
 
@@ -28,11 +29,12 @@ class PostgresAdminTokens(PostgresRepository):
         last4: str = "",
         created_by: str | None = None,
         expires_at: float | None = None,
+        audit: AuditDraft[AdminToken] | None = None,
     ) -> None:
-        async with self._conn() as conn:
-            await conn.execute(
+        async with self._tx() as conn:
+            row = await conn.fetchrow(
                 "INSERT INTO admin_tokens (id, digest, account_id, created_at, name, prefix, last4, "
-                "created_by, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                f"created_by, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING {_COLUMNS}",
                 token_id,
                 digest,
                 account_id,
@@ -43,6 +45,8 @@ class PostgresAdminTokens(PostgresRepository):
                 created_by,
                 expires_at,
             )
+            if audit is not None:
+                await postgres_audit.append(conn, audit.entry(rows.admin_token_record(row)))
 
     async def _one(self, condition: str, value: Any) -> AdminToken | None:
         async with self._conn() as conn:
@@ -66,15 +70,21 @@ class PostgresAdminTokens(PostgresRepository):
                 )
         return [rows.admin_token_record(r) for r in found]
 
-    async def revoke_admin_token(self, token_id: str, now: float) -> AdminToken | None:
-        async with self._conn() as conn:
-            # One statement: the first revocation's instant is kept, a repeat changes nothing.
+    async def revoke_admin_token(
+        self, token_id: str, now: float, *, audit: AuditDraft[AdminToken] | None = None
+    ) -> AdminToken | None:
+        async with self._tx() as conn:
+            # The first revocation's instant is kept, a repeat changes nothing (and is not audited).
             row = await conn.fetchrow(
-                "UPDATE admin_tokens SET revoked_at = COALESCE(revoked_at, $2) WHERE id = $1 "
-                f"RETURNING {_COLUMNS}",
+                f"UPDATE admin_tokens SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL RETURNING {_COLUMNS}",
                 token_id,
                 now,
             )
+            if row is not None:
+                if audit is not None:
+                    await postgres_audit.append(conn, audit.entry(rows.admin_token_record(row)))
+                return rows.admin_token_record(row)
+            row = await conn.fetchrow(f"SELECT {_COLUMNS} FROM admin_tokens WHERE id = $1", token_id)
         return rows.admin_token_record(row) if row else None
 
     async def touch_admin_token(self, token_id: str, now: float, resolution: float) -> bool:

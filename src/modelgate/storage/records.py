@@ -40,6 +40,8 @@ class Account:
     balance_uc: int
     reserved_uc: int
     created_at: float
+    #: Alerts: ``balance.low`` below this balance (None: ``alerts.low_balance_uc`` applies).
+    low_balance_uc: int | None = None
     #: The account's balance is not shown to its keys' holders (``GET /v1/key``).
     hide_balance: bool = False
 
@@ -71,6 +73,10 @@ class KeyRecord:
     revoked_at: float | None = None
     #: Increases on every change; the auth view polls for versions above what it has.
     version: int = 0
+    #: Input + output tokens per rolling minute (None: no limit; ``limits.key_limits``).
+    tpm: int | None = None
+    #: Requests in flight at once (None: no limit).
+    max_concurrency: int | None = None
     #: Refused from this instant on (None: never expires).
     expires_at: float | None = None
     #: CIDRs the key may be used from, as stored (normalised); None: from anywhere.
@@ -89,6 +95,8 @@ class NewKey:
     digest: bytes
     prefix: str
     last4: str
+    tpm: int | None = None
+    max_concurrency: int | None = None
     expires_at: float | None = None
     allowed_ips: tuple[str, ...] | None = None
 
@@ -106,6 +114,10 @@ class KeyControls:
     rpm: int | None = None
     allowed_models: tuple[str, ...] | None = None
     monthly_cap_uc: int | None = None
+    #: ``-1``: no limit.
+    tpm: int | None = None
+    #: ``-1``: no limit.
+    max_concurrency: int | None = None
     expires_at: float | None = None
     allowed_ips: tuple[str, ...] | None = None
 

@@ -116,8 +116,11 @@ class UsageReports(Protocol):
     async def top_keys(self, month: str, *, account_id: int | None = None, limit: int = 5) -> list[KeySpend]:
         """Keys by spend in ``month``, highest first (ties: more requests, then key id)."""
 
-    async def key_activity(self, month: str, account_id: int | None = None) -> dict[str, KeyActivity]:
-        """Every key of the account (or every key) with its ``month`` spend and last use."""
+    async def key_activity(
+        self, month: str, account_id: int | None = None, key_ids: list[str] | None = None
+    ) -> dict[str, KeyActivity]:
+        """Every key of the account (or every key), or only ``key_ids`` when given (a page of
+        keys), with its ``month`` spend and last use."""
 
 
 class Params:
@@ -236,11 +239,14 @@ def top_keys_of(rows: list[Any]) -> list[KeySpend]:
     return [KeySpend(r[0], int(r[1]), str(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows]
 
 
-def key_activity_sql(month: str, account_id: int | None, p: Params) -> str:
+def key_activity_sql(month: str, account_id: int | None, p: Params, key_ids: list[str] | None = None) -> str:
     """Spend and holds of ``month``; last use is the latest start in the key's latest month with
     records. Both inner lookups are index seeks on ``usage_key_month (key_id, month, created_at)``."""
     in_month = f"s.month = {p(month)}"
-    scope = "" if account_id is None else f" WHERE k.account_id = {p(account_id)}"
+    terms = [] if account_id is None else [f"k.account_id = {p(account_id)}"]
+    if key_ids is not None:
+        terms.append(f"k.id IN ({', '.join(p(k) for k in key_ids) or 'NULL'})")
+    scope = f" WHERE {' AND '.join(terms)}" if terms else ""
     return (
         "SELECT k.id, COALESCE(s.spent_uc, 0), COALESCE(s.reserved_uc, 0), "
         "(SELECT MAX(u.created_at) FROM usage_records u WHERE u.key_id = k.id AND u.month = "

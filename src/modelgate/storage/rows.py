@@ -13,9 +13,10 @@ from modelgate.storage.records import Account, AdminToken, KeyRecord, UsageRecor
 
 KEY_COLUMNS = (
     "id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, state, digest, prefix, last4, "
-    "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version, expires_at, allowed_ips"
+    "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version, tpm, max_concurrency, "
+    "expires_at, allowed_ips"
 )
-ACCOUNT_COLUMNS = "id, name, balance_uc, reserved_uc, created_at, hide_balance"
+ACCOUNT_COLUMNS = "id, name, balance_uc, reserved_uc, created_at, low_balance_uc, hide_balance"
 ADMIN_TOKEN_COLUMNS = (
     "id, account_id, created_at, digest, name, prefix, last4, created_by, expires_at, revoked_at, "  # noqa: S105 - column names
     "last_used_at"
@@ -32,7 +33,7 @@ def key_record(
     allowed_models: tuple[str, ...] | None,
     allowed_ips: tuple[str, ...] | None = None,
 ) -> KeyRecord:
-    """A ``KEY_COLUMNS`` row; ``allowed_models`` (column 5) and ``allowed_ips`` (column 18) as
+    """A ``KEY_COLUMNS`` row; ``allowed_models`` (column 5) and ``allowed_ips`` (column 20) as
     the engine decoded them."""
     return KeyRecord(
         id=row[0],
@@ -52,7 +53,9 @@ def key_record(
         rotated_at=row[14],
         revoked_at=row[15],
         version=row[16],
-        expires_at=row[17],
+        tpm=row[17],
+        max_concurrency=row[18],
+        expires_at=row[19],
         allowed_ips=allowed_ips,
     )
 
@@ -65,7 +68,8 @@ def account_record(row: Sequence[Any]) -> Account:
         balance_uc=row[2],
         reserved_uc=row[3],
         created_at=row[4],
-        hide_balance=bool(row[5]),
+        low_balance_uc=row[5],
+        hide_balance=bool(row[6]),
     )
 
 

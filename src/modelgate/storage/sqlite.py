@@ -12,9 +12,11 @@ from pathlib import Path
 
 from modelgate.storage.composed import ComposedStore
 from modelgate.storage.sqlite_accounts import SqliteAccounts
+from modelgate.storage.sqlite_audit import SqliteAudit
 from modelgate.storage.sqlite_database import SqliteDatabase
 from modelgate.storage.sqlite_keys import SqliteKeys
 from modelgate.storage.sqlite_ledger import SqliteLedger
+from modelgate.storage.sqlite_people import SqlitePeople
 from modelgate.storage.sqlite_reports import SqliteReports
 from modelgate.storage.sqlite_responses import SqliteResponses
 from modelgate.storage.sqlite_tokens import SqliteAdminTokens
@@ -37,6 +39,8 @@ class SqliteStore(ComposedStore):
             usage=SqliteUsage(database),
             reports=SqliteReports(database),
             responses=SqliteResponses(database),
+            people=SqlitePeople(database),
+            audit=SqliteAudit(database),
         )
         self.path = path
         #: The file checks (``database_min_free_bytes`` is applied to it, ``file_probe``).

@@ -7,11 +7,15 @@ from typing import Any
 
 import orjson
 
-from modelgate.storage import rows
+from modelgate.storage import rows, sqlite_audit
+from modelgate.storage.audit import AuditDraft
+from modelgate.storage.key_pages import key_page_sql
 from modelgate.storage.records import KeyControls, KeyRecord, NewKey
+from modelgate.storage.reports import Params, qmark
 from modelgate.storage.sqlite_database import SqliteRepository
 
 _KEY_COLUMNS = rows.KEY_COLUMNS
+KeyAudit = AuditDraft[KeyRecord] | None
 
 
 def _json_list(value: str | None) -> tuple[str, ...] | None:
@@ -19,7 +23,7 @@ def _json_list(value: str | None) -> tuple[str, ...] | None:
 
 
 def _key(row: tuple[Any, ...]) -> KeyRecord:
-    return rows.key_record(row, _json_list(row[5]), _json_list(row[18]))
+    return rows.key_record(row, _json_list(row[5]), _json_list(row[20]))
 
 
 def _json_text(values: tuple[str, ...] | None) -> str | None:
@@ -37,15 +41,21 @@ class SqliteKeys(SqliteRepository):
         row = db.execute(f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE id = ?", (key_id,)).fetchone()
         return _key(row) if row else None
 
-    async def create_key(self, key: NewKey, now: float) -> KeyRecord:
+    @staticmethod
+    def _audited(db: sqlite3.Connection, record: KeyRecord | None, audit: KeyAudit) -> KeyRecord | None:
+        if record is not None and audit is not None:
+            sqlite_audit.append(db, audit.entry(record))
+        return record
+
+    async def create_key(self, key: NewKey, now: float, *, audit: KeyAudit = None) -> KeyRecord:
         allowed = orjson.dumps(list(key.allowed_models)).decode() if key.allowed_models is not None else None
 
         def op() -> KeyRecord:
             with self._write() as db:
                 db.execute(
                     "INSERT INTO api_keys (id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, "
-                    "digest, prefix, last4, created_at, version, expires_at, allowed_ips) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "digest, prefix, last4, created_at, version, tpm, max_concurrency, expires_at, allowed_ips) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         key.id,
                         key.account_id,
@@ -59,11 +69,13 @@ class SqliteKeys(SqliteRepository):
                         key.last4,
                         now,
                         self._next_version(db),
+                        key.tpm,
+                        key.max_concurrency,
                         key.expires_at,
                         _json_text(key.allowed_ips),
                     ),
                 )
-                record = self._get_key(db, key.id)
+                record = self._audited(db, self._get_key(db, key.id), audit)
                 assert record is not None
                 return record
 
@@ -85,7 +97,9 @@ class SqliteKeys(SqliteRepository):
 
         return await self._run(op)
 
-    async def update_key(self, key_id: str, controls: KeyControls, now: float) -> KeyRecord | None:
+    async def update_key(
+        self, key_id: str, controls: KeyControls, now: float, *, audit: KeyAudit = None
+    ) -> KeyRecord | None:
         sets: list[str] = []
         args: list[Any] = []
         if controls.name is not None:
@@ -102,6 +116,10 @@ class SqliteKeys(SqliteRepository):
         if controls.monthly_cap_uc is not None:
             sets.append("monthly_cap_uc = ?")
             args.append(None if controls.monthly_cap_uc < 0 else controls.monthly_cap_uc)
+        for column, limit in (("tpm", controls.tpm), ("max_concurrency", controls.max_concurrency)):
+            if limit is not None:  # -1: no limit
+                sets.append(f"{column} = ?")
+                args.append(None if limit < 0 else limit)
         if controls.expires_at is not None:
             sets.append("expires_at = ?")
             args.append(None if controls.expires_at < 0 else controls.expires_at)
@@ -117,12 +135,20 @@ class SqliteKeys(SqliteRepository):
                     f"UPDATE api_keys SET {', '.join([*sets, 'version = ?'])} WHERE id = ?",
                     (*args, self._next_version(db), key_id),
                 )
-                return self._get_key(db, key_id)
+                return self._audited(db, self._get_key(db, key_id), audit)
 
         return await self._run(op)
 
     async def rotate_key(
-        self, key_id: str, digest: bytes, prefix: str, last4: str, grace_seconds: float, now: float
+        self,
+        key_id: str,
+        digest: bytes,
+        prefix: str,
+        last4: str,
+        grace_seconds: float,
+        now: float,
+        *,
+        audit: KeyAudit = None,
     ) -> KeyRecord | None:
         def op() -> KeyRecord | None:
             with self._write() as db:
@@ -139,11 +165,11 @@ class SqliteKeys(SqliteRepository):
                     "previous_expires_at = ?, rotated_at = ?, version = ? WHERE id = ?",
                     (digest, prefix, last4, previous, expires, now, self._next_version(db), key_id),
                 )
-                return self._get_key(db, key_id)
+                return self._audited(db, self._get_key(db, key_id), audit)
 
         return await self._run(op)
 
-    async def revoke_key(self, key_id: str, now: float) -> KeyRecord | None:
+    async def revoke_key(self, key_id: str, now: float, *, audit: KeyAudit = None) -> KeyRecord | None:
         def op() -> KeyRecord | None:
             with self._write() as db:
                 current = self._get_key(db, key_id)
@@ -154,18 +180,26 @@ class SqliteKeys(SqliteRepository):
                         "UPDATE api_keys SET state = 'disabled', revoked_at = ?, version = ? WHERE id = ?",
                         (now, self._next_version(db), key_id),
                     )
-                return self._get_key(db, key_id)
+                    return self._audited(db, self._get_key(db, key_id), audit)
+                return current
 
         return await self._run(op)
 
-    async def keys_changed_since(self, version: int) -> list[KeyRecord]:
-        rows = await self._run(
-            lambda: (
-                self._db()
-                .execute(
-                    f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > ? ORDER BY version", (version,)
-                )
-                .fetchall()
-            )
-        )
-        return [_key(r) for r in rows]
+    async def key_page(
+        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+    ) -> list[KeyRecord]:
+        p = Params(qmark)
+        sql = key_page_sql(account_id, limit, after, search, p)
+        return await self._read(lambda db: [_key(r) for r in db.execute(sql, p.values).fetchall()])
+
+    async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
+        # On the reader thread, records built there too: a page of keys costs the event loop
+        # nothing but the hop (``SqliteDatabase.read``).
+        def op(db: sqlite3.Connection) -> list[KeyRecord]:
+            found = db.execute(
+                f"SELECT {_KEY_COLUMNS} FROM api_keys WHERE version > ? ORDER BY version LIMIT ?",
+                (version, -1 if limit is None else limit),
+            ).fetchall()
+            return [_key(r) for r in found]
+
+        return await self._read(op)

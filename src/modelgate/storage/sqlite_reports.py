@@ -1,7 +1,8 @@
 """``UsageReports`` on SQLite (a repository over ``SqliteDatabase``).
 
-Report queries can scan a month of records, so they never run on the event loop: they run on a
-reader thread of their own, with its own connection (WAL lets it read while the loop writes), and
+Totals, daily charts and top keys read the usage rollups (``storage.rollups``); the log's pages
+read the records along an index. Neither ever runs on the event loop: they run on a reader thread
+of their own, with its own connection (WAL lets it read while the loop writes), and
 Python's sqlite3 releases the GIL while SQLite works. The ledger's worker thread stays free for
 the writes that need it.
 """
@@ -12,7 +13,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from modelgate.storage import reports, rows
+from modelgate.storage import reports, rollups, rows
 from modelgate.storage.reports import (
     DailyUsage,
     KeyActivity,
@@ -26,7 +27,6 @@ from modelgate.storage.reports import (
 from modelgate.storage.sqlite_database import SqliteRepository
 
 T = TypeVar("T")
-_DAY = "strftime('%Y-%m-%d', created_at, 'unixepoch')"
 
 
 class SqliteReports(SqliteRepository):
@@ -48,24 +48,34 @@ class SqliteReports(SqliteRepository):
         return reports.paged([rows.usage_record(r) for r in found], limit)
 
     async def usage_count(self, where: UsageFilter) -> int:
-        found = await self._read(
-            self._fetch(lambda p: f"SELECT COUNT(*) FROM usage_records WHERE {reports.usage_where(where, p)}")
-        )
+        if rollups.answers(where):
+            found = await self._read(self._fetch(lambda p: rollups.count_sql(where, p)))
+        else:
+            found = await self._read(
+                self._fetch(
+                    lambda p: f"SELECT COUNT(*) FROM usage_records WHERE {reports.usage_where(where, p)}"
+                )
+            )
         return int(found[0][0])
 
     async def usage_facets(self, where: UsageFilter) -> UsageFacets:
-        return reports.facets_of(await self._read(self._fetch(lambda p: reports.facets_sql(where, p))))
+        sql = rollups.facets_sql if rollups.answers(where) else reports.facets_sql
+        return reports.facets_of(await self._read(self._fetch(lambda p: sql(where, p))))
 
     async def usage_daily(
         self, month: str, *, account_id: int | None = None, key_id: str | None = None
     ) -> list[DailyUsage]:
-        found = await self._read(self._fetch(lambda p: reports.daily_sql(_DAY, month, account_id, key_id, p)))
+        found = await self._read(self._fetch(lambda p: rollups.daily_sql(month, account_id, key_id, p)))
         return reports.daily_of(found)
 
     async def top_keys(self, month: str, *, account_id: int | None = None, limit: int = 5) -> list[KeySpend]:
-        found = await self._read(self._fetch(lambda p: reports.top_keys_sql(month, account_id, limit, p)))
+        found = await self._read(self._fetch(lambda p: rollups.top_keys_sql(month, account_id, limit, p)))
         return reports.top_keys_of(found)
 
-    async def key_activity(self, month: str, account_id: int | None = None) -> dict[str, KeyActivity]:
-        found = await self._read(self._fetch(lambda p: reports.key_activity_sql(month, account_id, p)))
+    async def key_activity(
+        self, month: str, account_id: int | None = None, key_ids: list[str] | None = None
+    ) -> dict[str, KeyActivity]:
+        found = await self._read(
+            self._fetch(lambda p: reports.key_activity_sql(month, account_id, p, key_ids))
+        )
         return reports.key_activity_of(found)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from modelgate.storage import rows
+from modelgate.storage import rows, sqlite_audit
+from modelgate.storage.audit import AuditDraft
 from modelgate.storage.records import AdminToken
 from modelgate.storage.sqlite_database import SqliteRepository
 
@@ -33,6 +34,7 @@ class SqliteAdminTokens(SqliteRepository):
         last4: str = "",
         created_by: str | None = None,
         expires_at: float | None = None,
+        audit: AuditDraft[AdminToken] | None = None,
     ) -> None:
         def op() -> None:
             with self._write() as db:
@@ -41,6 +43,8 @@ class SqliteAdminTokens(SqliteRepository):
                     "created_by, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (token_id, digest, account_id, now, name, prefix, last4, created_by, expires_at),
                 )
+                if audit is not None:
+                    sqlite_audit.append(db, audit.entry(self._token_where("id = ?", token_id)[0]))
 
         await self._run(op)
 
@@ -57,14 +61,18 @@ class SqliteAdminTokens(SqliteRepository):
             return await self._run(self._token_where, "1 = 1 ORDER BY created_at, id")
         return await self._run(self._token_where, "account_id = ? ORDER BY created_at, id", account_id)
 
-    async def revoke_admin_token(self, token_id: str, now: float) -> AdminToken | None:
+    async def revoke_admin_token(
+        self, token_id: str, now: float, *, audit: AuditDraft[AdminToken] | None = None
+    ) -> AdminToken | None:
         def op() -> AdminToken | None:
             with self._write() as db:
-                db.execute(
+                changed = db.execute(
                     "UPDATE admin_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
                     (now, token_id),
-                )
+                ).rowcount
                 found = self._token_where("id = ?", token_id)
+                if changed and found and audit is not None:
+                    sqlite_audit.append(db, audit.entry(found[0]))
                 return found[0] if found else None
 
         return await self._run(op)

@@ -1,15 +1,24 @@
-"""``UsageStore`` on SQLite: month summaries and recent usage records."""
+"""``UsageStore`` on SQLite: month summaries (from the rollups), recent usage records, the rollups'
+rebuild and the deletion of old records (``usage.retention_days``).
+
+Reads run on the reader thread with its own connection (``SqliteDatabase.read``), never on the
+event loop; the rebuild and the deletions are writes and run on the worker thread, whose
+connection waits for the write lock instead of failing.
+"""
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any
 
-from modelgate.storage import rows
+from modelgate.storage import rollups, rows
 from modelgate.storage.records import UsageRecord, UsageSummary
+from modelgate.storage.reports import Params, qmark
 from modelgate.storage.sqlite_database import SqliteRepository
 
 _USAGE_COLUMNS = rows.USAGE_COLUMNS
 _usage = rows.usage_record
+_DAY = "strftime('%Y-%m-%d', created_at, 'unixepoch')"
 
 
 class SqliteUsage(SqliteRepository):
@@ -28,50 +37,44 @@ class SqliteUsage(SqliteRepository):
     async def usage_summary(
         self, month: str, *, account_id: int | None = None, key_id: str | None = None
     ) -> UsageSummary:
-        where, args = self._usage_filter(month, account_id, key_id)
-
-        def op() -> UsageSummary:
-            db = self._db()
-            total = db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
-                "COALESCE(SUM(cache_creation_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
-                "COALESCE(SUM(charged_uc), 0), COALESCE(SUM(web_search_requests), 0) "
-                f"FROM usage_records WHERE {where}",
-                args,
-            ).fetchone()
-            by_model = db.execute(
-                f"SELECT model, SUM(charged_uc) FROM usage_records WHERE {where} GROUP BY model ORDER BY model",
-                args,
-            ).fetchall()
-            requests, input_tokens, output_tokens, cache_creation, cache_read, charged, searches = (
-                int(v) for v in total
-            )
-            return UsageSummary(
-                month,
-                requests,
-                input_tokens,
-                output_tokens,
-                cache_creation,
-                cache_read,
-                charged,
-                by_model={m: int(c) for m, c in by_model},
-                web_search_requests=searches,
-            )
-
-        return await self._run(op)
+        p = Params(qmark)
+        sql = rollups.summary_sql(month, account_id, key_id, p)
+        found = await self._read(lambda db: db.execute(sql, p.values).fetchall())
+        return rollups.summary_of(month, found)
 
     async def usage_records(
         self, month: str, *, account_id: int | None = None, key_id: str | None = None, limit: int = 100
     ) -> list[UsageRecord]:
         where, args = self._usage_filter(month, account_id, key_id)
-        rows = await self._run(
-            lambda: (
-                self._db()
-                .execute(
-                    f"SELECT {_USAGE_COLUMNS} FROM usage_records WHERE {where} ORDER BY created_at DESC LIMIT ?",
-                    (*args, limit),
-                )
-                .fetchall()
-            )
+        sql = (
+            f"SELECT {_USAGE_COLUMNS} FROM usage_records WHERE {where} "
+            "ORDER BY created_at DESC, request_id DESC LIMIT ?"
         )
-        return [_usage(r) for r in rows]
+        found = await self._read(lambda db: db.execute(sql, (*args, limit)).fetchall())
+        return [_usage(r) for r in found]
+
+    async def rebuild_rollups(self) -> int:
+        def op() -> int:
+            with self._write() as db:  # BEGIN IMMEDIATE: no record is written meanwhile
+                for statement in rollups.rebuild_statements(_DAY):
+                    db.execute(statement)
+                return int(db.execute("SELECT COUNT(*) FROM usage_rollups").fetchone()[0])
+
+        return await self._run_on_worker(op)
+
+    async def delete_usage_before(self, cutoff: float, limit: int) -> int:
+        def op() -> int:
+            with self._write() as db:
+                return _delete_oldest(db, cutoff, limit)
+
+        return await self._run_on_worker(op)
+
+
+def _delete_oldest(db: sqlite3.Connection, cutoff: float, limit: int) -> int:
+    """Oldest first along ``usage_created (created_at, request_id)``: a batch reads only what it deletes."""
+    cursor = db.execute(
+        "DELETE FROM usage_records WHERE request_id IN (SELECT request_id FROM usage_records "
+        "WHERE created_at < ? ORDER BY created_at LIMIT ?)",
+        (cutoff, limit),
+    )
+    return int(cursor.rowcount)

@@ -82,6 +82,11 @@ class Metrics:
             "Refused requests not recorded in the usage log: billing.max_pending_refusal_records were waiting.",
             (),
         )
+        self.limit_refusals = made.counter(
+            "modelgate_limit_refusals",
+            "Requests refused by a key's limit: rpm, tpm, concurrency (429) or cap-month (402).",
+            ("limit",),
+        )
         self.clamps = made.counter(
             "modelgate_max_tokens_clamps",
             "Requests whose max_tokens the gateway lowered, by reason.",
@@ -207,6 +212,9 @@ class Metrics:
 
     def refusal_record_dropped(self) -> None:
         self.refusal_records_dropped.inc(())
+
+    def limit_refused(self, limit: str) -> None:
+        self.limit_refusals.inc((limit,))
 
     def clamped(self, reason: str) -> None:
         self.clamps.inc((reason,))

@@ -242,6 +242,21 @@ class Router:
         return self._health
 
     @property
+    def providers(self) -> Mapping[str, Provider]:
+        return self._providers
+
+    def adopt(self, running: Router) -> None:
+        """Carry on from ``running``, which this router replaces (a reload, a runtime change):
+        its cooldowns (health is keyed by deployment, so an unchanged deployment keeps its own),
+        retry budget and session pins, when the routing policy that shaped them is the same. A
+        pin on a deployment this router does not have is never followed (``_place``)."""
+        if running._config != self._config:
+            return
+        self._health = running._health
+        self._budget = running._budget
+        self._affinity = running._affinity
+
+    @property
     def affinity(self) -> AffinityTable | None:
         """The session pins (None with ``routing.affinity = "off"``)."""
         return self._affinity
@@ -448,8 +463,13 @@ class Router:
         request), else its first choice by weighted rendezvous among the usable ones (the same
         fallbacks as ``_choose`` when none is). Sets the credential the pool should offer first."""
         health = self._health
-        if pin is not None and pin.deployment not in tried and health.available(pin.deployment):
-            chosen = pin.deployment
+        if (
+            pin is not None
+            and pin.deployment in candidates
+            and pin.deployment not in tried
+            and health.available(pin.deployment)
+        ):
+            chosen = candidates[list(candidates).index(pin.deployment)]  # this router's own
         else:
             available = [d for d in candidates if health.available(d)]
             pool = [d for d in available if d not in tried] or available

@@ -154,6 +154,28 @@ class _FirstByteClock:
 
 #: The clock of the request being sent in this task; the connector starts it once a connection
 #: is held (aiohttp acquires the connection in the caller's task, so the context is shared).
+#: Bodies larger than this go out in slices of this size, each written when the connection has
+#: taken the last (flow control): never a copy of a whole 30 MiB body into the transport's
+#: buffer on the loop.
+BODY_SLICE_BYTES = 1 << 20
+
+
+async def _slices(body: bytes) -> AsyncIterator[memoryview]:
+    view = memoryview(body)
+    for start in range(0, len(view), BODY_SLICE_BYTES):
+        yield view[start : start + BODY_SLICE_BYTES]
+
+
+def _payload(body: bytes, headers: Mapping[str, str]) -> tuple[Any, dict[str, str]]:
+    """What aiohttp is given to send ``body``: the bytes, or for a large body its slices with
+    the length declared (so it is not sent chunked)."""
+    sent = dict(headers)
+    if len(body) <= BODY_SLICE_BYTES:
+        return body, sent
+    sent["content-length"] = str(len(body))
+    return _slices(body), sent
+
+
 _first_byte_clock: ContextVar[_FirstByteClock | None] = ContextVar("modelgate_first_byte_clock", default=None)
 
 
@@ -213,10 +235,9 @@ class HttpClient:
             # clock starts, so requests queued for a pooled connection do not time out early.
             async with asyncio.timeout_at(deadline) as scope:
                 token = _first_byte_clock.set(_FirstByteClock(scope, timeouts.first_byte, deadline))
+                data, sent_headers = _payload(body, headers)
                 try:
-                    response = await session.post(
-                        url, data=body, headers=dict(headers), allow_redirects=False
-                    )
+                    response = await session.post(url, data=data, headers=sent_headers, allow_redirects=False)
                 finally:
                     _first_byte_clock.reset(token)
         except aiohttp.ConnectionTimeoutError:

@@ -90,6 +90,12 @@ class GeminiCodec:
         )
 
     def decode_request(self, body: Json, *, model: str = "", stream: bool = False) -> ir.Request:
+        """A ``generateContent`` body, or a ``countTokens`` one wrapping it in
+        ``generateContentRequest`` (what the gateway decodes to estimate a count). The route
+        gives the model and the stream flag; the gateway sets both on the IR request
+        (``ClientRequest`` and the translation), as for every format."""
+        if wire.get(body, "generateContentRequest") is not None:
+            return request.decode_count_request(body, model=model)
         return request.decode_request(body, model=model, stream=stream)
 
     def decode_count_request(self, body: Json, *, model: str = "") -> ir.Request:

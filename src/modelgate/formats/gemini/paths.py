@@ -36,7 +36,9 @@ KEY_PARAMETER = "key"
 
 _METHOD_BY_VERB: Mapping[str, Method] = MappingProxyType({m: m for m in METHODS})
 _CALL = re.compile(r"/(v1beta|v1)/models/([^/:]+):([A-Za-z]+)")
-_ANY_CALL = re.compile(r"/v1/models/[^/]+:[A-Za-z]+")
+#: A method call under ``/v1/models/``: a colon after the model, whatever the model part holds
+#: (a ``%2F`` arrives decoded) and whatever the method (unknown or empty ones are refused here).
+_ANY_CALL = re.compile(r"/v1/models/.*:.*", re.DOTALL)
 _KEY_IN_QUERY = re.compile(r"(^|&)key=[^&]*")
 
 
@@ -71,6 +73,12 @@ def wants_stream(method: Method, query: Mapping[str, str]) -> bool:
     return True
 
 
+def check_query(route_streams: bool, query: Mapping[str, str]) -> None:
+    """What a route needs of the query string: ``alt=sse`` on the stream route (``wants_stream``)."""
+    if route_streams:
+        wants_stream("streamGenerateContent", query)
+
+
 def api_key(headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
     """The client's key: the ``x-goog-api-key`` header, else the ``key`` query parameter."""
     key = headers.get(KEY_HEADER)
@@ -89,7 +97,7 @@ def is_gemini_client(headers: Mapping[str, str], query: Mapping[str, str]) -> bo
 def owns_path(path: str) -> bool:
     """Whether ``path`` can only be meant for this format, so a refusal on it (unknown method,
     wrong HTTP verb) is rendered in Google's shape: all of ``/v1beta``, and ``models/…:verb``
-    calls under ``/v1``."""
+    calls under ``/v1`` (no other format's client sends a colon verb there)."""
     return path.startswith("/v1beta/") or path == "/v1beta" or _ANY_CALL.fullmatch(path) is not None
 
 

@@ -206,7 +206,7 @@ async def _expanded(
     stored_bytes = sum(len(h) for h in history) + sum(len(r) for r in references.values())
     if admitted.facts.offloaded or len(admitted.raw) + stored_bytes > server.offload_body_bytes:
         # Large: expanded, parsed and checked in a worker, as any large body is.
-        return await services.offload.run(
+        return await services.offload.run_on_body(
             expand_in_worker, admitted.raw, history, plan, references, fmt, rules
         )
     raw = orjson.dumps(wire.expand(admitted.facts.body, _parsed(history), plan, _parsed_map(references)))
@@ -248,9 +248,13 @@ def for_provider(admitted: Admitted, provider: Provider, dialect: Dialect) -> Ad
             param="prompt",
         )
     if keeps and state.original_holder == provider.name:
-        return replace(admitted, raw=state.original_raw, client=state.original_client)
+        # The spans a worker found are the expanded body's, not the original's.
+        facts = replace(admitted.facts, spans=None)
+        return replace(admitted, raw=state.original_raw, client=state.original_client, facts=facts)
     if not keeps and stores_responses(provider.kind) and dialect == admitted.client.codec.name:
         # An upstream of a stateful kind that must not keep state: the gateway does.
-        raw = splice_top_level(admitted.raw, {"store": False}, parsed=admitted.client.body)
-        return replace(admitted, raw=raw)
+        raw = splice_top_level(
+            admitted.raw, {"store": False}, parsed=admitted.client.body, spans=admitted.facts.spans
+        )
+        return replace(admitted, raw=raw, facts=replace(admitted.facts, spans=None))  # spans moved
     return admitted

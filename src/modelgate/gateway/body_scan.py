@@ -1,0 +1,177 @@
+"""One pass over a JSON object's bytes: its top-level members with their value spans, and its
+nesting depth (``scan_object``).
+
+The pass replaces three full scans a body used to get (the depth walk over the parsed value, the
+duplicate-key tokeniser and the splice's own search): it steps from one bracket to the next with
+a single C-level regex match per step (strings, with their escapes, and everything else that is
+not a bracket are skipped inside that match), so its Python work grows with the number of
+brackets, not of bytes or strings. Top-level members come out in document order, duplicates
+included, keyed as a parser reads them (``\\u006dodel`` is ``model``), so a control field cannot
+hide behind an escape or a second spelling.
+
+The input must already be a valid JSON object (the caller parses it first): the pass checks
+nothing a parser checks, and stops as soon as the nesting passes the limit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+_WS = re.compile(rb"[ \t\n\r]*")
+# A JSON string, escapes included (unrolled so the engine never backtracks per character).
+_STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
+# Everything up to the next bracket outside a string.
+_TO_BRACKET = re.compile(rb'[^"\[\]{}]*+(?:"[^"\\]*+(?:\\.[^"\\]*+)*+"[^"\[\]{}]*+)*+', re.DOTALL)
+_SCALAR_END = re.compile(rb"[\s,}\]]")
+_COLON = re.compile(rb"[ \t\n\r]*:[ \t\n\r]*")
+# An escape of a printable ASCII character: the only way to respell an ASCII key.
+_ESCAPED_ASCII = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
+_OPEN = frozenset(b"{[")
+_CLOSE = frozenset(b"}]")
+
+
+@dataclass(slots=True)
+class Layout:
+    """What ``scan_object`` found in one body."""
+
+    #: Whether the body nests containers more than the limit deep (the root object is level 1).
+    too_deep: bool = False
+    #: Top-level keys as a parser reads them, with their values' byte spans, in document order.
+    members: list[tuple[str, tuple[int, int]]] = field(default_factory=list)
+
+    def spans(self) -> dict[str, tuple[int, int]]:
+        """Each top-level key's value span; the last one wins, as with the parser."""
+        return dict(self.members)
+
+    def duplicated(self, keys: frozenset[str]) -> str | None:
+        """The first of ``keys`` the object holds more than once at the top level."""
+        seen: set[str] = set()
+        for key, _ in self.members:
+            if key in seen and key in keys:
+                return key
+            seen.add(key)
+        return None
+
+
+def scan_object(raw: bytes, max_depth: int) -> Layout:
+    """The layout of the JSON object in ``raw`` (valid JSON, already parsed by the caller)."""
+    layout = Layout()
+    pos = _after_ws(raw, 0) + 1  # past the opening brace
+    pos = _after_ws(raw, pos)
+    if raw[pos] == 0x7D:  # "}": an empty object
+        return layout
+    if max_depth < 1:
+        layout.too_deep = True
+        return layout
+    members = layout.members
+    while True:
+        key = _STRING.match(raw, pos)
+        assert key is not None, "scan_object reads valid JSON only"
+        pos = _after_ws(raw, key.end()) + 1  # past the colon
+        start = _after_ws(raw, pos)
+        lead = raw[start]
+        if lead == 0x22:  # a string value
+            value = _STRING.match(raw, start)
+            assert value is not None
+            end = value.end()
+        elif lead in _OPEN:
+            end = _skip_container(raw, start, max_depth - 1)
+            if end < 0:
+                layout.too_deep = True
+                return layout
+        else:
+            scalar = _SCALAR_END.search(raw, start)
+            end = scalar.start() if scalar is not None else len(raw)
+        members.append((decoded_key(raw[key.start() + 1 : key.end() - 1]), (start, end)))
+        pos = _after_ws(raw, end)
+        if raw[pos] != 0x2C:  # not ",": the closing brace
+            return layout
+        pos = _after_ws(raw, pos + 1)
+
+
+def decoded_key(written: bytes) -> str:
+    """A key as ``top_level_members`` gives it (``\\u006dodel``), as a parser reads it (``model``)."""
+    if b"\\" not in written:
+        return written.decode("utf-8", "surrogateescape")
+    try:
+        key = orjson.loads(b'"' + written + b'"')
+    except orjson.JSONDecodeError:
+        return written.decode("utf-8", "surrogateescape")
+    return key if isinstance(key, str) else ""
+
+
+def respellable(raw: bytes, keys: Iterable[str]) -> bool:
+    """Whether one of ``keys`` could be written in ``raw`` in another spelling (an escape).
+    Escaped control characters (terminal output's ``\\u001b``) cannot be part of such a key."""
+    return not all(k.isascii() for k in keys) or _ESCAPED_ASCII.search(raw) is not None
+
+
+def quick_spans(raw: bytes, parsed: Mapping[str, Any]) -> dict[str, tuple[int, int]] | None:
+    """Each top-level value's span found by C-level searches alone, when that is unambiguous:
+    every top-level key of ``parsed`` (the decoded ``raw``) is written exactly once in the whole
+    body, in the one spelling. Then each occurrence is the member itself (a parser saw the key,
+    and an escape-free ``"key"`` inside a string is impossible: its quotes would be escaped), no
+    key is duplicated, and each value runs from its key's colon to the comma before the next
+    key. None when any of that does not hold (``scan_object`` decides then)."""
+    if respellable(raw, parsed):
+        return None
+    found: list[tuple[int, str, int]] = []
+    for key in parsed:
+        token = orjson.dumps(key)
+        if raw.count(token) != 1:
+            return None
+        at = raw.find(token)
+        colon = _COLON.match(raw, at + len(token))
+        if colon is None:
+            return None
+        found.append((at, key, colon.end()))
+    found.sort()
+    spans: dict[str, tuple[int, int]] = {}
+    close = raw.rfind(b"}")
+    for index, (_, key, start) in enumerate(found):
+        last = index + 1 == len(found)
+        end = content_end(raw, start, close if last else found[index + 1][0])
+        if not last:
+            if raw[end - 1 : end] != b",":
+                return None
+            end = content_end(raw, start, end - 1)
+        spans[key] = (start, end)
+    return spans
+
+
+def content_end(raw: bytes, start: int, end: int) -> int:
+    """Where the whitespace before ``end`` begins (looked for in a small window first, so the
+    usual case copies nothing large)."""
+    window = max(start, end - 4096)
+    kept = raw[window:end].rstrip()
+    if kept or window == start:
+        return window + len(kept)
+    return start + len(raw[start:end].rstrip())
+
+
+def _after_ws(raw: bytes, pos: int) -> int:
+    match = _WS.match(raw, pos)  # always matches (possibly nothing)
+    return match.end() if match is not None else pos
+
+
+def _skip_container(raw: bytes, pos: int, levels: int) -> int:
+    """The end of the array or object opening at ``pos``, or -1 when it nests more than
+    ``levels`` levels (itself included)."""
+    depth = 0
+    match_to_bracket = _TO_BRACKET.match
+    while True:
+        bracket = raw[pos]
+        if bracket in _OPEN:
+            depth += 1
+            if depth > levels:
+                return -1
+        else:
+            depth -= 1
+            if depth == 0:
+                return pos + 1
+        pos = match_to_bracket(raw, pos + 1).end()  # type: ignore[union-attr]

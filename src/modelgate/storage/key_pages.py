@@ -1,0 +1,34 @@
+"""One page of the key list, keyset-paged on ``(created_at, id)`` (indexes ``api_keys_created`` and
+``api_keys_account_created``, migrations sqlite 0013 / postgresql 0018), with an optional search:
+the same SQL on both engines, so a page costs the same at any depth and stays stable while keys
+are created (new keys sort after every cursor of an older key)."""
+
+from __future__ import annotations
+
+from modelgate.storage import rows
+from modelgate.storage.reports import Params
+
+
+def like_pattern(search: str) -> str:
+    """``%search%`` with LIKE's own wildcards taken literally (escape character ``\\``)."""
+    escaped = search.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def key_page_sql(
+    account_id: int | None, limit: int, after: tuple[float, str] | None, search: str, p: Params
+) -> str:
+    terms: list[str] = []
+    if account_id is not None:
+        terms.append(f"account_id = {p(account_id)}")
+    if after is not None:
+        created, tie = p(after[0]), p(after[0])
+        terms.append(f"(created_at > {created} OR (created_at = {tie} AND id > {p(after[1])}))")
+    if search:
+        pattern = like_pattern(search)
+        terms.append(
+            f"(LOWER(name) LIKE {p(pattern)} ESCAPE '\\' OR LOWER(id) LIKE {p(pattern)} ESCAPE '\\' "
+            f"OR LOWER(prefix) LIKE {p(pattern)} ESCAPE '\\')"
+        )
+    where = f"WHERE {' AND '.join(terms)} " if terms else ""
+    return f"SELECT {rows.KEY_COLUMNS} FROM api_keys {where}ORDER BY created_at, id LIMIT {p(limit)}"

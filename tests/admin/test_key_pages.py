@@ -1,0 +1,75 @@
+"""``GET /admin/api/keys`` pages by keyset (``limit``, ``after``) and searches (``q``): every key
+exactly once in creation order, pages stable while keys are created, an account sees only its own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.admin.conftest import Admin, Caller
+
+
+def all_pages(caller: Caller, path: str, limit: int) -> list[list[dict[str, Any]]]:
+    pages: list[list[dict[str, Any]]] = []
+    after = ""
+    while True:
+        page = caller.ok("GET", f"{path}&limit={limit}&after={after}")
+        pages.append(page["data"])
+        if page["next_cursor"] is None:
+            return pages
+        after = page["next_cursor"]
+
+
+def test_an_account_pages_through_its_keys_once_each_in_creation_order(admin: Admin) -> None:
+    tenant = admin.tenant()
+    created = [tenant.key.record.id]
+    created += [admin.gateway.key(tenant.account, "Basic", name=f"batch-{n:02}").record.id for n in range(24)]
+    path = f"/keys?account_id={tenant.account.id}"
+    pages = all_pages(tenant.admin, path, 10)
+    assert [len(p) for p in pages] == [10, 10, 5]
+    assert [k["id"] for p in pages for k in p] == created
+    # Unpaged callers get the first DEFAULT_KEYS (100): all 25 here, and no next page.
+    first = tenant.admin.ok("GET", "/keys")
+    assert [k["id"] for k in first["data"]] == created and first["next_cursor"] is None
+
+
+def test_a_key_created_while_paging_shifts_no_page(admin: Admin) -> None:
+    tenant = admin.tenant()
+    for n in range(6):
+        admin.gateway.key(tenant.account, "Basic", name=f"early-{n}")
+    first = tenant.admin.ok("GET", "/keys?limit=4")
+    late = admin.gateway.key(tenant.account, "Basic", name="late").record.id
+    second = tenant.admin.ok("GET", f"/keys?limit=4&after={first['next_cursor']}")
+    seen = [k["id"] for k in first["data"] + second["data"]]
+    assert len(seen) == len(set(seen)) == 8 and seen[-1] == late and second["next_cursor"] is None
+
+
+def test_search_by_name_id_or_prefix_in_any_case(admin: Admin) -> None:
+    tenant = admin.tenant()
+    wanted = admin.gateway.key(tenant.account, "Basic", name="Notebook-Runner").record
+    admin.gateway.key(tenant.account, "Basic", name="agents")
+    for q in ("notebook", "RUNNER", wanted.id, wanted.id.upper()):
+        found = tenant.admin.ok("GET", "/keys", params={"q": q})["data"]
+        assert [k["id"] for k in found] == [wanted.id]
+    # LIKE's wildcards are taken literally: "%" finds the one name holding it, not every key.
+    percent = admin.gateway.key(tenant.account, "Basic", name="50%-off").record
+    assert [k["id"] for k in tenant.admin.ok("GET", "/keys", params={"q": "%"})["data"]] == [percent.id]
+    # An account never finds another's keys, whatever it searches.
+    other = admin.tenant()
+    assert other.admin.ok("GET", "/keys", params={"q": "notebook"})["data"] == []
+
+
+def test_bad_paging_parameters_are_400(admin: Admin) -> None:
+    op = admin.operator
+    for query in (
+        "limit=0",
+        "limit=1001",
+        "limit=x",
+        "after=nonsense",
+        "after=1.5~bad%20id",
+        "q=" + "x" * 101,
+        "q=a%00b",
+        "q=%0A",
+    ):
+        refused = op.request("GET", f"/keys?{query}")
+        assert refused.status_code == 400, query
+        assert refused.json()["error"]["type"] == "invalid_request_error"

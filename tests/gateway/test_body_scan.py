@@ -1,0 +1,131 @@
+"""The one-pass scan of a large body (``body_scan.scan_object``) agrees with the parser and the
+full tokenizer: the same top-level members (escaped keys decoded, duplicates kept), the same
+depth verdict as the walk over the parsed value, and a splice from its spans equal to the others."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from modelgate.gateway.body import duplicate_key, splice_top_level, too_deep, top_level_members
+from modelgate.gateway.body_scan import decoded_key, quick_spans, scan_object
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**6), 10**6)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet='ab"\\{}[]:,\u001b\u00e9 ', max_size=8)
+)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["model", "max_tokens", "a]", '"{']), inner, max_size=3)
+    ),
+    max_leaves=12,
+)
+bodies = st.dictionaries(
+    st.sampled_from(["model", "max_tokens", "stream", "messages", "x", "mödel", "{["]), values, max_size=5
+)
+
+
+def _encode(body: dict[str, Any], style: int) -> bytes:
+    if style == 0:
+        return orjson.dumps(body)
+    if style == 1:
+        return json.dumps(body, indent=1).encode()  # whitespace and \\u escapes (ensure_ascii)
+    return json.dumps(body, separators=(", ", " : "), ensure_ascii=False).encode()
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=bodies, style=st.integers(0, 2), limit=st.integers(1, 6))
+def test_scan_agrees_with_tokenizer_and_parser(body: dict[str, Any], style: int, limit: int) -> None:
+    raw = _encode(body, style)
+    full = scan_object(raw, 1000)
+    assert full.members == [(decoded_key(k), span) for k, span in top_level_members(raw)]
+    assert not full.too_deep
+    assert scan_object(raw, limit).too_deep == too_deep(orjson.loads(raw), limit)
+    for key, (start, end) in full.members:
+        assert orjson.loads(raw[start:end]) == body[key]
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=bodies, style=st.integers(0, 2), model=st.text(max_size=5), limit=st.integers(1, 9))
+def test_splice_from_spans_equals_the_others(
+    body: dict[str, Any], style: int, model: str, limit: int
+) -> None:
+    raw = _encode(body, style)
+    edit = {"model": model, "max_tokens": limit}
+    spans = scan_object(raw, 1000).spans()
+    spliced = splice_top_level(raw, edit, spans=spans)
+    assert spliced == splice_top_level(raw, edit)
+    assert orjson.loads(spliced) == {**body, **edit}
+
+
+def test_duplicates_are_found_however_the_key_is_spelled() -> None:
+    raw = b'{"messages":[{"model":"a"}],"model":"x", "\\u006dodel" :"y","\\u006D\\u006fdel":"z"}'
+    layout = scan_object(raw, 8)
+    assert layout.duplicated(frozenset({"model"})) == "model"
+    assert [key for key, _ in layout.members] == ["messages", "model", "model", "model"]
+    assert layout.duplicated(frozenset({"messages"})) is None
+
+
+def test_nesting_is_counted_outside_strings_only() -> None:
+    raw = b'{"a":"[[[[[[[[\\"]]]","b":[[["{{{{"]]]}'
+    assert not scan_object(raw, 4).too_deep
+    assert scan_object(raw, 3).too_deep
+    assert scan_object(b"{}", 1).members == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=bodies, style=st.integers(0, 2), twice=st.sampled_from(["model", "max_tokens", "x"]))
+def test_duplicate_check_agrees_with_the_scan(body: dict[str, Any], style: int, twice: str) -> None:
+    """The count-based fast path (kept for escaped control characters) never misses a duplicate."""
+    raw = _encode(body, style)
+    spelled = b'"\\u006dodel"' if twice == "model" and style == 1 else orjson.dumps(twice)
+    doubled = raw[:-1] + (b"," if body else b"") + spelled + b':"\\u001b"}'
+    keys = frozenset({"model", "max_tokens", "stream"})
+    expected = scan_object(doubled, 1000).duplicated(keys)
+    assert duplicate_key(doubled, orjson.loads(doubled), keys) == expected
+    assert (expected is not None) == (twice in body and twice in keys)
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=bodies, style=st.integers(0, 2), twice=st.sampled_from(["", "model", "messages"]))
+def test_quick_spans_are_the_scans_when_given(body: dict[str, Any], style: int, twice: str) -> None:
+    raw = _encode(body, style)
+    if twice:  # the same key again at the top level, or inside a nested value
+        raw = (
+            raw[:-1]
+            + (b"," if body else b"")
+            + b'"x":{"'
+            + twice.encode()
+            + b'":1},"'
+            + twice.encode()
+            + b'":2}'
+        )
+    parsed = orjson.loads(raw)
+    quick = quick_spans(raw, parsed)
+    layout = scan_object(raw, 1000)
+    if quick is not None:
+        assert quick == layout.spans()
+        assert layout.duplicated(frozenset(parsed)) is None
+    if twice:  # a key written twice is never answered by the quick path
+        assert quick is None
+
+
+def test_quick_spans_find_a_huge_members_end_without_scanning_it() -> None:
+    raw = (
+        b'{"model" : "m", "messages":['
+        + b'{"role":"user","content":"a \\u001b[0m \\"x\\""},' * 1000
+        + b'1] ,\n"max_tokens":5 }'
+    )
+    spans = quick_spans(raw, orjson.loads(raw))
+    assert spans is not None and spans == scan_object(raw, 10).spans()
+    start, end = spans["messages"]
+    assert raw[start:end].startswith(b"[{") and raw[start:end].endswith(b"1]")
