@@ -67,7 +67,7 @@ def usage_records(gw: GatewayServer, key_id: str) -> list[Any]:
 @pytest.mark.parametrize(("group", "family"), [("Basic", "aria"), ("Pro", "aria"), ("Nova", "nova")], ids=str)
 def test_each_group_sees_its_key(gw: GatewayServer, http: httpx.Client, group: str, family: str) -> None:
     acct = account(gw, 25)
-    issued = gw.key(acct, group, name=f"mine-{group}", rpm=7, monthly_cap_uc=3_000_000)
+    issued = gw.key(acct, group, name=f"mine-{group}", rpm=7, monthly_cap_uc=3_000_000, tpm=9000)
     for headers in (as_bearer(issued.secret), as_x_api_key(issued.secret)):
         response = http.get("/v1/key", headers=headers)
         assert response.status_code == 200, response.text
@@ -76,7 +76,7 @@ def test_each_group_sees_its_key(gw: GatewayServer, http: httpx.Client, group: s
         assert body["object"] == "key"
         assert (body["id"], body["name"], body["group"]) == (issued.record.id, f"mine-{group}", group)
         assert body["account_id"] == acct.id
-        assert body["limits"] == {"rpm": 7}
+        assert body["limits"] == {"rpm": 7, "tpm": 9000, "max_concurrency": None}
         assert body["models"] and all(m.startswith(family + "-") for m in body["models"])
         assert body["allowed_models"] is None
         assert body["expires_at"] is None and body["allowed_ips"] is None

@@ -85,7 +85,7 @@ async def key_info(services: Services, request: Request) -> Response:
             "group": key.group,
             "display": f"{key.prefix}…{key.last4}",
             "state": key.state,
-            "limits": {"rpm": key.rpm},
+            "limits": {"rpm": key.rpm, "tpm": key.tpm, "max_concurrency": key.max_concurrency},
             "caps": {"month": month_window(key, spent, held, now)},
             "allowed_models": list(key.allowed_models) if key.allowed_models is not None else None,
             "models": [m.id for m in policy.visible_models(services.catalogue, key)],
