@@ -246,7 +246,11 @@ class Management:
 
     async def set_hide_balance(self, account: Account, hide: bool) -> Account:
         """Whether the account's balance is hidden from its keys' holders (``GET /v1/key``)."""
-        updated = await self.store.set_hide_balance(account.id, hide)
+        updated = await self.store.set_hide_balance(
+            account.id,
+            hide,
+            audit=draft("account.update", describe.account, self.clock.time(), before=account),
+        )
         if updated is None:
             raise NotFoundError(f"account {account.id} not found")
         return updated

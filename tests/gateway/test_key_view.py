@@ -200,6 +200,9 @@ def test_hide_balance_is_the_operators_switch(gw: GatewayServer, http: httpx.Cli
     body = response.json()
     assert body["balance"] is None and body["balance_hidden"] is True
     assert "12000000" not in response.text  # nothing of the balance shows elsewhere
+    audit = http.get("/admin/api/audit", headers=as_bearer(operator), params={"action": "account.update"})
+    [entry] = [e for e in audit.json()["data"] if e["target"] == f"account:{acct.id}"]
+    assert (entry["before"]["hide_balance"], entry["after"]["hide_balance"]) == (False, True)
     shown = http.patch(
         path, headers=as_bearer(operator), json={"hide_balance": False, "name": acct.name + "-x"}
     )

@@ -159,7 +159,9 @@ class AccountStore(Protocol):
         ...
 
     async def topups_total(self, account_id: int) -> int: ...
-    async def set_hide_balance(self, account_id: int, hide: bool) -> Account | None:
+    async def set_hide_balance(
+        self, account_id: int, hide: bool, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
         """Whether the account's balance is hidden from its keys' holders (None: no such account)."""
         ...
 

@@ -166,8 +166,10 @@ class ComposedStore:
     ) -> Account | None:
         return await self.accounts.set_low_balance(account_id, threshold_uc, audit=audit)
 
-    async def set_hide_balance(self, account_id: int, hide: bool) -> Account | None:
-        return await self.accounts.set_hide_balance(account_id, hide)
+    async def set_hide_balance(
+        self, account_id: int, hide: bool, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        return await self.accounts.set_hide_balance(account_id, hide, audit=audit)
 
     async def topups_total(self, account_id: int) -> int:
         return await self.accounts.topups_total(account_id)

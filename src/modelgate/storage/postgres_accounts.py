@@ -143,11 +143,7 @@ class PostgresAccounts(PostgresRepository):
             )
         return int(total)
 
-    async def set_hide_balance(self, account_id: int, hide: bool) -> Account | None:
-        async with self._tx() as conn:
-            row = await conn.fetchrow(
-                f"UPDATE accounts SET hide_balance = $1 WHERE id = $2 RETURNING {_ACCOUNT_COLUMNS}",
-                hide,
-                account_id,
-            )
-        return _account(row) if row else None
+    async def set_hide_balance(
+        self, account_id: int, hide: bool, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        return await self._update("hide_balance = $1", account_id, hide, audit)

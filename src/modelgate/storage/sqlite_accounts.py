@@ -151,10 +151,13 @@ class SqliteAccounts(SqliteRepository):
         )
         return int(row[0])
 
-    async def set_hide_balance(self, account_id: int, hide: bool) -> Account | None:
+    async def set_hide_balance(
+        self, account_id: int, hide: bool, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
         def op() -> Account | None:
             with self._write() as db:
                 db.execute("UPDATE accounts SET hide_balance = ? WHERE id = ?", (int(hide), account_id))
-                return _get(db, account_id)
+                account = _get(db, account_id)
+                return None if account is None else _audited(db, account, audit)
 
         return await self._run(op)
