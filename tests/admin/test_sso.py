@@ -272,3 +272,26 @@ def test_a_session_in_use_gets_a_new_id_and_the_old_one_ends_soon_after(
             with sso.browser() as again:
                 again.cookies.set("mg_session", value, domain="127.0.0.1", path="/admin/api")
                 assert again.get("/admin/api/me").status_code == 401
+
+
+def test_a_refused_cross_site_or_csrf_less_request_never_signs_the_person_out(
+    sso: SsoSetup, clock: ManualClock
+) -> None:
+    """Refused writes leave the session's id alone even when its rotation is due: the refusal sets
+    no cookie, so rotating there would leave the browser holding an id about to end."""
+    vera = sso.provider.add_user(person("Vera", OPERATORS))
+    with sso.browser() as browser:
+        assert sso.sign_in(browser, vera.sub).status_code == 303
+        held = browser.cookies["mg_session"]
+        clock.advance(ROTATE + 1)
+        cross = browser.get("/admin/api/me", headers={"sec-fetch-site": "cross-site"})
+        assert cross.status_code == 403 and "mg_session=" not in cross.headers.get("set-cookie", "")
+        bare = browser.post("/admin/api/sso/logout")
+        assert bare.status_code == 403
+        assert "GET /admin/api/sso/session" in bare.json()["error"]["message"]
+        assert browser.cookies["mg_session"] == held
+        # Long after the old id's grace would have run out, the browser's id still works.
+        clock.advance(31)
+        assert browser.get("/admin/api/me").status_code == 200
+        assert browser.cookies["mg_session"] != held  # rotated now, by an accepted request
+        assert browser.get("/admin/api/me").status_code == 200

@@ -115,10 +115,11 @@ async def authenticate(
 ) -> Principal:
     """The admin token in ``Authorization`` or, without one, the signed-in session's cookie."""
     if sessions is not None and "authorization" not in request.headers:
-        found = await sessions.find(request)
-        if found is not None:
-            session, renewed = found
+        session = await sessions.find(request)
+        if session is not None:
+            # Checked before the id rotates: a refused request's answer carries no new cookie.
             sessions.check_csrf(request, session)
+            renewed = await sessions.rotate(session)
             return Principal(
                 token_id=f"person:{session.person.id}",
                 account_id=session.account_id,

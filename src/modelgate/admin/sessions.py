@@ -104,9 +104,11 @@ class Sessions:
         )
         self.set_cookie(response, SESSION_COOKIE, value, COOKIE_PATH, int(self.config.session_max_seconds))
 
-    async def find(self, request: Request) -> tuple[AdminSession, str | None] | None:
-        """The live session the request's cookie names (None without a cookie) and, when its id was
-        due for rotation, the new cookie value to send back; 401 for an unknown or ended one."""
+    async def find(self, request: Request) -> AdminSession | None:
+        """The live session the request's cookie names (None without a cookie); 401 for an unknown
+        or ended one. Its id is not rotated here: ``rotate`` runs once the request has passed
+        ``check_csrf``, so a refused request (whose answer sets no cookie) never ends the id the
+        browser holds."""
         value = request.cookies.get(SESSION_COOKIE)
         if not value:
             return None
@@ -131,6 +133,11 @@ class Sessions:
                 await self.store.touch_session(session.digest, now)
             except StorageError as exc:  # bookkeeping only: the request goes on
                 log.warning("could not record a session's use: %s", exc)
+        return session
+
+    async def rotate(self, session: AdminSession) -> str | None:
+        """The new cookie value when the session's id was due for rotation (None otherwise)."""
+        now = self.clock.time()
         renewed = None
         if now - session.created_at >= self.config.session_rotate_seconds:
             # A new id; the old one lives ROTATION_GRACE_SECONDS more for requests on their way (a
@@ -140,7 +147,7 @@ class Sessions:
                 session.digest, self.digest("session", fresh), now, now + ROTATION_GRACE_SECONDS
             ):
                 renewed = fresh
-        return session, renewed
+        return renewed
 
     def renew_cookie(self, response: Response, value: str, expires_at: float) -> None:
         if any(v.startswith(SESSION_COOKIE + "=") for v in response.headers.getlist("set-cookie")):
@@ -158,7 +165,7 @@ class Sessions:
         sent = request.headers.get(CSRF_HEADER, "")
         if not sent or not hmac.compare_digest(sent.encode(), session.csrf.encode()):
             raise forbidden(
-                f"a signed-in session's write needs the {CSRF_HEADER} header from GET /admin/api/me"
+                f"a signed-in session's write needs the {CSRF_HEADER} header (csrf_token from GET /admin/api/sso/session)"
             )
 
     async def end(self, request: Request, response: Response, renewed: str | None = None) -> None:
