@@ -31,7 +31,7 @@ from modelgate.admin.http import (
     query_int,
     route,
 )
-from modelgate.admin.key_limits import held_limit_changes
+from modelgate.admin.key_limits import held_limit_changes, member_lowers_only, member_new_key_rpm
 from modelgate.admin.key_pages import key_page_query, next_cursor
 from modelgate.admin.ledger import LedgerEndpoints
 from modelgate.admin.members import MemberEndpoints
@@ -209,16 +209,18 @@ class AdminAPI:
             account_id = (await self.context.account(principal, account_id)).id
         month = self.context.month(request)
         page = key_page_query(request)
-        records = await self.key_records.key_page(
-            account_id, limit=page.limit + 1, after=page.after, search=page.search
-        )
-        # A member sees only their own keys: the page is cut first, so it may hold fewer than
-        # ``limit`` (the cursor still walks the account's keys in order).
-        shown = await self.context.visible_keys(principal, records[: page.limit])
+        if principal.is_member:
+            # A member pages over their own keys only: neither the page, its cursor nor whether
+            # there is more depends on a key they cannot see.
+            records = await self.context.member_key_page(principal, page)
+        else:
+            records = await self.key_records.key_page(
+                account_id, limit=page.limit + 1, after=page.after, search=page.search
+            )
         return json_response(
             {
                 "month": month,
-                "data": await self.context.key_views(shown, month, account_id),
+                "data": await self.context.key_views(records[: page.limit], month, account_id),
                 "next_cursor": next_cursor(records, page.limit),
             }
         )
@@ -230,6 +232,8 @@ class AdminAPI:
             raise bad_request("account_id: required with an operator token")
         account = await self.context.account(principal, account_id)
         cap = _amount(body.monthly_cap, body.monthly_cap_uc, "monthly_cap", required=False)
+        if principal.is_member:
+            member_new_key_rpm(body.rpm, self.services.settings.keys.default_rpm)
         issued = await self.management.create_key(
             account,
             body.group,
@@ -266,6 +270,8 @@ class AdminAPI:
             raise bad_request("name: must be a string")
         if "rpm" in given and body.rpm is None:
             raise bad_request("rpm: must be an integer")
+        if principal.is_member:
+            member_lowers_only(record, body.rpm, cap_given, cap)
         limits = held_limit_changes(record, body, given, principal.is_operator)
         updated = await self.management.update_key(
             record,

@@ -122,6 +122,7 @@ class AuditEndpoints:
         self.store = context.services.store
 
     async def filter_of(self, request: Request, principal: Principal) -> AuditFilter:
+        principal.require_owner()  # the log names every key, cap and person of the account
         account_id = query_int(request, "account_id")
         if account_id is None:
             account_id = principal.account_id

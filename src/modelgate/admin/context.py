@@ -13,6 +13,7 @@ from starlette.requests import Request
 from modelgate.admin import query, schemas
 from modelgate.admin.auth import Principal
 from modelgate.admin.http import not_found, query_int
+from modelgate.admin.key_pages import KeyPageQuery
 from modelgate.clock import month_of
 from modelgate.management import Management, NotFoundError
 from modelgate.services import Services
@@ -73,12 +74,32 @@ class AdminContext:
         person = principal.person
         return person is not None and await self.services.people.key_owner(key_id) == person.id
 
-    async def visible_keys(self, principal: Principal, records: list[KeyRecord]) -> list[KeyRecord]:
-        """The records this caller may see: all of them, or a member's own."""
-        if not principal.is_member or principal.person is None or principal.account_id is None:
-            return records
-        own = set(await self.services.people.owned_keys(principal.person.id, principal.account_id))
-        return [r for r in records if r.id in own]
+    async def own_keys(self, principal: Principal) -> list[KeyRecord]:
+        """The keys a signed-in person owns in their account (a member's are few: read by id)."""
+        person, account_id = principal.person, principal.account_id
+        if person is None or account_id is None:
+            return []
+        found: list[KeyRecord] = []
+        for key_id in await self.services.people.owned_keys(person.id, account_id):
+            record = await self.services.store.get_key(key_id)
+            if record is not None and record.account_id == account_id:
+                found.append(record)
+        return found
+
+    async def member_key_page(self, principal: Principal, page: KeyPageQuery) -> list[KeyRecord]:
+        """Up to ``page.limit + 1`` of the keys a member owns in ``(created_at, id)`` order after
+        ``page.after``, matching ``page.search`` as ``key_page`` does (name, id or display prefix,
+        any case)."""
+        needle = page.search.lower()
+        found: list[KeyRecord] = []
+        for record in await self.own_keys(principal):
+            if page.after is not None and (record.created_at, record.id) <= page.after:
+                continue
+            if needle and not any(needle in v.lower() for v in (record.name, record.id, record.prefix)):
+                continue
+            found.append(record)
+        found.sort(key=lambda r: (r.created_at, r.id))
+        return found[: page.limit + 1]
 
     async def token(self, principal: Principal, token_id: str) -> AdminToken:
         try:

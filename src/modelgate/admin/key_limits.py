@@ -30,3 +30,20 @@ def held_limit_changes(record: KeyRecord, body: KeyUpdate, given: set[str], oper
             raise forbidden(f"{name}: a key's owner may only lower it ({allowed}); ask an operator")
         changes[name] = -1 if value is None else value
     return changes
+
+
+def member_lowers_only(record: KeyRecord, rpm: int | None, cap_given: bool, cap_uc: int | None) -> None:
+    """A member (not an owner) of an account may only lower their own key's ``rpm`` and
+    ``monthly_cap``: never raise them, and never clear the cap (no cap is no bound at all). 403
+    otherwise; the owner or an operator changes them."""
+    if rpm is not None and rpm > record.rpm:
+        raise forbidden(f"rpm: a member may only lower it (to at most {record.rpm}); ask an owner")
+    if cap_given and (record.monthly_cap_uc is None or cap_uc is None or cap_uc > record.monthly_cap_uc):
+        allowed = "no cap is set" if record.monthly_cap_uc is None else "a lower cap only"
+        raise forbidden(f"monthly_cap: a member may only lower it ({allowed}); ask an owner")
+
+
+def member_new_key_rpm(rpm: int | None, default_rpm: int) -> None:
+    """A member's new key runs at the server's ``keys.default_rpm`` or below (403 above it)."""
+    if rpm is not None and rpm > default_rpm:
+        raise forbidden(f"rpm: a member's new key may have at most keys.default_rpm ({default_rpm})")

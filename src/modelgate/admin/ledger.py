@@ -117,6 +117,7 @@ class LedgerEndpoints:
     async def ledger(self, request: Request, principal: Principal) -> Response:
         """``GET /accounts/{id}/ledger``: top-ups and adjustments, newest first (keyset pages)."""
         account = await self.context.account(principal, path_int(request, "account_id", "account"))
+        principal.require_owner()  # owners and operators: a member sees no account money
         before = query_int(request, "cursor")
         if wants_csv(request):
             most = self.context.settings.admin.csv_max_rows
@@ -158,6 +159,7 @@ class LedgerEndpoints:
     async def statement(self, request: Request, principal: Principal) -> Response:
         """``GET /accounts/{id}/statement?month=YYYY-MM``: opening, movements and closing."""
         account = await self.context.account(principal, path_int(request, "account_id", "account"))
+        principal.require_owner()  # owners and operators: a member sees no account money
         current = month_of(self.context.now())
         month = query.month(request, current)
         if month > current:

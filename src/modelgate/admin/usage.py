@@ -20,10 +20,10 @@ from starlette.responses import Response, StreamingResponse
 from modelgate.admin import query, schemas
 from modelgate.admin.auth import Principal
 from modelgate.admin.context import AdminContext
-from modelgate.admin.http import NO_STORE, bad_request, json_response, query_int
+from modelgate.admin.http import NO_STORE, bad_request, forbidden, json_response, query_int
 from modelgate.management import format_credits
 from modelgate.storage.base import UsageRecord
-from modelgate.storage.reports import UsageCursor, UsageFilter
+from modelgate.storage.reports import KeySpend, UsageCursor, UsageFilter
 
 DEFAULT_RECORDS = 50
 DAY_SECONDS = 86_400
@@ -110,6 +110,10 @@ class UsageEndpoints:
             scope = {"type": "all", "id": None}
         summary = await self.usage.usage_summary(month, account_id=account_id, key_id=key_id)
         records = await self.usage.usage_records(month, account_id=account_id, key_id=key_id, limit=limit)
+        if principal.is_member and key_id is None:
+            # The account's totals, but only the member's own keys' records (others name keys).
+            own = {r.id for r in await self.context.own_keys(principal)}
+            records = [r for r in records if r.key_id in own]
         return json_response(
             {
                 "month": month,
@@ -121,6 +125,8 @@ class UsageEndpoints:
 
     async def filter_of(self, request: Request, principal: Principal) -> UsageFilter:
         account_id, key_id = await self.context.scope(principal, request)
+        if principal.is_member and key_id is None:
+            raise forbidden("a member lists the usage records of one of their own keys: give key_id")
         since, until = query.date_range(request)
         return UsageFilter(
             account_id=account_id,
@@ -208,8 +214,29 @@ class UsageEndpoints:
         month = self.context.month(request)
         account_id, _ = await self.context.scope(principal, request)
         limit = query.bounded_int(request, "limit", 5, 1, 50)
-        spenders = await self.reports.top_keys(month, account_id=account_id, limit=limit)
+        if principal.is_member:
+            spenders = (await self._own_spend(principal, month))[:limit]
+        else:
+            spenders = await self.reports.top_keys(month, account_id=account_id, limit=limit)
         return json_response({"month": month, "data": [schemas.top_key_view(s) for s in spenders]})
+
+    async def _own_spend(self, principal: Principal, month: str) -> list[KeySpend]:
+        """A member's own keys that spent in ``month``, in ``top_keys`` order (charged, requests,
+        id): their keys are few, so each one's month is summed on its own."""
+        found: list[KeySpend] = []
+        for key in await self.context.own_keys(principal):
+            total = await self.usage.usage_summary(month, account_id=key.account_id, key_id=key.id)
+            if total.requests == 0 and total.charged_uc == 0:
+                continue
+            tokens = (
+                total.input_tokens
+                + total.output_tokens
+                + total.cache_creation_tokens
+                + total.cache_read_tokens
+            )
+            found.append(KeySpend(key.id, key.account_id, key.name, total.requests, tokens, total.charged_uc))
+        found.sort(key=lambda s: (-s.charged_uc, -s.requests, s.key_id))
+        return found
 
 
 def _filename(request: Request) -> str:

@@ -59,7 +59,7 @@ async function show() {
   let { view, account, search } = route();
   if (!operator) account = session.me.account.id;
   if (!operator && OPERATOR_ONLY.has(view)) view = "overview";
-  if (session.me.role === "member" && view === "tokens") view = "overview";
+  if (session.me.role === "member" && (view === "tokens" || view === "audit")) view = "overview";
   // Another view (or another account's): the last view's message goes with it.
   const shown = `${view}|${account}`;
   if (shown !== session.shown) say("");
@@ -129,7 +129,7 @@ async function enter() {
   const operator = session.me.scope === "operator";
   document.body.classList.toggle("operator", operator);
   for (const node of document.querySelectorAll("[data-operator]")) node.hidden = !operator;
-  // A member (single sign-on) manages only their own keys: no admin tokens.
+  // A member (single sign-on) manages only their own keys: no admin tokens, no history (audit log, ledger, statements).
   for (const node of document.querySelectorAll("[data-owner]")) node.hidden = session.me.role === "member";
   const where = operator ? "Operator" : "Account " + session.me.account.name;
   $("who").textContent = session.person ? `${session.me.actor} · ${where}` : where;
