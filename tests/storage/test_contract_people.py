@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
+from modelgate.storage.audit import AuditDraft, AuditFilter, Subject
 from modelgate.storage.base import Store
 from modelgate.storage.composed import ComposedStore
-from modelgate.storage.people import PeopleStore
+from modelgate.storage.people import Member, PeopleStore
 
 ISSUER = "https://idp.example.com"
 
@@ -125,3 +128,40 @@ async def test_members_invitations_and_key_owners(store: Store) -> None:
     assert await people.key_owner("key_1") == guest.id
     assert await people.key_owner("key_2") is None
     assert await people.owned_keys(guest.id, account.id) == ["key_1"]
+
+
+def _role(member: Member) -> Subject:
+    return Subject(f"person:{member.person.id}", member.account_id, {"role": member.role})
+
+
+def _broken(member: Member) -> Subject:
+    raise RuntimeError("the audit entry could not be made")
+
+
+async def test_member_changes_are_audited_in_their_own_transaction(store: Store) -> None:
+    people = people_of(store)
+    account = await store.create_account("members-audited", 0, 0.0)
+    person = await people.upsert_person("person_au", ISSUER, "sub-au", "au@example.com", "Au", 0.0)
+    joined = await people.put_member(account.id, person.id, "member", 1.0)
+    draft = AuditDraft(2.0, "owner-x", "member.update", _role, before={"role": "member"})
+    promoted = await people.put_member(account.id, person.id, "owner", 2.0, audit=draft)
+    assert promoted.role == "owner"
+    # An entry that cannot be written takes the change with it: the role stays.
+    failing = AuditDraft(3.0, "owner-x", "member.update", _broken, before={"role": "owner"})
+    with pytest.raises(RuntimeError):
+        await people.put_member(account.id, person.id, "member", 3.0, audit=failing)
+    with pytest.raises(RuntimeError):
+        await people.remove_member(
+            account.id, person.id, audit=AuditDraft(3.5, "owner-x", "member.remove", _broken)
+        )
+    kept = await people.member(account.id, person.id)
+    assert kept is not None and kept.role == "owner"
+    removal = AuditDraft(4.0, "owner-x", "member.remove", _role, before={"role": "owner"})
+    assert await people.remove_member(account.id, person.id, audit=removal)
+    assert not await people.remove_member(account.id, person.id, audit=removal)  # no second entry
+    entries = await store.audit_page(AuditFilter(account_id=account.id), limit=10)
+    assert [(e.action, e.actor, e.target, e.before, e.after) for e in entries[::-1]] == [
+        ("member.update", "owner-x", f"person:{person.id}", {"role": "member"}, {"role": "owner"}),
+        ("member.remove", "owner-x", f"person:{person.id}", {"role": "owner"}, None),
+    ]
+    assert joined.role == "member"

@@ -35,9 +35,9 @@ from modelgate.admin.http import (
 )
 from modelgate.admin.sessions import Sessions, kind_digest
 from modelgate.admin.sso import INVITE_PREFIX, LOGIN_PATH
-from modelgate.audit.actor import record
+from modelgate.audit.actor import draft, record
 from modelgate.keys import Digester, random_base62
-from modelgate.storage.audit import State
+from modelgate.storage.audit import State, Subject
 from modelgate.storage.people import Invite, Member, PeopleStore, Role
 
 
@@ -67,6 +67,18 @@ def member_view(member: Member) -> dict[str, Any]:
         "since": schemas.when(member.created_at),
         "last_sign_in": schemas.when(person.last_login_at),
     }
+
+
+def _role_of(member: Member) -> Subject:
+    """A member in the log (``member.update``): their role in the account."""
+    return Subject(f"person:{member.person.id}", member.account_id, {"role": member.role})
+
+
+def _standing_of(member: Member) -> Subject:
+    """A removed member in the log (``member.remove``): their role and email."""
+    return Subject(
+        f"person:{member.person.id}", member.account_id, {"role": member.role, "email": member.person.email}
+    )
 
 
 def invite_view(invite: Invite, now: float) -> dict[str, Any]:
@@ -160,12 +172,10 @@ class MemberEndpoints:
         principal.require_owner()
         body = await parse_body(request, MemberUpdate)
         await self._keep_an_owner(principal, member, body.role)
+        now = self.context.now()
         updated = await self.people.put_member(
-            member.account_id, member.person.id, body.role, self.context.now()
-        )
-        await self._audit(
-            "member.update", f"person:{member.person.id}", member.account_id,
-            {"role": member.role}, {"role": updated.role},
+            member.account_id, member.person.id, body.role, now,
+            audit=draft("member.update", _role_of, now, before=member),
         )  # fmt: skip
         return json_response(member_view(updated))
 
@@ -173,10 +183,9 @@ class MemberEndpoints:
         member = await self._member(principal, request)
         principal.require_owner()
         await self._keep_an_owner(principal, member, None)
-        await self.people.remove_member(member.account_id, member.person.id)
-        await self._audit(
-            "member.remove", f"person:{member.person.id}", member.account_id,
-            {"role": member.role, "email": member.person.email}, None,
+        await self.people.remove_member(
+            member.account_id, member.person.id,
+            audit=draft("member.remove", _standing_of, self.context.now(), before=member),
         )  # fmt: skip
         return json_response({**member_view(member), "removed": True})
 

@@ -8,7 +8,10 @@ ever handed to it as HMAC digests (``keys.Digester``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from modelgate.storage.audit import AuditDraft
 
 Role = Literal["owner", "member"]
 ROLES: tuple[Role, ...] = ("owner", "member")
@@ -137,11 +140,25 @@ class PeopleStore(Protocol):
 
     async def member(self, account_id: int, person_id: str) -> Member | None: ...
 
-    async def put_member(self, account_id: int, person_id: str, role: Role, now: float) -> Member:
-        """Add the person to the account with ``role``, or change the role they have there."""
+    async def put_member(
+        self,
+        account_id: int,
+        person_id: str,
+        role: Role,
+        now: float,
+        *,
+        audit: AuditDraft[Member] | None = None,
+    ) -> Member:
+        """Add the person to the account with ``role``, or change the role they have there; the
+        ``audit`` entry (on the member as written) in the same transaction."""
         ...
 
-    async def remove_member(self, account_id: int, person_id: str) -> bool: ...
+    async def remove_member(
+        self, account_id: int, person_id: str, *, audit: AuditDraft[Member] | None = None
+    ) -> bool:
+        """Take the person out of the account; when they were in it, the ``audit`` entry (on the
+        member as they were, with no ``after``) in the same transaction."""
+        ...
 
     # invitations --------------------------------------------------------------------------
     async def create_invite(

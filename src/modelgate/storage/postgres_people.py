@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+from modelgate.storage import postgres_audit
+from modelgate.storage.audit import AuditDraft
 from modelgate.storage.people import (
     AdminSession,
     Invite,
@@ -22,6 +25,18 @@ _JOIN = (
     "role = CASE WHEN account_members.role = 'owner' THEN 'owner' ELSE excluded.role END"
 )
 _INVITE = "id, account_id, role, email, created_by, created_at, expires_at, used_at, used_by"
+_ONE_MEMBER = "m.account_id = $1 AND m.person_id = $2"
+
+
+async def _members_on(conn: Any, condition: str, *args: Any) -> list[Member]:
+    found = await conn.fetch(
+        f"SELECT m.account_id, m.role, m.created_at, NULL, {_PERSON} FROM account_members m "
+        f"JOIN people p ON p.id = m.person_id WHERE {condition} ORDER BY m.account_id, m.created_at, p.id",
+        *args,
+    )
+    return [Member(int(r[0]), _person(r, 4), r[1], float(r[2])) for r in found]
+
+
 _PUT_MEMBER = (
     "INSERT INTO account_members VALUES ($1, $2, $3, $4) "
     "ON CONFLICT (account_id, person_id) DO UPDATE SET role = excluded.role"
@@ -197,12 +212,8 @@ class PostgresPeople(PostgresRepository):
 
     # members ------------------------------------------------------------------------------
     async def _members(self, condition: str, *args: Any) -> list[Member]:
-        found = await self._all(
-            f"SELECT m.account_id, m.role, m.created_at, NULL, {_PERSON} FROM account_members m "
-            f"JOIN people p ON p.id = m.person_id WHERE {condition} ORDER BY m.account_id, m.created_at, p.id",
-            *args,
-        )
-        return [Member(int(r[0]), _person(r, 4), r[1], float(r[2])) for r in found]
+        async with self._conn() as conn:
+            return await _members_on(conn, condition, *args)
 
     async def memberships(self, person_id: str) -> list[Member]:
         return await self._members("m.person_id = $1", person_id)
@@ -214,13 +225,34 @@ class PostgresPeople(PostgresRepository):
         found = await self._members("m.account_id = $1 AND m.person_id = $2", account_id, person_id)
         return found[0] if found else None
 
-    async def put_member(self, account_id: int, person_id: str, role: Role, now: float) -> Member:
-        await self._status(_PUT_MEMBER, account_id, person_id, role, now)
-        return (await self._members("m.account_id = $1 AND m.person_id = $2", account_id, person_id))[0]
+    async def put_member(
+        self,
+        account_id: int,
+        person_id: str,
+        role: Role,
+        now: float,
+        *,
+        audit: AuditDraft[Member] | None = None,
+    ) -> Member:
+        async with self._tx() as conn:
+            await conn.execute(_PUT_MEMBER, account_id, person_id, role, now)
+            member = (await _members_on(conn, _ONE_MEMBER, account_id, person_id))[0]
+            if audit is not None:
+                await postgres_audit.append(conn, audit.entry(member))
+        return member
 
-    async def remove_member(self, account_id: int, person_id: str) -> bool:
-        sql = "DELETE FROM account_members WHERE account_id = $1 AND person_id = $2"
-        return await self._status(sql, account_id, person_id) == 1
+    async def remove_member(
+        self, account_id: int, person_id: str, *, audit: AuditDraft[Member] | None = None
+    ) -> bool:
+        async with self._tx() as conn:
+            found = await _members_on(conn, _ONE_MEMBER, account_id, person_id)
+            status = await conn.execute(
+                "DELETE FROM account_members WHERE account_id = $1 AND person_id = $2", account_id, person_id
+            )
+            removed = int(str(status).rsplit(" ", 1)[-1]) == 1
+            if removed and found and audit is not None:
+                await postgres_audit.append(conn, replace(audit.entry(found[0]), after=None))
+        return removed
 
     # invitations --------------------------------------------------------------------------
     async def create_invite(

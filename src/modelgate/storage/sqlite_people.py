@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from typing import Any
 
+from modelgate.storage import sqlite_audit
+from modelgate.storage.audit import AuditDraft
 from modelgate.storage.people import (
     AdminSession,
     Invite,
@@ -241,19 +244,36 @@ class SqlitePeople(SqliteRepository):
             (account_id, person_id, role, now),
         )
 
-    async def put_member(self, account_id: int, person_id: str, role: Role, now: float) -> Member:
+    async def put_member(
+        self,
+        account_id: int,
+        person_id: str,
+        role: Role,
+        now: float,
+        *,
+        audit: AuditDraft[Member] | None = None,
+    ) -> Member:
         def op() -> Member:
             with self._write() as db:
                 self._put_member(db, account_id, person_id, role, now)
-            return self._members("m.account_id = ? AND m.person_id = ?", account_id, person_id)[0]
+                member = self._members("m.account_id = ? AND m.person_id = ?", account_id, person_id)[0]
+                if audit is not None:
+                    sqlite_audit.append(db, audit.entry(member))
+            return member
 
         return await self._run(op)
 
-    async def remove_member(self, account_id: int, person_id: str) -> bool:
+    async def remove_member(
+        self, account_id: int, person_id: str, *, audit: AuditDraft[Member] | None = None
+    ) -> bool:
         def op() -> bool:
             with self._write() as db:
+                found = self._members("m.account_id = ? AND m.person_id = ?", account_id, person_id)
                 sql = "DELETE FROM account_members WHERE account_id = ? AND person_id = ?"
-                return db.execute(sql, (account_id, person_id)).rowcount == 1
+                removed = db.execute(sql, (account_id, person_id)).rowcount == 1
+                if removed and found and audit is not None:
+                    sqlite_audit.append(db, replace(audit.entry(found[0]), after=None))
+                return removed
 
         return await self._run(op)
 
