@@ -27,6 +27,7 @@ import multiprocessing
 import os
 import signal
 import tempfile
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -80,6 +81,30 @@ def _read_shared(path: str) -> bytes:
 def _unlink(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def _unlink_written(write: asyncio.Future[str]) -> None:
+    """Once a write its caller stopped waiting for has ended: remove what it wrote."""
+    if not write.cancelled() and write.exception() is None:
+        _unlink(write.result())
+
+
+#: A body file older than this is no job's: a process that died mid-job left it.
+STALE_SECONDS = 3600.0
+
+
+def sweep_stale(now: float | None = None) -> int:
+    """Remove body files left in shared memory by processes that died mid-job (the files of this
+    host's live gateways are minutes old at most); how many were removed."""
+    folder = _shared_dir() or tempfile.gettempdir()  # where mkstemp puts them
+    cutoff = (time.time() if now is None else now) - STALE_SECONDS
+    removed = 0
+    for entry in Path(folder).glob("modelgate-body-*"):
+        with contextlib.suppress(OSError):
+            if entry.stat().st_mtime < cutoff:
+                entry.unlink()
+                removed += 1
+    return removed
 
 
 def _spill(value: Any) -> Any:
@@ -160,11 +185,21 @@ class Offload:
 
     async def run_on_body(self, fn: Callable[..., T], body: bytes, *args: Any) -> T:
         """``fn(body, *args)`` in a worker, the body handed over through shared memory."""
-        path = await asyncio.to_thread(_write_shared, body)
-        pool = self._executor()
+        # Shielded: a caller cancelled mid-write (a disconnect, shutdown) leaves the thread to
+        # finish, and what it wrote is removed then instead of staying in memory for good.
+        write = asyncio.ensure_future(asyncio.to_thread(_write_shared, body))
+        try:
+            path = await asyncio.shield(write)
+        except asyncio.CancelledError:
+            write.add_done_callback(_unlink_written)
+            raise
+        try:
+            future = self._executor().submit(_on_body, fn, path, args)
+        except BaseException:  # a broken pool (a worker killed): the body file is nobody's
+            _unlink(path)
+            raise
         self.jobs += 1
         self.pending += 1
-        future = pool.submit(_on_body, fn, path, args)
         try:
             result = await asyncio.wrap_future(future)
         except asyncio.CancelledError:

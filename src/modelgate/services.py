@@ -5,6 +5,7 @@ No module-level mutable state: tests build as many independent gateways as they 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Mapping
@@ -34,7 +35,7 @@ from modelgate.liveconfig.routing import RoutingBuilder
 from modelgate.liveconfig.routing import deployments_of as deployments_of
 from modelgate.liveconfig.routing import served_catalogue as served_catalogue
 from modelgate.liveconfig.sealing import Sealer
-from modelgate.offload import Offload
+from modelgate.offload import Offload, sweep_stale
 from modelgate.retention import StateSweeper, UsageSweeper
 from modelgate.secret_file import load_secret
 from modelgate.storage import open_store
@@ -227,6 +228,8 @@ class Services:
             self.keys.on_local_change = self.key_broadcast.publish_soon
             self.key_broadcast.start(self.keys.refresh)
         await self.ledger.journal.replay()
+        if stale := await asyncio.to_thread(sweep_stale):
+            log.warning("removed %d body file(s) left in shared memory by a process that died mid-job", stale)
         billing = self.settings.billing
         self.sweeper = Sweeper(
             self.ledger_store,

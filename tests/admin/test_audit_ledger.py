@@ -187,6 +187,8 @@ def test_ledger_lists_topups_and_adjustments_with_notes_and_actors(admin: Admin)
     assert rows[0] == ["id", "created_at", "kind", "amount_uc", "amount", "note", "actor"]
     notes = [r[5] for r in rows[1:]]
     assert notes[:2] == ["'-correction", '\'=HYPERLINK("http://x")']
+    # A negative amount stays a number; only text that could be a formula is quoted.
+    assert [r[3] for r in rows[1:3]] == ["-2", "7"] and rows[1][4] == "-0.000002"
     # The owner reads but does not write the ledger.
     assert (
         tenant.admin.request("POST", f"{base}/adjustments", {"amount_uc": 5, "note": "me"}).status_code == 403

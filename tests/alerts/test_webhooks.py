@@ -289,3 +289,26 @@ def test_a_deployment_whose_credentials_are_refused_is_upstream_down_once(
             _verify(receiver)
         finally:
             gateway.stop()
+
+
+def test_a_key_about_to_expire_is_key_expiring_once_across_instances(
+    pair: tuple[GatewayServer, GatewayServer], receiver: Receiver
+) -> None:
+    """``alerts.key_expiring_days`` (7 by default) ahead of a key's ``expires_at``: one alert, sent
+    by one of the two instances; a key expiring later, or without expiry, is not announced."""
+    first = pair[0]
+    account = first.account("expiring", 1)
+    now = first.services.clock.time()
+    soon = first.key(account, "Basic", name="soon", expires_at=now + 2 * 86400)
+    first.key(account, "Basic", name="later", expires_at=now + 30 * 86400)
+    first.key(account, "Basic", name="never")
+    wait_until(lambda: receiver.events("key.expiring"), "key.expiring delivered")
+    for gateway in pair:  # both have scanned the keys since, and every delivery has ended
+        monitor = gateway.services.alerts
+        assert monitor is not None
+        gateway.call(monitor.scan())
+    wait_until(lambda: _settled(pair), "deliveries ended")
+    (alert,) = receiver.events("key.expiring")
+    assert alert["subject"] == f"key:{soon.record.id}" and alert["account_id"] == account.id
+    assert 0 < alert["expires_in_seconds"] <= 2 * 86400
+    _verify(receiver)

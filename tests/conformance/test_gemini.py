@@ -306,6 +306,9 @@ def test_the_model_list_in_googles_shape_per_key(wired: Wired, gemini: Gemini) -
         single = http.get(f"/v1/models/aria-haiku-4.5?key={pro}").json()
         paged = http.get("/v1beta/models?pageSize=1", headers={"x-goog-api-key": pro}).json()
         bad_page = http.get("/v1beta/models?pageToken=nonsense", headers={"x-goog-api-key": pro})
+        # Digits int() refuses: "²" as the size, "o²" (base64 b8Ky) as the token.
+        odd_size = http.get("/v1beta/models?pageSize=%C2%B2", headers={"x-goog-api-key": pro})
+        odd_token = http.get("/v1beta/models?pageToken=b8Ky", headers={"x-goog-api-key": pro})
     assert {m["name"] for m in by_header["models"]} == aria_names
     assert by_query == by_header
     assert (
@@ -314,6 +317,8 @@ def test_the_model_list_in_googles_shape_per_key(wired: Wired, gemini: Gemini) -
     assert single["name"] == "models/aria-haiku-4.5"
     assert len(paged["models"]) == 1 and paged["nextPageToken"]
     assert "pageToken" in google_error(bad_page, 400, "INVALID_ARGUMENT")
+    assert "pageSize" in google_error(odd_size, 400, "INVALID_ARGUMENT")
+    assert "pageToken" in google_error(odd_token, 400, "INVALID_ARGUMENT")
 
 
 def test_the_model_list_follows_the_keys_allowed_models(wired: Wired, gemini: Gemini) -> None:

@@ -1,7 +1,8 @@
 """A Gemini client's key sent as ``?key=`` (what curl examples do) never reaches a log line or an
 answer: the access log shows the query with the value redacted, the request records carry only
 the key's id, and no refusal repeats the URL's query. A real ``modelgate serve`` with its access
-log on, every line it wrote read back."""
+log on, every line it wrote read back. The sign-in's one-time values (an invitation link's token,
+the provider's ``code`` and ``state``) are kept out of the access log the same way."""
 
 from __future__ import annotations
 
@@ -41,6 +42,12 @@ def test_a_key_in_the_query_never_reaches_the_logs(tmp_path: Path, monkeypatch: 
                 client.post(f"{model}:generateContent?key={key}", content=b"{broken"),
                 client.post(f"{model}:generateContent?key={wrong}", json=HELLO),  # 401
             ]
+            # Single sign-on is off here (404), but the URLs are logged all the same.
+            invite, code, state = "mg-inv-" + "I" * 32, "C0de" * 8, "St4te" * 8
+            signing_in = [
+                client.get(f"/admin/api/sso/login?invite={invite}"),
+                client.get(f"/admin/api/sso/callback?code={code}&state={state}"),
+            ]
         statuses = [a.status_code for a in answers]
         assert statuses == [200, 200, 400, 200, 200, 200, 404, 404, 404, 405, 400, 401]
         for answer in answers:
@@ -52,6 +59,9 @@ def test_a_key_in_the_query_never_reaches_the_logs(tmp_path: Path, monkeypatch: 
         gateway.wait(30)
         log = gateway.log.read_text()
         assert key not in log and wrong not in log
+        assert [a.status_code for a in signing_in] == [404, 404]
+        assert invite not in log and code not in log and state not in log
+        assert "/admin/api/sso/callback?code=[redacted]&state=[redacted]" in log
         assert log.count("uvicorn.access") >= len(answers) and log.count('"msg":"request"') == 7
         # httpx sends the colon of the path escaped; the server routes the decoded path.
         assert "aria-haiku-4.5%3AgenerateContent?key=[redacted] " in log

@@ -144,6 +144,10 @@ async def test_ledger_and_statement_figures_balance(store: Store) -> None:
     closing = opening + july_figures.top_ups_uc - july_figures.usage_uc + july_figures.adjustments_uc
     assert closing == july_figures.balance_uc == 1_500 - 120 - 7 + 40 - 30
     assert july_figures.reserved_uc == 11
+    # Retention (usage.retention_days) deletes the raw records; the statements stay as they were.
+    assert await store.delete_usage_before(JULY + 10, 1_000) == 2
+    assert await store.statement_figures(account.id, may_start, june_start, MONTH) == may
+    assert await store.statement_figures(account.id, july_start, aug_start, "2026-07") == july_figures
 
 
 async def test_an_alert_is_claimed_once_across_instances(engine: StoreFactory) -> None:

@@ -134,7 +134,9 @@ def test_a_provider_added_through_the_api_serves_the_next_request(
     # The audit log has each change, by this token, with the key's hint only.
     audit = api.call("GET", "/audit?action=upstream.create")
     assert audit.status_code == 200, audit.text
-    assert "provider fake-ant" in audit.text and "…" + SECRET[-4:] in audit.text
+    assert "provider:fake-ant" in audit.text and "…" + SECRET[-4:] in audit.text
+    by_target = api.ok("GET", "/audit?target=provider:fake-ant")["data"]
+    assert {e["action"] for e in by_target} >= {"upstream.create", "upstream.amend"}
     # At rest the credential is sealed: not in the database's files (WAL included).
     files = list((tmp_path / "data").glob("modelgate.db*"))
     assert files

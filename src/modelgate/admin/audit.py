@@ -45,6 +45,8 @@ CSV_COLUMNS = (
 )
 _ACTION = re.compile(r"[a-z_]{1,40}(\.[a-z_]{1,40}){0,3}")
 _NAME = re.compile(r"[A-Za-z0-9._:@/+-]{1,200}")
+#: An actor: a token id, ``cli``, or a person as recorded (``Name <email>``, any script).
+_ACTOR = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,100}")
 _DATE_TIME = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?)?(Z|[+-][0-9]{2}:[0-9]{2})?"
@@ -134,7 +136,7 @@ class AuditEndpoints:
         return AuditFilter(
             account_id=account_id,
             action=_matching(request, "action", _ACTION, "an action such as key.rotate"),
-            actor=_matching(request, "actor", _NAME, "a token id (tok_…), cli, or a person"),
+            actor=_matching(request, "actor", _ACTOR, "a token id (tok_…), cli, or a person"),
             target=_matching(request, "target", _NAME, "kind:id, such as key:key_… or account:3"),
             since=since,
             until=until,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -17,8 +18,12 @@ from modelgate.admin.http import NO_STORE
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
+#: A signed decimal amount (``-2.500000``): a number to a spreadsheet, never a formula.
+_AMOUNT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+
+
 def safe_cell(value: Any) -> Any:
-    if isinstance(value, str) and value.startswith(_FORMULA_START):
+    if isinstance(value, str) and value.startswith(_FORMULA_START) and not _AMOUNT.fullmatch(value):
         return "'" + value
     return value
 

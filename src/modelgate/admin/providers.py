@@ -161,7 +161,7 @@ class ProviderEndpoints:
         entry = StoredEntry("provider", name, stored.body(), sealed, stored.updated_at)
         await self.changes.commit(candidate, lambda: live.store.put_entry(entry))
         after = self._view(self._find(name), live.overlay)
-        await self.changes.record_change(principal, action, f"provider {name}", before, after)
+        await self.changes.record_change(principal, action, f"provider:{name}", before, after)
         return after
 
     async def create(self, request: Request, principal: Principal) -> Response:
@@ -222,7 +222,7 @@ class ProviderEndpoints:
         candidate = dataclasses.replace(overlay, providers=providers, secrets=secrets)
         live = self.changes.live
         await self.changes.commit(candidate, lambda: live.store.delete_entry("provider", name))
-        await self.changes.record_change(principal, "delete", f"provider {name}", before, None)
+        await self.changes.record_change(principal, "delete", f"provider:{name}", before, None)
         after = self._view(self._find(name), live.overlay) if in_file else None
         return json_response({"deleted": name, "now": after})
 

@@ -235,8 +235,8 @@ class AlertMonitor:
         now = self.clock.time()
         for record in changed:
             self._key_version = max(self._key_version, record.version)
-            expires = getattr(record, "expires_at", None)  # keys gain an expiry on another branch
-            if record.state == "active" and isinstance(expires, int | float):
+            expires = record.expires_at
+            if record.state == "active" and expires is not None:
                 self._expiring[record.id] = (float(expires), record.account_id)
             else:
                 self._expiring.pop(record.id, None)

@@ -117,11 +117,13 @@ class PostgresAudit(PostgresRepository):
                 since,
                 until,
             )
+            # From the rollups, which retention (usage.retention_days) leaves whole: the records
+            # themselves may be gone, the money they moved is not.
             usage = await conn.fetchrow(
                 "SELECT COALESCE(SUM(charged_uc) FILTER (WHERE month < $2), 0), "
                 "COALESCE(SUM(charged_uc) FILTER (WHERE month = $2), 0), "
-                "COUNT(*) FILTER (WHERE month = $2) "
-                "FROM usage_records WHERE account_id = $1 AND month <= $2",
+                "COALESCE(SUM(requests) FILTER (WHERE month = $2), 0) "
+                "FROM usage_account_rollups WHERE account_id = $1 AND month <= $2",
                 account_id,
                 month,
             )

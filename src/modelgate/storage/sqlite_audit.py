@@ -123,11 +123,13 @@ class SqliteAudit(SqliteRepository):
                 "FROM topups WHERE account_id = ?",
                 (since, since, since, until, since, until, account_id),
             ).fetchone()
+            # From the rollups, which retention (usage.retention_days) leaves whole: the records
+            # themselves may be gone, the money they moved is not.
             usage = db.execute(
                 "SELECT COALESCE(SUM(CASE WHEN month < ? THEN charged_uc END), 0), "
                 "COALESCE(SUM(CASE WHEN month = ? THEN charged_uc END), 0), "
-                "COALESCE(SUM(CASE WHEN month = ? THEN 1 END), 0) "
-                "FROM usage_records WHERE account_id = ? AND month <= ?",
+                "COALESCE(SUM(CASE WHEN month = ? THEN requests END), 0) "
+                "FROM usage_account_rollups WHERE account_id = ? AND month <= ?",
                 (month, month, month, account_id, month),
             ).fetchone()
             return StatementFigures(

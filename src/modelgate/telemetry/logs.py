@@ -59,14 +59,28 @@ REQUEST_FIELDS = (
     "dropped_tools",
 )
 
-#: Query parameters whose values never reach a log line: credentials sent in a URL, and ``q``
-#: (admin searches by account or key name).
-SECRET_PARAMETERS = ("key", "token", "api_key", "api-key", "apikey", "access_token", "auth", "password", "q")
+#: Query parameters whose values never reach a log line: credentials sent in a URL, ``q`` (admin
+#: searches by account or key name), and the sign-in's one-time values (``invite`` links, the
+#: provider's ``code`` and ``state``).
+SECRET_PARAMETERS = (
+    "key",
+    "token",
+    "api_key",
+    "api-key",
+    "apikey",
+    "access_token",
+    "auth",
+    "password",
+    "q",
+    "invite",
+    "code",
+    "state",
+)
 _PARAMETER = re.compile(
     r"([?&;](?:" + "|".join(re.escape(p) for p in SECRET_PARAMETERS) + r")=)[^&;#\s\"']*", re.IGNORECASE
 )
 #: Keys and admin tokens (``keys``), and what commonly looks like a provider's key.
-_KEY_SHAPED = re.compile(r"(?:sk-cs4-|mg-op-|mg-acct-|\b(?:sk|rk|pk)-)[A-Za-z0-9_\-]{16,}")
+_KEY_SHAPED = re.compile(r"(?:sk-cs4-|mg-op-|mg-acct-|mg-inv-|\b(?:sk|rk|pk)-)[A-Za-z0-9_\-]{16,}")
 REDACTED = "[redacted]"
 #: Configured secrets shorter than this are not scrubbed (they would match ordinary text).
 MIN_SECRET = 12

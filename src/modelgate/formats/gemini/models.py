@@ -51,7 +51,8 @@ def _offset(token: str) -> int:
         text = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
     except (binascii.Error, ValueError):
         text = ""
-    if not text.startswith("o") or not text[1:].isdigit() or len(text) > 12:
+    # ASCII digits only: str.isdigit() also accepts "²" and "١", which int() then refuses.
+    if not text.startswith("o") or not (text[1:].isascii() and text[1:].isdigit()) or len(text) > 12:
         raise invalid("pageToken: not a token this list gave", "pageToken")
     return int(text[1:])
 
@@ -60,7 +61,7 @@ def page_size(raw: str | None) -> int:
     """The ``pageSize`` query parameter: unset or 0 is the default, above the maximum the maximum."""
     if raw is None or raw == "":
         return DEFAULT_PAGE_SIZE
-    if not raw.isdigit() or len(raw) > 9:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
         raise invalid("pageSize: expected a non-negative integer", "pageSize")
     size = int(raw)
     return DEFAULT_PAGE_SIZE if size == 0 else min(size, MAX_PAGE_SIZE)
