@@ -7,7 +7,7 @@ import pytest
 from modelgate.storage.audit import AuditDraft, AuditFilter, Subject
 from modelgate.storage.base import Store
 from modelgate.storage.composed import ComposedStore
-from modelgate.storage.people import Member, PeopleStore
+from modelgate.storage.people import Invite, Member, PeopleStore
 
 ISSUER = "https://idp.example.com"
 
@@ -165,3 +165,38 @@ async def test_member_changes_are_audited_in_their_own_transaction(store: Store)
         ("member.remove", "owner-x", f"person:{person.id}", {"role": "owner"}, None),
     ]
     assert joined.role == "member"
+
+
+def _invited(invite: Invite) -> Subject:
+    return Subject(f"invite:{invite.id}", invite.account_id, {"role": invite.role})
+
+
+async def test_invitations_are_audited_in_their_own_transaction(store: Store) -> None:
+    people = people_of(store)
+    account = await store.create_account("invites-audited", 0, 0.0)
+    made = AuditDraft(1.0, "owner-y", "member.invite", _invited)
+    invite = await people.create_invite(
+        "inv_au", b"inv-au", account.id, "member", "", "owner-y", 1.0, 100.0, audit=made
+    )
+    # An entry that cannot be written takes the invitation with it (or keeps it, for a revoke).
+    broken = AuditDraft(2.0, "owner-y", "member.invite", _broken_invite)
+    with pytest.raises(RuntimeError):
+        await people.create_invite(
+            "inv_no", b"inv-no", account.id, "member", "", "owner-y", 2.0, 100.0, audit=broken
+        )
+    assert await people.get_invite("inv_no") is None
+    with pytest.raises(RuntimeError):
+        await people.delete_invite(invite.id, audit=broken)
+    assert await people.get_invite(invite.id) == invite
+    revoked = AuditDraft(3.0, "owner-y", "member.invite_revoke", _invited, before={"role": "member"})
+    assert await people.delete_invite(invite.id, audit=revoked)
+    assert not await people.delete_invite(invite.id, audit=revoked)
+    entries = await store.audit_page(AuditFilter(account_id=account.id), limit=10)
+    assert [(e.action, e.target, e.before, e.after) for e in entries[::-1]] == [
+        ("member.invite", "invite:inv_au", None, {"role": "member"}),
+        ("member.invite_revoke", "invite:inv_au", {"role": "member"}, None),
+    ]
+
+
+def _broken_invite(invite: Invite) -> Subject:
+    raise RuntimeError("the audit entry could not be made")

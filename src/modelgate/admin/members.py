@@ -35,9 +35,9 @@ from modelgate.admin.http import (
 )
 from modelgate.admin.sessions import Sessions, kind_digest
 from modelgate.admin.sso import INVITE_PREFIX, LOGIN_PATH
-from modelgate.audit.actor import draft, record
+from modelgate.audit.actor import draft
 from modelgate.keys import Digester, random_base62
-from modelgate.storage.audit import State, Subject
+from modelgate.storage.audit import AuditDraft, Subject
 from modelgate.storage.people import Invite, Member, PeopleStore, Role
 
 
@@ -81,6 +81,15 @@ def _standing_of(member: Member) -> Subject:
     )
 
 
+def _invited(invite: Invite) -> Subject:
+    """An invitation in the log: its role, email and expiry (never its token)."""
+    return Subject(
+        f"invite:{invite.id}",
+        invite.account_id,
+        {"role": invite.role, "email": invite.email, "expires_at": schemas.when(invite.expires_at)},
+    )
+
+
 def invite_view(invite: Invite, now: float) -> dict[str, Any]:
     if invite.used_at is not None:
         state = "used"
@@ -116,8 +125,10 @@ async def issue_invite(
     created_by: str,
     now: float,
     ttl: float,
+    audit: AuditDraft[Invite] | None = None,
 ) -> tuple[Invite, str]:
-    """A new invitation and its one-time token (only the token's digest is stored)."""
+    """A new invitation and its one-time token (only the token's digest is stored); ``audit``
+    is written with it (the entry never holds the token)."""
     token = INVITE_PREFIX + secrets.token_urlsafe(32)
     invite = await people.create_invite(
         "inv_" + random_base62(16),
@@ -128,6 +139,7 @@ async def issue_invite(
         created_by,
         now,
         now + ttl,
+        audit=audit,
     )
     return invite, token
 
@@ -157,15 +169,6 @@ class MemberEndpoints:
         account = await self.context.account(principal, path_int(request, "account_id", "account"))
         members = await self.people.members(account.id)
         return json_response({"data": [member_view(m) for m in members]})
-
-    async def _audit(
-        self, action: str, target: str, account_id: int, before: State | None, after: State | None
-    ) -> None:
-        """An audit entry by the current actor (``audit.actor``); never an invitation's token."""
-        await record(
-            self.context.services.store, action, target, self.context.now(), account_id=account_id,
-            before=before, after=after,
-        )  # fmt: skip
 
     async def update(self, request: Request, principal: Principal) -> Response:
         member = await self._member(principal, request)
@@ -218,11 +221,8 @@ class MemberEndpoints:
             principal.actor,
             now,
             self.context.settings.sso.invite_ttl_seconds,
+            draft("member.invite", _invited, now),
         )
-        await self._audit(
-            "member.invite", f"invite:{invite.id}", account.id, None,
-            {"role": invite.role, "email": invite.email, "expires_at": invite_view(invite, now)["expires_at"]},
-        )  # fmt: skip
         return json_response({**invite_view(invite, now), "token": token, "link": invite_link(token)}, 201)
 
     async def invite_revoke(self, request: Request, principal: Principal) -> Response:
@@ -231,9 +231,8 @@ class MemberEndpoints:
         if invite is None or (principal.account_id is not None and invite.account_id != principal.account_id):
             raise not_found("invite", invite_id[:40])
         principal.require_owner()
-        await self.people.delete_invite(invite.id)
-        await self._audit(
-            "member.invite_revoke", f"invite:{invite.id}", invite.account_id,
-            {"role": invite.role, "email": invite.email}, None,
-        )  # fmt: skip
+        now = self.context.now()
+        await self.people.delete_invite(
+            invite.id, audit=draft("member.invite_revoke", _invited, now, before=invite)
+        )
         return json_response({**invite_view(invite, self.context.now()), "revoked": True})

@@ -171,6 +171,8 @@ class PeopleStore(Protocol):
         created_by: str,
         now: float,
         expires_at: float,
+        *,
+        audit: AuditDraft[Invite] | None = None,
     ) -> Invite: ...
 
     async def invites(self, account_id: int | None) -> list[Invite]: ...
@@ -184,7 +186,10 @@ class PeopleStore(Protocol):
         make them a member with its role, at once; None when there is no such invitation."""
         ...
 
-    async def delete_invite(self, invite_id: str) -> bool: ...
+    async def delete_invite(self, invite_id: str, *, audit: AuditDraft[Invite] | None = None) -> bool:
+        """Delete the invitation; when there was one, the ``audit`` entry (on the invitation as it
+        was, with no ``after``) in the same transaction."""
+        ...
 
     # key owners ---------------------------------------------------------------------------
     async def set_key_owner(self, key_id: str, person_id: str, account_id: int) -> None: ...

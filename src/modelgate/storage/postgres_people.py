@@ -265,20 +265,26 @@ class PostgresPeople(PostgresRepository):
         created_by: str,
         now: float,
         expires_at: float,
+        *,
+        audit: AuditDraft[Invite] | None = None,
     ) -> Invite:
-        await self._status(
-            "INSERT INTO account_invites (id, digest, account_id, role, email, created_by, created_at, "
-            "expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            invite_id,
-            digest,
-            account_id,
-            role,
-            email,
-            created_by,
-            now,
-            expires_at,
-        )
-        return Invite(invite_id, account_id, role, email, created_by, now, expires_at, None, None)
+        invite = Invite(invite_id, account_id, role, email, created_by, now, expires_at, None, None)
+        async with self._tx() as conn:
+            await conn.execute(
+                "INSERT INTO account_invites (id, digest, account_id, role, email, created_by, created_at, "
+                "expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                invite_id,
+                digest,
+                account_id,
+                role,
+                email,
+                created_by,
+                now,
+                expires_at,
+            )
+            if audit is not None:
+                await postgres_audit.append(conn, audit.entry(invite))
+        return invite
 
     async def invites(self, account_id: int | None) -> list[Invite]:
         if account_id is None:
@@ -313,8 +319,14 @@ class PostgresPeople(PostgresRepository):
             await conn.execute(_JOIN, invite.account_id, person_id, invite.role, now)
             return invite
 
-    async def delete_invite(self, invite_id: str) -> bool:
-        return await self._status("DELETE FROM account_invites WHERE id = $1", invite_id) == 1
+    async def delete_invite(self, invite_id: str, *, audit: AuditDraft[Invite] | None = None) -> bool:
+        async with self._tx() as conn:
+            row = await conn.fetchrow(f"SELECT {_INVITE} FROM account_invites WHERE id = $1", invite_id)
+            status = await conn.execute("DELETE FROM account_invites WHERE id = $1", invite_id)
+            removed = int(str(status).rsplit(" ", 1)[-1]) == 1
+            if removed and row is not None and audit is not None:
+                await postgres_audit.append(conn, replace(audit.entry(_invite(row)), after=None))
+        return removed
 
     # key owners ---------------------------------------------------------------------------
     async def set_key_owner(self, key_id: str, person_id: str, account_id: int) -> None:

@@ -288,7 +288,11 @@ class SqlitePeople(SqliteRepository):
         created_by: str,
         now: float,
         expires_at: float,
+        *,
+        audit: AuditDraft[Invite] | None = None,
     ) -> Invite:
+        invite = Invite(invite_id, account_id, role, email, created_by, now, expires_at, None, None)
+
         def op() -> None:
             with self._write() as db:
                 db.execute(
@@ -296,9 +300,11 @@ class SqlitePeople(SqliteRepository):
                     "created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (invite_id, digest, account_id, role, email, created_by, now, expires_at),
                 )
+                if audit is not None:
+                    sqlite_audit.append(db, audit.entry(invite))
 
         await self._run(op)
-        return Invite(invite_id, account_id, role, email, created_by, now, expires_at, None, None)
+        return invite
 
     async def invites(self, account_id: int | None) -> list[Invite]:
         if account_id is None:
@@ -338,10 +344,16 @@ class SqlitePeople(SqliteRepository):
 
         return await self._run(op)
 
-    async def delete_invite(self, invite_id: str) -> bool:
+    async def delete_invite(self, invite_id: str, *, audit: AuditDraft[Invite] | None = None) -> bool:
         def op() -> bool:
             with self._write() as db:
-                return db.execute("DELETE FROM account_invites WHERE id = ?", (invite_id,)).rowcount == 1
+                row = db.execute(
+                    f"SELECT {_INVITE} FROM account_invites WHERE id = ?", (invite_id,)
+                ).fetchone()
+                removed = db.execute("DELETE FROM account_invites WHERE id = ?", (invite_id,)).rowcount == 1
+                if removed and row is not None and audit is not None:
+                    sqlite_audit.append(db, replace(audit.entry(_invite(row)), after=None))
+                return removed
 
         return await self._run(op)
 
