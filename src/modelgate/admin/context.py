@@ -41,7 +41,9 @@ class AdminContext:
         ``keys.default_rpm`` a configuration reload installs (``server.reload``)."""
         services = self.services
         return Management(
-            services.store,
+            services.accounts,
+            services.key_records,
+            services.tokens,
             services.catalogue,
             services.digester,
             services.clock,
