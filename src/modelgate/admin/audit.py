@@ -17,13 +17,12 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from modelgate.admin import query, schemas
 from modelgate.admin.auth import Principal
 from modelgate.admin.context import AdminContext
 from modelgate.admin.csv_export import csv_response, wants_csv
-from modelgate.admin.http import Handler, bad_request, json_response, query_int, route
+from modelgate.admin.http import Handler, Route, bad_request, json_response, query_int, route
 from modelgate.audit.actor import Actor
 from modelgate.storage.audit import AuditEntry, AuditFilter
 
