@@ -37,6 +37,7 @@ from modelgate.gateway.boundary import refusal_of
 from modelgate.gateway.exchange import Endpoint
 from modelgate.gateway.replies import codec_for_path, error_reply
 from modelgate.gateway.state import conversations_api, responses_api
+from modelgate.gateway.state.http import CODEC as STATE_CODEC
 from modelgate.gateway.state.step import RESPONSES_STATE
 from modelgate.gateway.websocket import PATH as WEBSOCKET_PATH
 from modelgate.gateway.websocket import ResponsesSocket
@@ -109,6 +110,19 @@ def _model_endpoint(services: Services, endpoint: Endpoint) -> ASGIApp:
     return _serving(serve)
 
 
+def codec_shape(codec: Codec) -> Shape:
+    """Refusals in ``codec``'s wire format."""
+
+    def shape(error: errors.GatewayError, headers: Mapping[str, str]) -> Response:
+        return error_reply(codec, error, headers)
+
+    return shape
+
+
+#: The stored-state endpoints answer in the Responses format whoever calls.
+_STATE_SHAPE = codec_shape(STATE_CODEC)
+
+
 def _with_services(
     services: Services, handler: Callable[[Services, Request], Awaitable[Response]]
 ) -> ASGIApp:
@@ -135,7 +149,8 @@ def _format_models(services: Services, fmt: Format, path: str) -> Route:
     async def one(request: Request) -> Response:
         return await models.get_model(services, request, request.path_params["model"], fmt)
 
-    return Route(path, frozenset({"GET", "HEAD"}), _serving(one if "{model}" in path else listing))
+    app = _serving(one if "{model}" in path else listing)
+    return Route(path, frozenset({"GET", "HEAD"}), app, shape=codec_shape(fmt.codec))
 
 
 def routes(services: Services) -> list[Route]:
@@ -149,13 +164,25 @@ def routes(services: Services) -> list[Route]:
         Route("/readyz", read, _with_services(services, health.readyz)),
         *(_model_route(services, fmt, route) for fmt, route in MODEL_ROUTES),
         # Stored responses and conversations (gateway.state); the handlers route below the prefix.
-        Route("/v1/responses/", state_methods, _with_services(services, responses_api.handle), prefix=True),
-        Route("/v1/conversations", frozenset({"POST"}), _with_services(services, conversations_api.handle)),
+        Route(
+            "/v1/responses/",
+            state_methods,
+            _with_services(services, responses_api.handle),
+            prefix=True,
+            shape=_STATE_SHAPE,
+        ),
+        Route(
+            "/v1/conversations",
+            frozenset({"POST"}),
+            _with_services(services, conversations_api.handle),
+            shape=_STATE_SHAPE,
+        ),
         Route(
             "/v1/conversations/",
             state_methods,
             _with_services(services, conversations_api.handle),
             prefix=True,
+            shape=_STATE_SHAPE,
         ),
         Route("/v1/models", read, _with_services(services, models.list_models)),
         Route("/v1/models/", read, _one_model(services), prefix=True),
