@@ -120,7 +120,7 @@ def _csv_row(entry: AuditEntry) -> list[Any]:
 class AuditEndpoints:
     def __init__(self, context: AdminContext) -> None:
         self.context = context
-        self.store = context.services.store
+        self.store = context.services.audit
 
     async def filter_of(self, request: Request, principal: Principal) -> AuditFilter:
         principal.require_owner()  # the log names every key, cap and person of the account

@@ -120,7 +120,7 @@ def statement_lines(f: StatementFigures) -> dict[str, int]:
 class LedgerEndpoints:
     def __init__(self, context: AdminContext) -> None:
         self.context = context
-        self.store = context.services.store
+        self.store = context.services.audit
 
     async def ledger(self, request: Request, principal: Principal) -> Response:
         """``GET /accounts/{id}/ledger``: top-ups and adjustments, newest first (keyset pages)."""
