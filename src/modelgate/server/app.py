@@ -2,14 +2,17 @@
 
 The model routes are generated from the format registry (``formats.FORMATS``: each format's
 routes, each served by ``pipeline.handle`` with its format's guards); the other API routes go
-through the same guards (``gateway.guards``). ``EdgeApp`` finds a route by exact path (a dict
-lookup: the model endpoints carry nearly all traffic and every streamed chunk, so no regex walk
-and no middleware ``send`` wrappers sit on their way), then by template (a format's routes with
-path parameters, ``/{version}/models/{model}:generateContent``: their parameters reach the
-handler as ``path_params``), then by prefix (``/v1/models/{id}``, the admin API and the
-dashboard, which route below their prefix themselves). Whatever should apply to every request belongs in ``EdgeApp.__call__``, the one
-place every request passes. A path that matches nothing is a JSON 404, a known path with another
-method a JSON 405 with ``allow``, both in the path's wire format.
+through the same guards (``gateway.guards``); the admin API's and the dashboard's routes, declared
+in ``admin``, are compiled here behind admission and the admin authentication (``admin_table``).
+``EdgeApp`` finds a route by exact path (a dict lookup: the model endpoints carry nearly all
+traffic and every streamed chunk, so no regex walk and no middleware ``send`` wrappers sit on
+their way), then by template (a format's routes with path parameters,
+``/{version}/models/{model}:generateContent``, and the admin routes with ids: their parameters
+reach the handler as ``path_params``), then by prefix (``/v1/models/{id}``, stored state, and
+every other path under ``/admin/api`` and ``/dashboard``). Whatever should apply to every request
+belongs in ``EdgeApp.__call__``, the one place every request passes. It is also the one boundary:
+a refusal a route raises is rendered there in the route's shape (``Route.shape``). A path that
+matches nothing is a JSON 404, a known path with another method a JSON 405 with ``allow``.
 """
 
 from __future__ import annotations
@@ -206,18 +209,22 @@ def _admin_route(
 
     async def serve(request: Request) -> Response:
         handler = handlers[request.method]  # the table answered another method with its 405
+        if isinstance(handler, admin.Authed):
+            principal = await api.authenticate(request)
+            return await api.serve(request, principal, handler.handler)
+        return await handler(request)
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
         refusal = guards.admission_refusal(services)
         if refusal is not None:
             raise refusal
-        try:
-            if isinstance(handler, admin.Authed):
-                principal = await api.authenticate(request)
-                return await api.serve(request, principal, handler.handler)
-            return await handler(request)
+        try:  # the slot is held until the answer is sent (a CSV export streams)
+            response = await serve(Request(scope, receive))
+            with contextlib.suppress(ClientDisconnect):
+                await response(scope, receive, send)
         finally:
             services.inflight.release()
 
-    app = _serving(serve)
     return Route(
         declared.path, declared.methods, app, prefix=prefix, shape=_admin_shape, segment=ADMIN_SEGMENT
     )
