@@ -64,7 +64,7 @@ def test_group_and_version_are_checked_on_the_head(edge: GatewayServer) -> None:
             reply = read_reply(sock)
             assert (reply.status, reply.json()["error"]["type"]) == (status, kind)
             assert reply.closed
-    assert edge.call(edge.services.store.pending_reservations()) == 0
+    assert edge.call(edge.services.ledger_store.pending_reservations()) == 0
 
 
 def test_a_trickled_head_ends_with_a_json_408(edge: GatewayServer) -> None:
@@ -91,7 +91,7 @@ def test_a_trickled_body_ends_with_a_json_408_in_the_paths_format(edge: GatewayS
         body = reply.json()
         assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
         assert edge.services.edge.body_timeouts == 1
-        assert edge.call(edge.services.store.pending_reservations()) == 0
+        assert edge.call(edge.services.ledger_store.pending_reservations()) == 0
 
 
 def test_the_connection_cap_refuses_in_json_and_recovers(tmp_path: Path) -> None:
