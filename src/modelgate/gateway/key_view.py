@@ -9,9 +9,13 @@ as on ``/v1/models``.
 
 ``GET /v1/key`` shape (money as exact ``*_uc`` micro-credits and a credits string, as in the
 admin API): ``limits`` holds the key's rate limits by name, ``caps`` its spend windows by name
-(today ``month``, the UTC calendar month), each with ``limit``, ``spent``, ``held`` (requests in
-flight), ``remaining`` and ``resets_at``; ``balance`` is the account's available balance, or null
-with ``balance_hidden: true`` when the account hides it. ``GET /v1/key/usage`` pages through
+(``5h`` rolling, ``day`` the UTC day, ``week`` the UTC ISO week, ``month`` the UTC calendar
+month), each with ``limit``, ``spent``, ``held`` (requests in flight), ``remaining`` and
+``resets_at`` (for ``5h``: when its oldest spend leaves the window; a window other than the month
+is counted only while a cap is set, so without one its figures are null); ``account_caps`` the
+same for the caps the account has set (all its keys together; null when the account hides its
+balance); ``balance`` is the account's available balance, or null with ``balance_hidden: true``
+when the account hides it. ``GET /v1/key/usage`` pages through
 this key's own usage records, newest first; nothing of another key is reachable from here.
 """
 
@@ -32,8 +36,17 @@ from modelgate.gateway.guards import KEY_ONLY, guarded
 from modelgate.gateway.replies import json_reply
 from modelgate.management import format_credits
 from modelgate.services import Services
-from modelgate.storage.base import KeyRecord, UsageRecord
+from modelgate.storage.base import Account, KeyRecord, UsageRecord
 from modelgate.storage.reports import UsageCursor, UsageFilter
+from modelgate.storage.spend_windows import (
+    KEY_WINDOWS,
+    WINDOWS,
+    Window,
+    account_subject,
+    key_subject,
+    period_end,
+    period_start,
+)
 
 PATH = "/v1/key"
 USAGE_PATH = "/v1/key/usage"
@@ -71,6 +84,44 @@ def month_window(key: KeyRecord, spent: int, held: int, now: float) -> dict[str,
     }
 
 
+async def window_view(
+    services: Services, subject: str, window: Window, cap: int | None, now: float
+) -> dict[str, Any]:
+    """A spend window other than the key's month: its cap, spend, holds, what is left, its reset
+    (all null but ``limit`` when no cap is set: nothing is counted then)."""
+    if cap is None:
+        return {"period": window, **_money("limit", None), **_money("spent", None), **_money("held", None),
+                **_money("remaining", None), "resets_at": None}  # fmt: skip
+    use = await services.ledger_store.window_use(subject, window, now)
+    return {
+        "period": window,
+        **_money("limit", cap),
+        **_money("spent", use.spent_uc),
+        **_money("held", use.held_uc),
+        **_money("remaining", max(0, cap - use.spent_uc - use.held_uc)),
+        "resets_at": _when(
+            use.resets_at if window == "5h" else period_end(window, period_start(window, now))
+        ),
+    }
+
+
+async def key_caps(services: Services, key: KeyRecord, spent: int, held: int, now: float) -> dict[str, Any]:
+    subject = key_subject(key.id)
+    caps: dict[str, Any] = {}
+    for window, cap in zip(KEY_WINDOWS, key.window_caps, strict=False):
+        caps[window] = await window_view(services, subject, window, cap, now)
+    return {**caps, "month": month_window(key, spent, held, now)}
+
+
+async def account_caps(services: Services, account: Account, now: float) -> dict[str, Any]:
+    subject = account_subject(account.id)
+    return {
+        w: await window_view(services, subject, w, c, now)
+        for w, c in zip(WINDOWS, account.window_caps, strict=True)
+        if c is not None
+    }
+
+
 async def key_info(services: Services, request: Request) -> Response:
     async def run(key: KeyRecord) -> Response:
         now = services.clock.time()
@@ -86,7 +137,8 @@ async def key_info(services: Services, request: Request) -> Response:
             "display": f"{key.prefix}…{key.last4}",
             "state": key.state,
             "limits": {"rpm": key.rpm, "tpm": key.tpm, "max_concurrency": key.max_concurrency},
-            "caps": {"month": month_window(key, spent, held, now)},
+            "caps": await key_caps(services, key, spent, held, now),
+            "account_caps": None if hidden or account is None else await account_caps(services, account, now),
             "allowed_models": list(key.allowed_models) if key.allowed_models is not None else None,
             "models": [m.id for m in policy.visible_models(services.catalogue, key)],
             "expires_at": _when(key.expires_at),

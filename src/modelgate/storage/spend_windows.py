@@ -32,6 +32,8 @@ from modelgate.storage.records import RefusalReason
 Window = Literal["5h", "day", "week", "month"]
 #: Every window, in the order caps are checked and shown (the shortest first).
 WINDOWS: tuple[Window, ...] = ("5h", "day", "week", "month")
+#: The windows of a key's caps kept here (its month is ``api_keys.monthly_cap_uc``).
+KEY_WINDOWS: tuple[Window, ...] = ("5h", "day", "week")
 #: The refusal reason (``storage.records.Refusal``) of each window's cap.
 REASONS: dict[Window, RefusalReason] = {
     "5h": "cap_5h",
