@@ -33,6 +33,7 @@ from modelgate.admin.http import (
 )
 from modelgate.admin.key_limits import held_limit_changes, member_lowers_only, member_new_key_rpm
 from modelgate.admin.key_pages import key_page_query, next_cursor
+from modelgate.admin.key_windows import KeyWindowEndpoints
 from modelgate.admin.ledger import LedgerEndpoints
 from modelgate.admin.members import MemberEndpoints
 from modelgate.admin.openapi import openapi_document
@@ -372,6 +373,7 @@ class AdminAPI:
             *upstream_routes(self.services, PREFIX, a),
             *self.audit.routes(PREFIX, a),
             *self.ledger.routes(PREFIX, a),
+            *KeyWindowEndpoints(self.context).routes(PREFIX, a),
             route(PREFIX + "/{rest:path}", {m: unknown for m in ("GET", "POST", "PATCH", "PUT", "DELETE")}),
         ]
 

@@ -29,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from modelgate import errors
+from modelgate.billing.spend_view import account_windows, key_windows, month_window
 from modelgate.clock import month_of
 from modelgate.formats import format_for_client
 from modelgate.gateway import policy
@@ -36,17 +37,8 @@ from modelgate.gateway.guards import KEY_ONLY, guarded
 from modelgate.gateway.replies import json_reply
 from modelgate.management import format_credits
 from modelgate.services import Services
-from modelgate.storage.base import Account, KeyRecord, UsageRecord
+from modelgate.storage.base import KeyRecord, UsageRecord
 from modelgate.storage.reports import UsageCursor, UsageFilter
-from modelgate.storage.spend_windows import (
-    KEY_WINDOWS,
-    WINDOWS,
-    Window,
-    account_subject,
-    key_subject,
-    period_end,
-    period_start,
-)
 
 PATH = "/v1/key"
 USAGE_PATH = "/v1/key/usage"
@@ -64,68 +56,11 @@ def _money(name: str, micro: int | None) -> dict[str, Any]:
     return {f"{name}_uc": micro, name: None if micro is None else format_credits(micro)}
 
 
-def next_month_start(now: float) -> float:
-    """The first instant of the UTC month after the one ``now`` is in (when a monthly cap resets)."""
-    moment = datetime.fromtimestamp(now, UTC)
-    year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
-    return datetime(year, month, 1, tzinfo=UTC).timestamp()
-
-
-def month_window(key: KeyRecord, spent: int, held: int, now: float) -> dict[str, Any]:
-    """The monthly spend window: its cap (null: none), spend, holds, what is left, and its reset."""
-    cap = key.monthly_cap_uc
-    return {
-        "period": month_of(now),
-        **_money("limit", cap),
-        **_money("spent", spent),
-        **_money("held", held),
-        **_money("remaining", None if cap is None else max(0, cap - spent - held)),
-        "resets_at": _when(next_month_start(now)),
-    }
-
-
-async def window_view(
-    services: Services, subject: str, window: Window, cap: int | None, now: float
-) -> dict[str, Any]:
-    """A spend window other than the key's month: its cap, spend, holds, what is left, its reset
-    (all null but ``limit`` when no cap is set: nothing is counted then)."""
-    if cap is None:
-        return {"period": window, **_money("limit", None), **_money("spent", None), **_money("held", None),
-                **_money("remaining", None), "resets_at": None}  # fmt: skip
-    use = await services.ledger_store.window_use(subject, window, now)
-    return {
-        "period": window,
-        **_money("limit", cap),
-        **_money("spent", use.spent_uc),
-        **_money("held", use.held_uc),
-        **_money("remaining", max(0, cap - use.spent_uc - use.held_uc)),
-        "resets_at": _when(
-            use.resets_at if window == "5h" else period_end(window, period_start(window, now))
-        ),
-    }
-
-
-async def key_caps(services: Services, key: KeyRecord, spent: int, held: int, now: float) -> dict[str, Any]:
-    subject = key_subject(key.id)
-    caps: dict[str, Any] = {}
-    for window, cap in zip(KEY_WINDOWS, key.window_caps, strict=False):
-        caps[window] = await window_view(services, subject, window, cap, now)
-    return {**caps, "month": month_window(key, spent, held, now)}
-
-
-async def account_caps(services: Services, account: Account, now: float) -> dict[str, Any]:
-    subject = account_subject(account.id)
-    return {
-        w: await window_view(services, subject, w, c, now)
-        for w, c in zip(WINDOWS, account.window_caps, strict=True)
-        if c is not None
-    }
-
-
 async def key_info(services: Services, request: Request) -> Response:
     async def run(key: KeyRecord) -> Response:
         now = services.clock.time()
-        spent, held = await services.ledger_store.month_spend(key.id, month_of(now))
+        ledger = services.ledger_store
+        spent, held = await ledger.month_spend(key.id, month_of(now))
         account = await services.accounts.get_account(key.account_id)
         hidden = account is None or account.hide_balance
         body = {
@@ -137,8 +72,10 @@ async def key_info(services: Services, request: Request) -> Response:
             "display": f"{key.prefix}…{key.last4}",
             "state": key.state,
             "limits": {"rpm": key.rpm, "tpm": key.tpm, "max_concurrency": key.max_concurrency},
-            "caps": await key_caps(services, key, spent, held, now),
-            "account_caps": None if hidden or account is None else await account_caps(services, account, now),
+            "caps": {**await key_windows(ledger, key, now), "month": month_window(key, spent, held, now)},
+            "account_caps": None
+            if hidden or account is None
+            else await account_windows(ledger, account, now),
             "allowed_models": list(key.allowed_models) if key.allowed_models is not None else None,
             "models": [m.id for m in policy.visible_models(services.catalogue, key)],
             "expires_at": _when(key.expires_at),
