@@ -229,3 +229,11 @@ async def test_random_walk_keeps_every_window_within_its_cap(store: Store) -> No
     for request, _ in pending.values():
         await store.release(usage_of(request, 0))
     assert (await account_of(store, account.id)).reserved_uc == 0
+
+
+async def test_a_cap_of_zero_refuses_every_hold(store: Store) -> None:
+    account, key = await setup_key(store, balance=100_000, cap_week_uc=0)
+    assert await store.reserve(hold(key, 10, 1, now=WED)) == Refusal("cap_week", 0)
+    await store.update_key(key.id, KeyControls(cap_week_uc=-1), WED)
+    await store.set_account_caps(account.id, AccountCaps(cap_5h_uc=0))
+    assert await store.reserve(hold(key, 10, 1, now=WED)) == Refusal("cap_5h", 0)

@@ -39,7 +39,8 @@ def reserve(db: sqlite3.Connection, r: ReserveRequest) -> Reservation | Refusal:
         return Refusal("balance", 0)
     # Every window cap in force is decided in this same step: none checked on its own. A key and
     # account with no window cap (the common case) make no further statement here.
-    caps = spend_windows.caps_in_force(r.key_id, r.account_id, row[3:6], row[6:10])
+    capped = any(cap is not None for cap in row[3:10])
+    caps = spend_windows.caps_in_force(r.key_id, r.account_id, row[3:6], row[6:10]) if capped else []
     windows = [(c.reason, c.cap_uc, _window_used(db, c, r.now)) for c in caps]
     decision = decide_hold(r, int(row[0]), row[1], int(row[2]), windows)
     if isinstance(decision, Refusal):
