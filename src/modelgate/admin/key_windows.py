@@ -11,11 +11,10 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from modelgate.admin.auth import Principal
 from modelgate.admin.context import AdminContext
-from modelgate.admin.http import Handler, json_response, route
+from modelgate.admin.http import Handler, Route, json_response, route
 from modelgate.billing.spend_view import account_windows, key_windows, month_window
 from modelgate.clock import month_of
 
