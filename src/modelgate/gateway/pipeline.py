@@ -27,6 +27,7 @@ from starlette.types import Receive
 
 from modelgate import errors, ir
 from modelgate.billing.ledger import Hold, Purpose, UsageStatus
+from modelgate.billing.refusal import LIMITS as SPEND_LIMITS
 from modelgate.billing.refusal import refused as billing_refusal
 from modelgate.catalogue import Model
 from modelgate.formats import CODECS, ClientRequest
@@ -96,11 +97,9 @@ def open_exchange(
 
 
 async def run(services: Services, exchange: Exchange, work: Coroutine[Any, Any, Response]) -> Response:
-    """Run ``work`` (the request's steps) as one request: it holds an in-flight slot, and every
-    way it ends is an answer (a stream finishes when it ends) or a refusal, recorded here and
-    raised with the request's headers for the boundary to render in the endpoint's wire format
-    (the route table's in ``server.app``; the WebSocket session's). The one place the request
-    path turns storage failures into 503s and surprises into 500s."""
+    """Run ``work`` (the request's steps) as one request holding an in-flight slot: it ends in an
+    answer (a stream when it ends) or a refusal, recorded here and raised with the request's
+    headers for the boundary (``server.app``'s, the WebSocket session's) to render."""
     early = guards.admission_refusal(services)
     if early is not None:
         work.close()  # never started
@@ -342,9 +341,10 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
         admission = admitted.admission
         await services.rate_limiter.refund(key.id, admission)
         exchange.response_headers.update(replace(admission, remaining=admission.remaining + 1).headers())
-        if outcome.reason == "monthly_cap":
-            exchange.response_headers[hdr.LIMIT] = "cap-month"
-            services.telemetry.metrics.limit_refused("cap-month")
+        limit = SPEND_LIMITS.get(outcome.reason)
+        if limit is not None:
+            exchange.response_headers[hdr.LIMIT] = limit
+            services.telemetry.metrics.limit_refused(limit)
         raise billing_refusal(outcome, services.telemetry.metrics)
     if outcome.max_tokens < max_tokens:
         asked = requested if requested is not None else max_tokens
