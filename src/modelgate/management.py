@@ -29,6 +29,7 @@ from modelgate.storage.base import (
     GROUPS,
     MAX_UC,
     Account,
+    AccountLimits,
     AdminToken,
     AmountTooLarge,
     Group,
@@ -249,6 +250,21 @@ class Management:
         updated = await self.store.set_hide_balance(
             account.id,
             hide,
+            audit=draft("account.update", describe.account, self.clock.time(), before=account),
+        )
+        if updated is None:
+            raise NotFoundError(f"account {account.id} not found")
+        return updated
+
+    async def set_account_limits(self, account: Account, limits: AccountLimits) -> Account:
+        """The account's rate limits, shared by all its keys (None: no such limit); operators only
+        (the callers check). ``limits`` replaces all three."""
+        _check_limit(limits.rpm, "rpm")
+        _check_limit(limits.tpm, "tpm")
+        _check_limit(limits.max_concurrency, "max_concurrency")
+        updated = await self.store.set_account_limits(
+            account.id,
+            limits,
             audit=draft("account.update", describe.account, self.clock.time(), before=account),
         )
         if updated is None:

@@ -31,7 +31,12 @@ from modelgate.admin.http import (
     query_int,
     route,
 )
-from modelgate.admin.key_limits import held_limit_changes, member_lowers_only, member_new_key_rpm
+from modelgate.admin.key_limits import (
+    account_limit_changes,
+    held_limit_changes,
+    member_lowers_only,
+    member_new_key_rpm,
+)
 from modelgate.admin.key_pages import key_page_query, next_cursor
 from modelgate.admin.ledger import LedgerEndpoints
 from modelgate.admin.members import MemberEndpoints
@@ -178,17 +183,21 @@ class AdminAPI:
         return json_response(schemas.account_view(account))
 
     async def account_rename(self, request: Request, principal: Principal) -> Response:
-        """``PATCH /accounts/{id}``: a new name and/or ``hide_balance`` (operators only; keys,
-        tokens and usage stay)."""
+        """``PATCH /accounts/{id}``: a new name, ``hide_balance`` and/or the account's rate limits
+        (operators only; keys, tokens and usage stay)."""
         account = await self.context.account(principal, path_int(request, "account_id", "account"))
         principal.require_operator()
         body = await parse_body(request, schemas.AccountRename)
-        if body.name is None and body.hide_balance is None:
-            raise bad_request("give name and/or hide_balance")
+        limits = account_limit_changes(account, body)
+        if body.name is None and body.hide_balance is None and limits is None:
+            raise bad_request("give name, hide_balance and/or rpm, tpm, max_concurrency")
         if body.name is not None:
             account = await self.management.rename_account(account, body.name)
         if body.hide_balance is not None:
             account = await self.management.set_hide_balance(account, body.hide_balance)
+        if limits is not None:
+            account = await self.management.set_account_limits(account, limits)
+            self.services.account_limits.changed(account)
         return json_response(schemas.account_view(account))
 
     async def topup_create(self, request: Request, principal: Principal) -> Response:
@@ -272,7 +281,8 @@ class AdminAPI:
             raise bad_request("rpm: must be an integer")
         if principal.is_member:
             member_lowers_only(record, body.rpm, cap_given, cap)
-        limits = held_limit_changes(record, body, given, principal.is_operator)
+        account_limits = self.services.account_limits.get(record.account_id)
+        limits = held_limit_changes(record, body, given, principal.is_operator, account_limits)
         updated = await self.management.update_key(
             record,
             name=body.name,

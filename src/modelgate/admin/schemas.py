@@ -58,6 +58,16 @@ class AccountRename(Body):
     hide_balance: bool | None = Field(
         default=None, description="true: GET /v1/key does not show the account's balance to key holders."
     )
+    #: The account's rate limits, shared by all its keys together; ``null`` removes one.
+    rpm: Annotated[int, Field(ge=1, le=MAX_RPM)] | None = Field(
+        default=None, description="Requests per minute of all the account's keys together; null: no limit."
+    )
+    tpm: Annotated[int, Field(ge=1, le=MAX_LIMIT)] | None = Field(
+        default=None, description="Input + output tokens per rolling minute of all its keys; null: no limit."
+    )
+    max_concurrency: Annotated[int, Field(ge=1, le=MAX_LIMIT)] | None = Field(
+        default=None, description="Requests in flight at once for all its keys; null: no limit."
+    )
 
 
 class TopUp(Body):
@@ -180,6 +190,9 @@ def account_view(account: Account) -> dict[str, Any]:
         **money("available", account.available_uc),
         "created_at": when(account.created_at),
         "hide_balance": account.hide_balance,
+        "rpm": account.rpm,
+        "tpm": account.tpm,
+        "max_concurrency": account.max_concurrency,
     }
 
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from modelgate.cli import account_limits
 from modelgate.cli.context import (
     ConfigOpt,
     DataDirOpt,
@@ -54,6 +55,9 @@ def account_row(account: Account) -> dict[str, Any]:
         "reserved_uc": account.reserved_uc,
         "created": when(account.created_at),
         "hide_balance": account.hide_balance,
+        "rpm": account.rpm if account.rpm is not None else "none",
+        "tpm": account.tpm if account.tpm is not None else "none",
+        "concurrency": account.max_concurrency if account.max_concurrency is not None else "none",
     }
 
 
@@ -88,16 +92,22 @@ KEY_WIDE_COLUMNS = ("models", "tpm", "concurrency", "created", "revoked", "expir
 def accounts_create(
     name: str,
     credits: Annotated[str, typer.Option("--credits", help="Opening balance in credits.")] = "0",
+    rpm: account_limits.AccountRpmOpt = None,
+    tpm: account_limits.AccountTpmOpt = None,
+    concurrency: account_limits.AccountConcurrencyOpt = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Create an account with an optional opening balance."""
+    """Create an account with an optional opening balance (and rate limits for all its keys)."""
     options = Options(config, data_dir, json)
     amount = _credits(credits, "credits")
+    for flag, value in (("--rpm", rpm), ("--tpm", tpm), ("--concurrency", concurrency)):
+        account_limits.parse(value, flag)  # a bad flag fails before anything is created
 
     async def work(m: Management) -> Account:
-        return await m.create_account(name, amount)
+        account = await m.create_account(name, amount)
+        return await account_limits.apply(m, account, rpm, tpm, concurrency)
 
     account = with_management(options, work)
     emit_one(
@@ -138,14 +148,21 @@ def accounts_update(
         ),
     ] = None,
     rename: Annotated[str | None, typer.Option("--name", help="A new name.")] = None,
+    rpm: account_limits.AccountRpmOpt = None,
+    tpm: account_limits.AccountTpmOpt = None,
+    concurrency: account_limits.AccountConcurrencyOpt = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Change an account (NAME or id): its name, whether key holders see its balance."""
+    """Change an account (NAME or id): its name, whether key holders see its balance, its rate
+    limits (shared by all its keys)."""
     options = Options(config, data_dir, json)
-    if hide_balance is None and rename is None:
-        fail("give --name, --hide-balance or --show-balance")
+    limits_given = account_limits.given(rpm, tpm, concurrency)
+    if hide_balance is None and rename is None and not limits_given:
+        fail("give --name, --hide-balance, --show-balance, --rpm, --tpm or --concurrency")
+    for flag, value in (("--rpm", rpm), ("--tpm", tpm), ("--concurrency", concurrency)):
+        account_limits.parse(value, flag)
 
     async def work(m: Management) -> Account:
         account = await m.account(name)
@@ -153,11 +170,14 @@ def accounts_update(
             account = await m.rename_account(account, rename)
         if hide_balance is not None:
             account = await m.set_hide_balance(account, hide_balance)
-        return account
+        return await account_limits.apply(m, account, rpm, tpm, concurrency)
 
     account = with_management(options, work)
     shown = "hidden from" if account.hide_balance else "shown to"
-    emit_one(options, account_row(account), f"updated account {account.name}; balance {shown} key holders")
+    limits = f"; {account_limits.shown(account)}" if limits_given else ""
+    emit_one(
+        options, account_row(account), f"updated account {account.name}; balance {shown} key holders{limits}"
+    )
 
 
 @accounts_app.command("list")

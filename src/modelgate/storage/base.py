@@ -59,6 +59,7 @@ from modelgate.storage.records import (
     MAX_UC,
     NEVER_EXPIRES,
     Account,
+    AccountLimits,
     AdminToken,
     AmountTooLarge,
     Conflict,
@@ -87,6 +88,7 @@ __all__ = [
     "MAX_UC",
     "NEVER_EXPIRES",
     "Account",
+    "AccountLimits",
     "AccountStore",
     "AdminToken",
     "AdminTokenStore",
@@ -163,6 +165,16 @@ class AccountStore(Protocol):
         self, account_id: int, hide: bool, *, audit: AuditDraft[Account] | None = None
     ) -> Account | None:
         """Whether the account's balance is hidden from its keys' holders (None: no such account)."""
+        ...
+
+    async def set_account_limits(
+        self, account_id: int, limits: AccountLimits, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        """The account's rate limits, all three at once (None: no such account)."""
+        ...
+
+    async def limited_accounts(self) -> list[Account]:
+        """The accounts with at least one rate limit set (the gateway's account limits view)."""
         ...
 
 

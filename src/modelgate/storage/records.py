@@ -44,10 +44,27 @@ class Account:
     low_balance_uc: int | None = None
     #: The account's balance is not shown to its keys' holders (``GET /v1/key``).
     hide_balance: bool = False
+    #: Rate limits of all the account's keys together (None: no such limit; ``limits.key_limits``).
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
 
     @property
     def available_uc(self) -> int:
         return self.balance_uc - self.reserved_uc
+
+
+@dataclass(frozen=True, slots=True)
+class AccountLimits:
+    """An account's rate limits as stored (None: no such limit)."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+
+
+#: The SQL condition of an account with at least one rate limit set.
+LIMITED = "(rpm IS NOT NULL OR tpm IS NOT NULL OR max_concurrency IS NOT NULL)"
 
 
 @dataclass(frozen=True, slots=True)

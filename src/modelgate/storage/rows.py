@@ -16,7 +16,9 @@ KEY_COLUMNS = (
     "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version, tpm, max_concurrency, "
     "expires_at, allowed_ips"
 )
-ACCOUNT_COLUMNS = "id, name, balance_uc, reserved_uc, created_at, low_balance_uc, hide_balance"
+ACCOUNT_COLUMNS = (
+    "id, name, balance_uc, reserved_uc, created_at, low_balance_uc, hide_balance, rpm, tpm, max_concurrency"
+)
 ADMIN_TOKEN_COLUMNS = (
     "id, account_id, created_at, digest, name, prefix, last4, created_by, expires_at, revoked_at, "  # noqa: S105 - column names
     "last_used_at"
@@ -70,6 +72,9 @@ def account_record(row: Sequence[Any]) -> Account:
         created_at=row[4],
         low_balance_uc=row[5],
         hide_balance=bool(row[6]),
+        rpm=row[7],
+        tpm=row[8],
+        max_concurrency=row[9],
     )
 
 
