@@ -61,3 +61,25 @@ def test_an_owner_sets_a_keys_limit_within_the_accounts(admin: Admin) -> None:
     other = admin.gateway.key(tenant.account, "Pro", name="second").record.id
     for body in ({"tpm": 8001}, {"max_concurrency": 5}, {"tpm": None}):
         assert tenant.admin.request("PATCH", f"/keys/{other}", body).status_code == 403, body
+
+
+def test_every_hostile_account_limit_body_of_the_fuzz_suite_is_a_json_4xx(admin: Admin) -> None:
+    """Each hostile account-limit body of the fuzz suite (the fuzz run draws a sample), every one
+    sent: a JSON 4xx, nothing changed."""
+    from tests.fuzz.hostile import ADMIN_BODIES
+
+    tenant = admin.tenant()
+    before = admin.stored_account(tenant.account.id)
+    limit_fields = {"rpm", "tpm", "max_concurrency"}
+    bodies = [
+        (m, p.replace("/accounts/1", f"/accounts/{tenant.account.id}"), b)
+        for m, p, b in ADMIN_BODIES
+        if "/accounts/" in p and isinstance(b, dict) and limit_fields & set(b)
+    ]
+    assert len(bodies) >= 9
+    auth = {"authorization": f"Bearer {admin.operator.token}"}
+    for method, path, body in bodies:
+        response = admin.client.request(method, path, json=body, headers=auth)
+        assert 400 <= response.status_code < 500, (path, body, response.text)
+        assert response.json()["error"]["type"], (path, body)
+    assert admin.stored_account(tenant.account.id) == before
