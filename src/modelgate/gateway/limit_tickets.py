@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 
 from modelgate import errors
 from modelgate.gateway import headers as hdr
@@ -35,9 +35,7 @@ _NAMES = {
     Resource.TPM: "tokens per minute",
     Resource.CONCURRENCY: "requests in flight",
 }
-#: ``qu`` of a policy whose unit is not the draft's default (requests).
-_UNITS = {Resource.CONCURRENCY: ';qu="concurrent-requests"'}
-_WINDOWED = frozenset({Resource.RPM, Resource.TPM})
+_WINDOW = int(WINDOW_SECONDS)
 
 
 def subject_of(key: KeyRecord) -> str:
@@ -48,6 +46,9 @@ def claims_of(
     key: KeyRecord, account: KeyLimits | None, worst_tokens: int, least_tokens: int
 ) -> tuple[Claim, ...]:
     """Every claim of one request of ``key`` (its account's after its own)."""
+    if account is None and key.tpm is None and key.max_concurrency is None:
+        # The common case, built directly: a key with requests per minute only.
+        return (Claim(f"k:{key.id}", Resource.RPM, key.rpm, 1, 1),)
     own = KeyLimits(key.tpm, key.max_concurrency, key.rpm).claims(subject_of(key), worst_tokens, least_tokens)
     if account is None:
         return own
@@ -87,14 +88,10 @@ async def _take(
     raise errors.RateLimited(message(outcome), headers={"retry-after": str(outcome.retry_after)})
 
 
-def holds_tokens(ticket: Ticket) -> bool:
-    return any(s.resource is Resource.TPM for s in ticket.standing)
-
-
 def refunded_headers(ticket: Ticket) -> dict[str, str]:
     """The figures of a ticket given back (a request refused after admission took nothing)."""
     return rate_headers(
-        Standing(s.resource, s.subject, s.limit, s.remaining + s.taken, s.reset, 0) for s in ticket.standing
+        [Standing(s.resource, s.subject, s.limit, s.remaining + s.taken, s.reset, 0) for s in ticket.standing]
     )
 
 
@@ -103,23 +100,22 @@ def policy_name(resource: Resource, subject: str) -> str:
 
 
 def _policy(resource: Resource, subject: str, limit: int) -> str:
-    window = f";w={int(WINDOW_SECONDS)}" if resource in _WINDOWED else ""
-    return f"{policy_name(resource, subject)};q={limit}{_UNITS.get(resource, '')}{window}"
+    if resource is Resource.CONCURRENCY:  # no window; its unit is not the draft's default
+        return f'{policy_name(resource, subject)};q={limit};qu="concurrent-requests"'
+    return f"{policy_name(resource, subject)};q={limit};w={_WINDOW}"
 
 
-def rate_headers(standing: Iterable[Standing]) -> dict[str, str]:
+def rate_headers(standing: Sequence[Standing]) -> dict[str, str]:
     """``RateLimit-Policy`` (every limit) and ``RateLimit`` (the tightest) after an admission."""
-    policies: list[str] = []
-    tightest: Standing | None = None
-    for s in standing:
-        policies.append(_policy(s.resource, s.subject, s.limit))
-        if tightest is None or s.remaining * tightest.limit < tightest.remaining * s.limit:
-            tightest = s
-    if tightest is None:
+    if not standing:
         return {}
+    tightest = standing[0]
+    for s in standing[1:]:
+        if s.remaining * tightest.limit < tightest.remaining * s.limit:
+            tightest = s
     name = policy_name(tightest.resource, tightest.subject)
     return {
-        hdr.RATELIMIT_POLICY: ", ".join(policies),
+        hdr.RATELIMIT_POLICY: ", ".join([_policy(s.resource, s.subject, s.limit) for s in standing]),
         hdr.RATELIMIT: f"{name};r={max(tightest.remaining, 0)};t={math.ceil(tightest.reset)}",
     }
 

@@ -289,7 +289,7 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
     )
     # Every rate limit of the request in one atomic step, just before the money hold.
     ticket = await limit_tickets.take(services, exchange, key, input_bound, max_tokens)
-    if ticket.tokens < input_bound + max_tokens and limit_tickets.holds_tokens(ticket):
+    if ticket.metered and ticket.tokens < input_bound + max_tokens:
         # Less than the worst case was left this minute (at least input + one output token).
         asked = requested if requested is not None else max_tokens
         max_tokens = ticket.tokens - input_bound

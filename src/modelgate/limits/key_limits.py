@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class Resource(StrEnum):
@@ -34,8 +35,9 @@ class Resource(StrEnum):
     CONCURRENCY = "concurrency"
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(NamedTuple):
+    """One claim of a request on one bucket (a tuple: one is made per limit on every request)."""
+
     #: ``"k:<key id>"`` or ``"a:<account id>"``: whose bucket.
     subject: str
     resource: Resource
@@ -47,8 +49,7 @@ class Claim:
     minimum: int
 
 
-@dataclass(frozen=True, slots=True)
-class Standing:
+class Standing(NamedTuple):
     """Where one bucket stands after an admission (the IETF ``RateLimit`` fields' figures)."""
 
     resource: Resource

@@ -311,7 +311,17 @@ class RedisTickets:
         units: list[tuple[str, float | str]] = [
             (c.subject, ticket_id) for c in claims if c.resource is Resource.RPM
         ]
-        return Ticket(ticket_id, tokens=tokens, units=units, standing=tuple(standing), remote=held)
+        holds = any(c.resource is not Resource.RPM for c in claims)
+        metered = any(c.resource is Resource.TPM for c in claims)
+        return Ticket(
+            ticket_id,
+            tokens=tokens,
+            units=units,
+            standing=tuple(standing),
+            remote=held,
+            holds=holds,
+            metered=metered,
+        )
 
     def _refused(self, claim: Claim, raw: bytes | str, now: float) -> Refused:
         text = raw.decode() if isinstance(raw, bytes) else str(raw)

@@ -65,7 +65,10 @@ class RollingWindowLimiter:
 
     def admit_now(self, key_id: str, limit: int, now: float) -> Decision:
         refused = self.refusal(key_id, limit, now)
-        return refused if refused is not None else self.take_now(key_id, limit, now)
+        if refused is not None:
+            return refused
+        remaining, reset_after = self.take_now(key_id, limit, now)
+        return Decision(True, limit, remaining, reset_after, token=now)
 
     def refusal(self, key_id: str, limit: int, now: float) -> Decision | None:
         """The refusal of one more request at ``now``, or None when it fits (the log is trimmed
@@ -87,8 +90,9 @@ class RollingWindowLimiter:
             return Decision(False, limit, 0, self.seconds_until_out(log[len(log) - limit], now))
         return None
 
-    def take_now(self, key_id: str, limit: int, now: float) -> Decision:
-        """Log one request at ``now``; only right after ``refusal`` said it fits."""
+    def take_now(self, key_id: str, limit: int, now: float) -> tuple[int, float]:
+        """Log one request at ``now``; only right after ``refusal`` said it fits. Returns what
+        is left in the window and the seconds until its oldest entry leaves."""
         log = self._log.get(key_id)
         if log is None:
             log = self._log[key_id] = deque()
@@ -98,7 +102,7 @@ class RollingWindowLimiter:
             bisect.insort(log, now)
         else:
             log.append(now)
-        return Decision(True, limit, limit - len(log), max(log[0] + self._window - now, 0.0), token=now)
+        return limit - len(log), max(log[0] + self._window - now, 0.0)
 
     def refund_now(self, key_id: str, decision: Decision) -> None:
         log = self._log.get(key_id)

@@ -254,8 +254,9 @@ class SharedTickets:
         if not granted:
             done.set_result(Refused(Resource(resource), subject, limit, float("inf") if wait < 0 else wait))
             return
-        ticket = Ticket(ticket_id, tokens=tokens, units=units, remote=_KEPT if kept else "")
+        ticket = Ticket(ticket_id, tokens=tokens, units=units, remote=_KEPT if kept else "", holds=bool(kept))
         ticket.standing = tuple(Standing(Resource(s[0]), s[1], s[2], s[3], s[4], s[5]) for s in standing)
+        ticket.metered = any(s.resource is Resource.TPM for s in ticket.standing)
         done.set_result(ticket)
 
     def lost(self) -> None:

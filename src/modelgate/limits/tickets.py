@@ -89,11 +89,10 @@ class Ticket:
     #: worker link, or Redis): the backend's own handle.
     remote: object | None = None
     ended: bool = False
-
-    @property
-    def holds(self) -> bool:
-        """Whether ending it changes any bucket (tokens or slots, not request units alone)."""
-        return any(s.resource is not Resource.RPM for s in self.standing)
+    #: Ending it changes a bucket (tokens or slots held, not request units alone).
+    holds: bool = False
+    #: It claimed tokens per minute (``tokens`` is then the grant).
+    metered: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +121,8 @@ class BucketStore:
         self._in_flight: dict[str, int] = {}
 
     def admit(self, claims: tuple[Claim, ...], now: float, ticket_id: str) -> Ticket | Refused:
+        if len(claims) == 1 and claims[0].resource is Resource.RPM:
+            return self._admit_request(claims[0], now, ticket_id)
         horizon = now - self._window
         grant: int | None = None
         # Pass 1: read every bucket, decide. Nothing is changed until every claim fits.
@@ -152,18 +153,18 @@ class BucketStore:
         for claim in claims:
             resource = claim.resource
             if resource is Resource.RPM:
-                taken = self.requests.take_now(claim.subject, claim.limit, now)
+                remaining, reset = self.requests.take_now(claim.subject, claim.limit, now)
                 ticket.units.append((claim.subject, now))
-                standing.append(
-                    Standing(resource, claim.subject, claim.limit, taken.remaining, taken.reset_after, 1)
-                )
+                standing.append(Standing(resource, claim.subject, claim.limit, remaining, reset, 1))
                 continue
+            ticket.holds = True
             bucket_key = f"{claim.subject}|{resource}"
             if resource is Resource.CONCURRENCY:
                 held = self._in_flight[bucket_key] = self._in_flight.get(bucket_key, 0) + claim.amount
                 ticket.slots.append(bucket_key)
                 standing.append(Standing(resource, claim.subject, claim.limit, claim.limit - held, 0.0, 1))
                 continue
+            ticket.metered = True
             bucket = self._rolling.get(bucket_key)
             if bucket is None:
                 bucket = self._rolling[bucket_key] = _Rolling()
@@ -183,6 +184,17 @@ class BucketStore:
             )
         ticket.standing = tuple(standing)
         return ticket
+
+    def _admit_request(self, claim: Claim, now: float, ticket_id: str) -> Ticket | Refused:
+        """``admit`` of one request unit alone (a key with only ``rpm``: most requests), the same
+        decision without the general loop."""
+        requests, subject, limit = self.requests, claim.subject, claim.limit
+        refused = requests.refusal(subject, limit, now)
+        if refused is not None:
+            return Refused(Resource.RPM, subject, limit, refused.reset_after)
+        remaining, reset = requests.take_now(subject, limit, now)
+        standing = (Standing(Resource.RPM, subject, limit, remaining, reset, 1),)
+        return Ticket(ticket_id, units=[(subject, now)], standing=standing)
 
     def settle(self, ticket: Ticket, used_tokens: int) -> None:
         """The request ran: keep its request units and ``min(used_tokens, granted)`` tokens, free
