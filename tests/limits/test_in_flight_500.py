@@ -18,7 +18,7 @@ import httpx
 import pytest
 import redis.asyncio as aioredis
 
-from modelgate.cli.context import Options, with_management
+from modelgate.cli.context import Options, Repositories, with_management, with_repositories
 from modelgate.clock import month_of
 from modelgate.management import Management
 from tests.billing.helpers import send
@@ -161,19 +161,19 @@ def test_500_in_flight_across_two_workers(tmp_path: Path, upstream: FakeUpstream
         gateway.start()
         out = asyncio.run(scenario.burst([gateway.base_url], secrets))
 
-        async def records(m: Management) -> tuple[list[Any], list[Any]]:
+        async def records(_: Management, repositories: Repositories) -> tuple[list[Any], list[Any]]:
             month = month_of(NOW)
             return (
-                await m.store.usage_records(month, key_id=key_a, limit=100_000),
-                await m.store.usage_records(month, account_id=account_id, limit=100_000),
+                await repositories.usage.usage_records(month, key_id=key_a, limit=100_000),
+                await repositories.usage.usage_records(month, account_id=account_id, limit=100_000),
             )
 
         def settled() -> bool:  # every served request's record is written (streams end after)
-            _, every = with_management(options, records)
+            _, every = with_repositories(options, records)
             return sum(1 for r in every if r.status != "refused_429") == out.statuses.count(200)
 
         wait_until(settled, "every served request settled")
-        of_a, of_all = with_management(options, records)
+        of_a, of_all = with_repositories(options, records)
         scenario.check(out, upstream.max_in_flight, of_a, of_all)
         # Every slot came back (the hung-up streams' too): past the window, a full round at once.
         gateway.clock.set(NOW + 61)
