@@ -24,10 +24,10 @@ from modelgate.clock import Clock, SystemClock
 from modelgate.config import ConfigError, Settings
 from modelgate.keys import Digester
 from modelgate.lifecycle import Drain
+from modelgate.limits.account_view import AccountLimitsView
 from modelgate.limits.edge import EdgeStats
 from modelgate.limits.inflight import InFlightLimiter
-from modelgate.limits.redis_rpm import RedisRateLimiter
-from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
+from modelgate.limits.redis_tickets import RedisTickets
 from modelgate.limits.stored_room import StoredRoom
 from modelgate.limits.tickets import LocalTickets, TicketLimiter
 from modelgate.liveconfig.live import LiveRouting
@@ -103,9 +103,8 @@ class Services:
     offload: Offload
     #: Accounts' stored byte counts, as recent as ``responses.room_check_max_age_seconds``.
     stored_room: StoredRoom
-    rate_limiter: RateLimiter = field(default_factory=RollingWindowLimiter)
-    #: Tokens per minute and requests in flight per key (``limits.tickets``); over the worker link
-    #: with ``server.workers`` above 1.
+    #: Every rate limit of keys (``limits.tickets``): requests and tokens per minute, requests in
+    #: flight; over the worker link with ``server.workers`` above 1, in Redis with ``redis_url``.
     tickets: TicketLimiter = field(default_factory=LocalTickets)
     inflight: InFlightLimiter = field(default_factory=lambda: InFlightLimiter(2048))
     #: Large bodies (above ``server.offload_body_bytes``) held in memory at once.
@@ -132,6 +131,8 @@ class Services:
     live: LiveRouting | None = None
     #: Alert webhooks (``[alerts]``): None when no webhook is configured (nothing on the request path).
     alerts: AlertMonitor | None = None
+    #: Accounts' rate limits, claimed with every ticket of their keys (``limits.account_view``).
+    account_limits: AccountLimitsView = field(default_factory=lambda: AccountLimitsView(None))
 
     @classmethod
     def build(
@@ -186,13 +187,14 @@ class Services:
             stored_room=StoredRoom(store.responses, settings.responses.room_check_max_age_seconds),
             inflight=InFlightLimiter(settings.server.max_in_flight),
             large_bodies=InFlightLimiter(settings.server.max_large_bodies),
-            # Redis (several instances): shared rate-limit windows, falling back to the
-            # in-process window per instance while Redis is unreachable; key-change broadcast.
-            rate_limiter=RedisRateLimiter(settings.redis_url)
+            # Redis (several instances): shared rate-limit buckets, falling back to the
+            # in-process buckets per instance while Redis is unreachable; key-change broadcast.
+            tickets=RedisTickets(settings.redis_url, lease=settings.billing.reservation_ttl_seconds)
             if settings.redis_url
-            else RollingWindowLimiter(),
+            else LocalTickets(),
             key_broadcast=KeyChangeBroadcast(settings.redis_url) if settings.redis_url else None,
             telemetry=telemetry,
+            account_limits=AccountLimitsView(store.accounts),
         )
         services.live = LiveRouting(
             services,
@@ -226,8 +228,9 @@ class Services:
         if self.live is not None:
             await self.live.start()
         await self.keys.start(self.settings.keys.refresh_interval)
-        if isinstance(self.rate_limiter, RedisRateLimiter):
-            await self.rate_limiter.start()
+        if isinstance(self.tickets, RedisTickets):
+            await self.tickets.start()
+        await self.account_limits.start(self.settings.keys.refresh_interval)
         if self.key_broadcast is not None:
             self.keys.on_local_change = self.key_broadcast.publish_soon
             self.key_broadcast.start(self.keys.refresh)
@@ -282,8 +285,9 @@ class Services:
         if self.key_broadcast is not None:
             self.keys.on_local_change = None
             await self.key_broadcast.stop()
-        if isinstance(self.rate_limiter, RedisRateLimiter):
-            await self.rate_limiter.aclose()
+        await self.account_limits.stop()
+        if isinstance(self.tickets, RedisTickets):
+            await self.tickets.aclose()
         await self.offload.stop()
         await self.database.close()
         self.telemetry.shutdown()

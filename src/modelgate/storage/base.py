@@ -60,6 +60,7 @@ from modelgate.storage.records import (
     NEVER_EXPIRES,
     Account,
     AccountCaps,
+    AccountLimits,
     AdminToken,
     AmountTooLarge,
     Conflict,
@@ -90,6 +91,7 @@ __all__ = [
     "NEVER_EXPIRES",
     "Account",
     "AccountCaps",
+    "AccountLimits",
     "AccountStore",
     "AdminToken",
     "AdminTokenStore",
@@ -172,6 +174,16 @@ class AccountStore(Protocol):
         self, account_id: int, caps: AccountCaps, *, audit: AuditDraft[Account] | None = None
     ) -> Account | None:
         """Change the account's spend caps by window (None: no such account)."""
+        ...
+
+    async def set_account_limits(
+        self, account_id: int, limits: AccountLimits, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        """The account's rate limits, all three at once (None: no such account)."""
+        ...
+
+    async def limited_accounts(self) -> list[Account]:
+        """The accounts with at least one rate limit set (the gateway's account limits view)."""
         ...
 
 

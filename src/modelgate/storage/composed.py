@@ -32,6 +32,7 @@ from modelgate.storage.people import PeopleStore
 from modelgate.storage.records import (
     Account,
     AccountCaps,
+    AccountLimits,
     AdminToken,
     KeyControls,
     KeyRecord,
@@ -180,6 +181,14 @@ class ComposedStore:
 
     async def topups_total(self, account_id: int) -> int:
         return await self.accounts.topups_total(account_id)
+
+    async def set_account_limits(
+        self, account_id: int, limits: AccountLimits, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        return await self.accounts.set_account_limits(account_id, limits, audit=audit)
+
+    async def limited_accounts(self) -> list[Account]:
+        return await self.accounts.limited_accounts()
 
     # KeyStore (keys) --------------------------------------------------------
 

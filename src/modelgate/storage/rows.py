@@ -18,7 +18,7 @@ KEY_COLUMNS = (
 )
 ACCOUNT_COLUMNS = (
     "id, name, balance_uc, reserved_uc, created_at, low_balance_uc, hide_balance, "
-    "cap_5h_uc, cap_day_uc, cap_week_uc, monthly_cap_uc"
+    "cap_5h_uc, cap_day_uc, cap_week_uc, monthly_cap_uc, rpm, tpm, max_concurrency"
 )
 ADMIN_TOKEN_COLUMNS = (
     "id, account_id, created_at, digest, name, prefix, last4, created_by, expires_at, revoked_at, "  # noqa: S105 - column names
@@ -80,6 +80,9 @@ def account_record(row: Sequence[Any]) -> Account:
         cap_day_uc=row[8],
         cap_week_uc=row[9],
         monthly_cap_uc=row[10],
+        rpm=row[11],
+        tpm=row[12],
+        max_concurrency=row[13],
     )
 
 
