@@ -28,10 +28,11 @@ from modelgate.admin.context import AdminContext
 from modelgate.admin.http import AdminError, ErrorType, bad_request, forbidden, json_response, not_found
 from modelgate.admin.oidc import Identity, OidcError, RelyingParty
 from modelgate.admin.sessions import Sessions
-from modelgate.audit.actor import Actor, acting, record
+from modelgate.audit.actor import Actor, acting, draft
 from modelgate.config import ConfigError
 from modelgate.keys import random_base62
-from modelgate.storage.people import Person, SessionRole
+from modelgate.storage.audit import Subject
+from modelgate.storage.people import Invite, Person, SessionRole
 
 log = logging.getLogger("modelgate.admin.sso")
 
@@ -51,6 +52,11 @@ def _param(request: Request, name: str) -> str | None:
     if len(value) > MAX_PARAM_CHARS or not value.isascii() or not value.isprintable():
         raise bad_request(f"{name}: not a value this gateway issued or accepts")
     return value
+
+
+def _joined(invite: Invite) -> Subject:
+    """A person joining with an invitation (``member.join``): the role it gave, and which one."""
+    return Subject(f"person:{invite.used_by}", invite.account_id, {"role": invite.role, "invite": invite.id})
 
 
 def _oidc_error(exc: OidcError) -> AdminError:
@@ -171,15 +177,13 @@ class SsoEndpoints:
     ) -> tuple[SessionRole, int | None]:
         invited = None
         if invite_digest is not None:
-            invited = await self.people.use_invite(invite_digest, person.id, now)
+            # The person joins by their own hand: they are the actor of the entry, written in the
+            # same transaction as the membership (no crash leaves an unaudited member).
+            with acting(Actor(Principal(f"person:{person.id}", None, person).actor)):
+                joined = draft("member.join", _joined, now)
+            invited = await self.people.use_invite(invite_digest, person.id, now, audit=joined)
             if invited is None:
                 raise bad_request("invite: this invitation is unknown, used or expired")
-            # The person joins by their own hand: they are the actor of this entry.
-            with acting(Actor(Principal(f"person:{person.id}", invited.account_id, person).actor)):
-                await record(
-                    self.context.services.store, "member.join", f"person:{person.id}", now,
-                    account_id=invited.account_id, after={"role": invited.role, "invite": invited.id},
-                )  # fmt: skip
         groups = set(identity.groups)
         if groups & set(self.config.operator_groups):
             return "operator", None

@@ -2,7 +2,8 @@
 per-day totals by model, and the keys that spent most.
 
 Scope: an account token sees its own account; an operator sees one account (``account_id``),
-one key (``key_id``) or everything. Filters narrow within the scope.
+one key (``key_id``) or everything; a member sees the records of their own keys (all of them, or
+one with ``key_id``). Filters narrow within the scope.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from starlette.responses import Response, StreamingResponse
 from modelgate.admin import query, schemas
 from modelgate.admin.auth import Principal
 from modelgate.admin.context import AdminContext
-from modelgate.admin.http import NO_STORE, bad_request, forbidden, json_response, query_int
+from modelgate.admin.http import NO_STORE, bad_request, json_response, query_int
 from modelgate.management import format_credits
 from modelgate.storage.base import UsageRecord
 from modelgate.storage.reports import KeySpend, UsageCursor, UsageFilter
@@ -125,8 +126,6 @@ class UsageEndpoints:
 
     async def filter_of(self, request: Request, principal: Principal) -> UsageFilter:
         account_id, key_id = await self.context.scope(principal, request)
-        if principal.is_member and key_id is None:
-            raise forbidden("a member lists the usage records of one of their own keys: give key_id")
         since, until = query.date_range(request)
         return UsageFilter(
             account_id=account_id,
@@ -136,6 +135,9 @@ class UsageEndpoints:
             status=query.label(request, "status"),
             since=since,
             until=until,
+            # A member without key_id: their own keys' records, never another's (with key_id,
+            # ``scope`` has already refused a key that is not theirs).
+            owner=None if key_id is not None else self.context.member_owner(principal),
         )
 
     def retained(self, where: UsageFilter) -> UsageFilter:

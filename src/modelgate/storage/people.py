@@ -181,9 +181,12 @@ class PeopleStore(Protocol):
 
     async def find_invite(self, digest: bytes) -> Invite | None: ...
 
-    async def use_invite(self, digest: bytes, person_id: str, now: float) -> Invite | None:
+    async def use_invite(
+        self, digest: bytes, person_id: str, now: float, *, audit: AuditDraft[Invite] | None = None
+    ) -> Invite | None:
         """Mark the unused, unexpired invitation with this digest as used by ``person_id`` and
-        make them a member with its role, at once; None when there is no such invitation."""
+        make them a member with its role, at once, with the ``audit`` entry (``member.join``, on
+        the invitation as used) in the same transaction; None when there is no such invitation."""
         ...
 
     async def delete_invite(self, invite_id: str, *, audit: AuditDraft[Invite] | None = None) -> bool:

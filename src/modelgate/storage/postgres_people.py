@@ -304,7 +304,9 @@ class PostgresPeople(PostgresRepository):
         row = await self._one(f"SELECT {_INVITE} FROM account_invites WHERE digest = $1", digest)
         return None if row is None else _invite(row)
 
-    async def use_invite(self, digest: bytes, person_id: str, now: float) -> Invite | None:
+    async def use_invite(
+        self, digest: bytes, person_id: str, now: float, *, audit: AuditDraft[Invite] | None = None
+    ) -> Invite | None:
         async with self._tx() as conn:
             row = await conn.fetchrow(
                 "UPDATE account_invites SET used_at = $3, used_by = $2 "
@@ -317,6 +319,8 @@ class PostgresPeople(PostgresRepository):
                 return None
             invite = _invite(row)
             await conn.execute(_JOIN, invite.account_id, person_id, invite.role, now)
+            if audit is not None:
+                await postgres_audit.append(conn, audit.entry(invite))
             return invite
 
     async def delete_invite(self, invite_id: str, *, audit: AuditDraft[Invite] | None = None) -> bool:
