@@ -65,6 +65,10 @@ async def test_sessions_are_found_by_digest_touched_and_pruned(store: Store) -> 
     await people.touch_session(b"d1", 500.0)
     touched = await people.find_session(b"d1")
     assert touched is not None and touched.last_seen_at == 500.0
+    # Alive: used since the idle cut and before the absolute end.
+    assert await people.count_sessions(idle_before=10.0, now=600.0) == 2
+    assert await people.count_sessions(idle_before=100.0, now=600.0) == 1  # d2 idle since 10
+    assert await people.count_sessions(idle_before=100.0, now=1000.0) == 0  # both at their end
     assert await people.prune_sessions(idle_before=100.0, now=600.0) == 1  # d2 idle since 10
     assert await people.find_session(b"d2") is None
     await people.delete_session(b"d1")

@@ -82,7 +82,9 @@ class AdminAPI:
         self.usage = UsageEndpoints(self.context)
         self.tokens = TokenEndpoints(self.context)
         self.quality = QualityEndpoints(self.context, self.usage)
-        self.sessions = Sessions(services.people, services.digester, services.clock, services.settings.sso)
+        self.sessions = Sessions(
+            services.people, services.digester, services.clock, lambda: services.settings.sso
+        )
         self.sso = SsoEndpoints(self.context, self.sessions)
         self.members = MemberEndpoints(self.context, self.sessions)
         self.audit = AuditEndpoints(self.context)
@@ -370,4 +372,6 @@ class AdminAPI:
 
 def admin_routes(services: Services) -> list[Route]:
     """Everything under ``/admin/api`` plus the dashboard, for the app factory to mount."""
-    return [*AdminAPI(services).routes(), *dashboard_routes()]
+    api = AdminAPI(services)
+    api.sessions.metrics.install(services.telemetry)  # once per gateway: sign-ins in /metrics
+    return [*api.routes(), *dashboard_routes()]

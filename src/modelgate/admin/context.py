@@ -14,6 +14,7 @@ from modelgate.admin import query, schemas
 from modelgate.admin.auth import Principal
 from modelgate.admin.http import forbidden, not_found, query_int
 from modelgate.clock import month_of
+from modelgate.config import Settings
 from modelgate.management import Management, NotFoundError
 from modelgate.services import Services
 from modelgate.storage.base import Account, AdminToken, KeyRecord
@@ -32,7 +33,11 @@ class AdminContext:
         self.accounts = services.accounts
         self.reports = services.reports
         self.clock = services.clock
-        self.settings = services.settings
+
+    @property
+    def settings(self) -> Settings:
+        """The running configuration: what a reload (SIGHUP) installed, at each use."""
+        return self.services.settings
 
     @property
     def management(self) -> Management:

@@ -133,6 +133,10 @@ class PeopleStore(Protocol):
         """Delete sessions idle since before ``idle_before`` or past their absolute end."""
         ...
 
+    async def count_sessions(self, idle_before: float, now: float) -> int:
+        """Sessions alive: used since ``idle_before`` and not past their absolute end."""
+        ...
+
     # members ------------------------------------------------------------------------------
     async def memberships(self, person_id: str) -> list[Member]: ...
 

@@ -210,6 +210,14 @@ class PostgresPeople(PostgresRepository):
             "DELETE FROM admin_sessions WHERE last_seen_at < $1 OR expires_at <= $2", idle_before, now
         )
 
+    async def count_sessions(self, idle_before: float, now: float) -> int:
+        row = await self._one(
+            "SELECT COUNT(*) FROM admin_sessions WHERE last_seen_at >= $1 AND expires_at > $2",
+            idle_before,
+            now,
+        )
+        return int(row[0])
+
     # members ------------------------------------------------------------------------------
     async def _members(self, condition: str, *args: Any) -> list[Member]:
         async with self._conn() as conn:

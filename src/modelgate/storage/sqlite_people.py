@@ -217,6 +217,15 @@ class SqlitePeople(SqliteRepository):
 
         return await self._run(op)
 
+    async def count_sessions(self, idle_before: float, now: float) -> int:
+        row = await self._run(
+            self._one,
+            "SELECT COUNT(*) FROM admin_sessions WHERE last_seen_at >= ? AND expires_at > ?",
+            idle_before,
+            now,
+        )
+        return int(row[0])
+
     # members ------------------------------------------------------------------------------
     def _members(self, condition: str, *args: Any) -> list[Member]:
         found = self._all(
