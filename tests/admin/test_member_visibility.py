@@ -256,3 +256,8 @@ def test_a_members_usage_log_without_a_key_is_their_own_keys(sso: SsoSetup, team
     for answer in (first, filtered):
         assert not any(other in str(answer) for other in _others(team))
     assert not any(other in csv.text + quality.text for other in _others(team))
+    # The latest records of the summary: as many of their own as asked for, though the owner's
+    # key spent in between (the newest two of theirs, not their share of the newest two).
+    latest = ok(team.mark.get("/admin/api/usage", params={"limit": 2}))["records"]
+    assert [r["request_id"] for r in latest] == [r["request_id"] for r in theirs[:2]]
+    assert ok(team.mark.get("/admin/api/usage", params={"limit": 0}))["records"] == []

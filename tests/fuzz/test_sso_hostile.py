@@ -112,6 +112,7 @@ def test_hostile_csrf_headers_are_refused(sso: SsoSetup) -> None:
 #: A member's usage log and key list (their own keys only, filtered in the database): the
 #: parameters hostile values go into.
 MEMBER_PATHS = (
+    "/admin/api/usage",
     "/admin/api/usage/records",
     "/admin/api/usage/records.csv",
     "/admin/api/usage/quality",
@@ -129,6 +130,7 @@ MEMBER_PARAMS = (
     "limit",
     "q",
     "after",
+    "month",
 )
 
 
@@ -159,7 +161,16 @@ def test_hostile_queries_of_a_members_own_usage_and_keys(sso: SsoSetup) -> None:
             )
             assert sent.status_code == 200, sent.text
         sso.gateway.call(sso.gateway.services.settlements.drain())
-        values = [other.record.id, own["id"], str(account.id), "0", "-1", "99999999999999999999"]
+        values = [
+            other.record.id,
+            own["id"],
+            str(account.id),
+            "0",
+            "-1",
+            "99999999999999999999",
+            "0000-01",
+            "9999-12",
+        ]
         for _ in range(COUNT):
             path = rng.choice(MEMBER_PATHS)
             params = {
