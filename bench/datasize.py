@@ -92,13 +92,9 @@ def seed_usage(db: Path, n: int, keys: int) -> None:
                    "ok", at, at + 1, tokens, tokens // 4, 0, tokens // 2, tokens * 3)  # fmt: skip
 
     with sqlite3.connect(db, timeout=60) as conn:
-        # Fast: the rollups' trigger is set aside while the records go in, and the rollups are
-        # then rebuilt from them in one pass (as `modelgate usage rebuild-rollups` does); the
-        # gateway writes nothing meanwhile (no load runs), so its rollups stay exact.
-        (trigger,) = conn.execute(
-            "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = 'usage_records_rollup'"
-        ).fetchone()
-        conn.execute("DROP TRIGGER usage_records_rollup")
+        # Records written by hand add nothing to the rollups (only the ledger's batches do): they
+        # are rebuilt from the records in one pass (as `modelgate usage rebuild-rollups` does);
+        # the gateway writes nothing meanwhile (no load runs), so its rollups stay exact.
         conn.executemany(
             "INSERT INTO usage_records (request_id, key_id, account_id, endpoint, model, month, status, "
             "created_at, finished_at, input_tokens, output_tokens, cache_creation_tokens, cache_read_tokens, "
@@ -107,7 +103,6 @@ def seed_usage(db: Path, n: int, keys: int) -> None:
         )
         for statement in rollups.rebuild_statements("strftime('%Y-%m-%d', created_at, 'unixepoch')"):
             conn.execute(statement)
-        conn.execute(trigger)
     checkpoint(db)
 
 
