@@ -223,6 +223,23 @@ class Services:
                 ),
             )
 
+    def start_alerts(self) -> None:
+        """Build, wire and start the alert monitor when ``[[alerts.webhooks]]`` are configured."""
+        self.build_alerts()
+        if self.alerts is not None:
+            self.ledger.watch = self.alerts
+            self.telemetry.metrics.collect_from(self.alerts.deliverer.collect)
+            self.alerts.start()
+
+    async def reload_alerts(self) -> None:
+        """``[alerts]`` changed by a reload (SIGHUP): the monitor follows the running section; it is
+        built on the first webhook, and keeps its delivery counters and pending deliveries after."""
+        if self.alerts is None:
+            self.start_alerts()
+            return
+        await self.alerts.reconfigure(self.settings.alerts)
+        self.ledger.watch = self.alerts if self.alerts.enabled else None
+
     async def start(self) -> None:
         await self.database.migrate()
         if self.live is not None:
@@ -246,11 +263,7 @@ class Services:
             spared=self.ledger.holds,
         )
         self.sweeper.start()
-        self.build_alerts()
-        if self.alerts is not None:
-            self.ledger.watch = self.alerts
-            self.telemetry.metrics.collect_from(self.alerts.deliverer.collect)
-            self.alerts.start()
+        self.start_alerts()
         responses = self.settings.responses
         if responses.store == "on":
             self.state_sweeper = StateSweeper(self.responses, self.clock, responses.sweep_interval_seconds)

@@ -88,7 +88,9 @@ class AdminAPI:
         self.usage = UsageEndpoints(self.context)
         self.tokens = TokenEndpoints(self.context)
         self.quality = QualityEndpoints(self.context, self.usage)
-        self.sessions = Sessions(services.people, services.digester, services.clock, services.settings.sso)
+        self.sessions = Sessions(
+            services.people, services.digester, services.clock, lambda: services.settings.sso
+        )
         self.sso = SsoEndpoints(self.context, self.sessions)
         self.members = MemberEndpoints(self.context, self.sessions)
         self.audit = AuditEndpoints(self.context)
@@ -236,14 +238,15 @@ class AdminAPI:
             account_id = (await self.context.account(principal, account_id)).id
         month = self.context.month(request)
         page = key_page_query(request)
-        if principal.is_member:
-            # A member pages over their own keys only: neither the page, its cursor nor whether
-            # there is more depends on a key they cannot see.
-            records = await self.context.member_key_page(principal, page)
-        else:
-            records = await self.key_records.key_page(
-                account_id, limit=page.limit + 1, after=page.after, search=page.search
-            )
+        # A member pages over their own keys only: neither the page, its cursor nor whether
+        # there is more depends on a key they cannot see.
+        records = await self.key_records.key_page(
+            account_id,
+            limit=page.limit + 1,
+            after=page.after,
+            search=page.search,
+            owner=self.context.member_owner(principal),
+        )
         return json_response(
             {
                 "month": month,

@@ -216,11 +216,17 @@ class KeyStore(Protocol):
         ...
 
     async def key_page(
-        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+        self,
+        account_id: int | None,
+        *,
+        limit: int,
+        after: tuple[float, str] | None = None,
+        search: str = "",
+        owner: str | None = None,
     ) -> list[KeyRecord]:
         """Up to ``limit`` keys in ``(created_at, id)`` order after ``after``, of one account or all;
         ``search`` (when not empty) keeps those whose name, id or display prefix contains it, in
-        any case."""
+        any case; ``owner`` (a person id) those that person created."""
         ...
 
     async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:

@@ -227,9 +227,15 @@ class ComposedStore:
         return await self.keys.revoke_key(key_id, now, audit=audit)
 
     async def key_page(
-        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+        self,
+        account_id: int | None,
+        *,
+        limit: int,
+        after: tuple[float, str] | None = None,
+        search: str = "",
+        owner: str | None = None,
     ) -> list[KeyRecord]:
-        return await self.keys.key_page(account_id, limit=limit, after=after, search=search)
+        return await self.keys.key_page(account_id, limit=limit, after=after, search=search, owner=owner)
 
     async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
         return await self.keys.keys_changed_since(version, limit)
