@@ -129,3 +129,11 @@ def test_quick_spans_find_a_huge_members_end_without_scanning_it() -> None:
     assert spans is not None and spans == scan_object(raw, 10).spans()
     start, end = spans["messages"]
     assert raw[start:end].startswith(b"[{") and raw[start:end].endswith(b"1]")
+
+
+def test_quick_spans_refuse_a_key_in_another_spelling_beside_a_key_written_twice() -> None:
+    # "a/b" written with the short escape \/ is not found as "a/b", while "m" is found twice (once
+    # nested): as many occurrences as keys, but not one of each.
+    raw = b'{"a\\/b":1,"x":{"m":1},"m":2}'
+    assert quick_spans(raw, orjson.loads(raw)) is None
+    assert scan_object(raw, 10).spans() == {"a/b": (8, 9), "x": (14, 21), "m": (26, 27)}
