@@ -120,7 +120,15 @@ class GatewayServer:
     @property
     def management(self) -> Management:
         s = self.services
-        return Management(s.store, s.catalogue, s.digester, s.clock, self.settings.keys.default_rpm)
+        return Management(
+            s.accounts,
+            s.key_records,
+            s.tokens,
+            s.catalogue,
+            s.digester,
+            s.clock,
+            self.settings.keys.default_rpm,
+        )
 
     def account(self, name: str, credits: float = 100) -> Account:
         return self.call(self.management.create_account(name, int(credits * 1_000_000)))

@@ -29,13 +29,15 @@ from modelgate.storage.base import (
     GROUPS,
     MAX_UC,
     Account,
+    AccountStore,
     AdminToken,
+    AdminTokenStore,
     AmountTooLarge,
     Group,
     KeyControls,
     KeyRecord,
+    KeyStore,
     NewKey,
-    Store,
 )
 from modelgate.storage.records import NEVER_EXPIRES
 
@@ -122,10 +124,22 @@ class IssuedToken:
 
 
 class Management:
+    """Account, key and admin-token changes over the three repositories they touch (nothing
+    else of the database: ``Services`` and the CLI hand these in)."""
+
     def __init__(
-        self, store: Store, catalogue: Catalogue, digester: Digester, clock: Clock, default_rpm: int
+        self,
+        accounts: AccountStore,
+        keys: KeyStore,
+        tokens: AdminTokenStore,
+        catalogue: Catalogue,
+        digester: Digester,
+        clock: Clock,
+        default_rpm: int,
     ) -> None:
-        self.store = store
+        self.accounts = accounts
+        self.keys = keys
+        self.tokens = tokens
         self.catalogue = catalogue
         self.digester = digester
         self.clock = clock
@@ -137,11 +151,11 @@ class Management:
         name = name.strip()
         if not name or len(name) > 100:
             raise ManagementError("name: 1 to 100 characters")
-        if await self.store.find_account(name) is not None:
+        if await self.accounts.find_account(name) is not None:
             raise ConflictError(f"name: an account named {name!r} already exists")
         bounded_micro(credits_uc, "credits")
         now = self.clock.time()
-        return await self.store.create_account(
+        return await self.accounts.create_account(
             name, credits_uc, now, audit=draft("account.create", describe.account, now)
         )
 
@@ -150,10 +164,10 @@ class Management:
         name = name.strip()
         if not name or len(name) > 100:
             raise ManagementError("name: 1 to 100 characters")
-        other = await self.store.find_account(name)
+        other = await self.accounts.find_account(name)
         if other is not None and other.id != account.id:
             raise ConflictError(f"name: an account named {name!r} already exists")
-        renamed = await self.store.rename_account(
+        renamed = await self.accounts.rename_account(
             account.id,
             name,
             audit=draft("account.update", describe.account, self.clock.time(), before=account),
@@ -170,9 +184,9 @@ class Management:
             and name_or_id.isdigit()
             and len(name_or_id) < 19
         ):
-            account = await self.store.get_account(int(name_or_id))
+            account = await self.accounts.get_account(int(name_or_id))
         if account is None and isinstance(name_or_id, str):
-            account = await self.store.find_account(name_or_id)
+            account = await self.accounts.find_account(name_or_id)
         if account is None:
             raise NotFoundError(f"account {name_or_id} not found")
         return account
@@ -190,7 +204,7 @@ class Management:
             detail={"amount_uc": amount_uc, "note": note},
         )
         try:
-            return await self.store.top_up(account.id, amount_uc, note, now, audit=audit)
+            return await self.accounts.top_up(account.id, amount_uc, note, now, audit=audit)
         except AmountTooLarge as exc:
             raise ManagementError(f"amount: {exc}") from None
 
@@ -211,7 +225,7 @@ class Management:
             detail={"amount_uc": amount_uc, "note": note},
         )
         try:
-            return await self.store.adjust(account.id, amount_uc, note, now, audit=audit)
+            return await self.accounts.adjust(account.id, amount_uc, note, now, audit=audit)
         except AmountTooLarge as exc:
             raise ManagementError(f"amount: {exc}") from None
 
@@ -219,7 +233,7 @@ class Management:
         """The account's ``balance.low`` alert threshold (None: the configured default)."""
         if threshold_uc is not None:
             bounded_micro(threshold_uc, "low_balance")
-        updated = await self.store.set_low_balance(
+        updated = await self.accounts.set_low_balance(
             account.id,
             threshold_uc,
             audit=draft("account.update", describe.account, self.clock.time(), before=account),
@@ -246,7 +260,7 @@ class Management:
 
     async def set_hide_balance(self, account: Account, hide: bool) -> Account:
         """Whether the account's balance is hidden from its keys' holders (``GET /v1/key``)."""
-        updated = await self.store.set_hide_balance(
+        updated = await self.accounts.set_hide_balance(
             account.id,
             hide,
             audit=draft("account.update", describe.account, self.clock.time(), before=account),
@@ -281,7 +295,7 @@ class Management:
         secret = new_api_key()
         display = display_of(secret)
         now = self.clock.time()
-        record = await self.store.create_key(
+        record = await self.keys.create_key(
             NewKey(
                 id=new_key_id(),
                 account_id=account.id,
@@ -304,7 +318,7 @@ class Management:
         return IssuedKey(record, secret)
 
     async def key(self, key_id: str, *, account_id: int | None = None) -> KeyRecord:
-        record = await self.store.get_key(key_id)
+        record = await self.keys.get_key(key_id)
         if record is None or (account_id is not None and record.account_id != account_id):
             raise NotFoundError(f"key {key_id} not found")
         return record
@@ -338,7 +352,7 @@ class Management:
             allowed = self._canonical_models(record.group, models) or ()
         cap = -1 if clear_cap else monthly_cap_uc
         now = self.clock.time()
-        updated = await self.store.update_key(
+        updated = await self.keys.update_key(
             record.id,
             KeyControls(
                 name=name,
@@ -364,7 +378,7 @@ class Management:
             raise ConflictError(f"key {record.id} is revoked and cannot be rotated")
         secret = new_api_key()
         display = display_of(secret)
-        updated = await self.store.rotate_key(
+        updated = await self.keys.rotate_key(
             record.id,
             self.digester.digest(secret),
             display.prefix,
@@ -385,7 +399,7 @@ class Management:
 
     async def revoke_key(self, record: KeyRecord) -> KeyRecord:
         now = self.clock.time()
-        updated = await self.store.revoke_key(
+        updated = await self.keys.revoke_key(
             record.id, now, audit=draft("key.revoke", describe.key, now, before=record)
         )
         if updated is None:
@@ -419,7 +433,7 @@ class Management:
         token = new_admin_token(operator=account is None)
         display = admin_token_display(token)
         token_id = "tok_" + random_base62(12)
-        await self.store.create_admin_token(
+        await self.tokens.create_admin_token(
             token_id,
             self.digester.digest(token),
             account.id if account else None,
@@ -431,13 +445,13 @@ class Management:
             expires_at=None if expires_in is None else now + expires_in,
             audit=draft("token.create", describe.token, now),
         )
-        record = await self.store.get_admin_token(token_id)
+        record = await self.tokens.get_admin_token(token_id)
         assert record is not None  # just written
         return IssuedToken(record, token)
 
     async def admin_token(self, token_id: str, *, account_id: int | None = None) -> AdminToken:
         """A token by id; with ``account_id``, only a token of that account (others: not found)."""
-        record = await self.store.get_admin_token(token_id)
+        record = await self.tokens.get_admin_token(token_id)
         if record is None or (account_id is not None and record.account_id != account_id):
             raise NotFoundError(f"token {token_id} not found")
         return record
@@ -445,7 +459,7 @@ class Management:
     async def revoke_admin_token(self, record: AdminToken) -> AdminToken:
         """Refused by every instance from the next request on; revoking twice changes nothing."""
         now = self.clock.time()
-        revoked = await self.store.revoke_admin_token(
+        revoked = await self.tokens.revoke_admin_token(
             record.id, now, audit=draft("token.revoke", describe.token, now, before=record)
         )
         if revoked is None:

@@ -39,6 +39,7 @@ from modelgate.offload import Offload, sweep_stale
 from modelgate.retention import StateSweeper, UsageSweeper
 from modelgate.secret_file import load_secret
 from modelgate.storage import open_store
+from modelgate.storage.audit import AuditStore
 from modelgate.storage.base import AccountStore, AdminTokenStore, KeyStore, LedgerStore, Store, UsageStore
 from modelgate.storage.composed import Database
 from modelgate.storage.people import PeopleStore
@@ -92,6 +93,8 @@ class Services:
     usage: UsageStore
     reports: UsageReports
     responses: ResponseStore
+    #: The audit log, the ledger's history and statements (``storage.audit``).
+    audit: AuditStore
     keys: KeyView
     digester: Digester
     router: Router
@@ -163,6 +166,7 @@ class Services:
             usage=store.usage,
             reports=store.reports,
             responses=store.responses,
+            audit=store.audit,
             keys=KeyView(store.keys, digester),
             digester=digester,
             router=router,

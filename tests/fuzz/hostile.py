@@ -372,6 +372,13 @@ ADMIN_PATHS = [
     "/admin/api/accounts/1/statement?month=0000-01&format=csv", "/admin/api/accounts/0/alerts",
     "/dashboard/%2e%2e%2f%2e%2e%2fetc%2fpasswd", "/dashboard/..%2fapp.js", "/dashboard/%00", "/dashboard/a/b/c.js",
 ]  # fmt: skip
+#: The one route table on admin paths: odd template segments, unknown paths, any method.
+ADMIN_ROUTE_PATHS = [
+    "/admin/api", "/admin/api/", "/admin/api//keys", "/admin/api/keys/a:b", "/admin/api/keys/a:b/rotate",
+    "/admin/api/keys/%2F/revoke", "/admin/api/accounts/1/members/%00", "/admin/api/accounts/1/topups/x",
+    "/admin/api/tokens/tok_x/revoke/", "/admin/api/openapi.json/x", "/admin/api/" + "s/" * 2000,
+    "/dashboard/", "/dashboard/key/x", "/dashboard/" + "d" * 5000,
+]  # fmt: skip
 ADMIN_BODIES: list[tuple[str, str, Any]] = [
     ("POST", "/admin/api/accounts", {"name": "x", "credits": "10000000000000"}),
     ("POST", "/admin/api/accounts", {"name": 5}),
@@ -486,8 +493,12 @@ def other_requests(keys: dict[str, str], admin: str, rng: random.Random) -> Iter
     while True:
         roll = rng.randrange(7)
         auth = {"authorization": f"Bearer {admin}"}
-        if roll == 0:
+        if roll == 0 and rng.random() < 0.7:
             yield Hostile("GET", rng.choice(ADMIN_PATHS), auth, shape="admin", tags=["admin-path"])
+        elif roll == 0:
+            method = rng.choice(["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"])
+            shape = "none" if method == "HEAD" else "admin"
+            yield Hostile(method, rng.choice(ADMIN_ROUTE_PATHS), auth, shape=shape, tags=["admin-route"])
         elif roll == 1:
             method, path, body = rng.choice(ADMIN_BODIES)
             raw = json.dumps(body).encode() if rng.random() > 0.2 else b"{" + b"[" * 300

@@ -9,22 +9,20 @@ Usage endpoints live in ``admin.usage``, token endpoints in ``admin.tokens``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from modelgate.admin import query, schemas
 from modelgate.admin.audit import AuditEndpoints, request_actor
 from modelgate.admin.auth import Principal, authenticate
 from modelgate.admin.context import AdminContext
-from modelgate.admin.dashboard import dashboard_routes
 from modelgate.admin.http import (
     AdminError,
-    Handler,
+    Route,
     bad_request,
     conflict,
-    error_response,
     json_response,
     parse_body,
     path_int,
@@ -94,39 +92,53 @@ class AdminAPI:
 
     # plumbing -----------------------------------------------------------------------------
 
-    def authed(self, handler: AuthedHandler) -> Handler:
-        resolution = self.services.settings.admin.token_last_used_resolution_seconds
+    def authed(self, handler: AuthedHandler) -> Authed:
+        """``handler`` behind the admin authentication guard (``server.app`` runs the guard)."""
+        return Authed(self, handler)
 
-        async def run(request: Request) -> Response:
-            principal = await authenticate(
-                request,
-                self.services.tokens,
-                self.services.digester,
-                self.services.clock,
-                resolution,
-                self.sessions,
-            )
-            # Every write reached from here records this caller (a token's id, or the signed-in
-            # person by name), request and client (audit.actor).
-            with acting(request_actor(request, principal.actor)) as actor:
-                try:
-                    response = await handler(request, principal)
-                    response.headers["x-request-id"] = actor.request_id
-                except NotFoundError as exc:  # pragma: no cover - lookups below raise their own 404s
-                    response = error_response(AdminError(404, "not_found_error", str(exc)))
-                except (ConflictError, Conflict) as exc:
-                    response = error_response(conflict(str(exc)))
-                except ManagementError as exc:
-                    response = error_response(bad_request(str(exc)))
-                except AdminError as error:
-                    response = error_response(error)
-            if principal.renewed_session is not None and principal.session is not None:
-                # Whatever the answer, it carries the session's new id (the old one ends soon),
-                # unless the handler set the cookie itself (sign-out clears it).
-                self.sessions.renew_cookie(response, principal.renewed_session, principal.session.expires_at)
-            return response
+    async def authenticate(self, request: Request) -> Principal:
+        """The guard: the admin token, or the signed-in session (its CSRF token on writes)."""
+        return await authenticate(
+            request,
+            self.services.tokens,
+            self.services.digester,
+            self.services.clock,
+            self.services.settings.admin.token_last_used_resolution_seconds,
+            self.sessions,
+        )
 
-        return run
+    async def serve(self, request: Request, principal: Principal, handler: AuthedHandler) -> Response:
+        """The handler, for the authenticated ``principal``. A refusal is raised for the route
+        table's boundary to render (``http.render_error``); management's own errors become the
+        admin refusals they mean, and every answer of a rotated session carries its new id."""
+        # Every write reached from here records this caller (a token's id, or the signed-in
+        # person by name), request and client (audit.actor).
+        with acting(request_actor(request, principal.actor)) as actor:
+            try:
+                response = await handler(request, principal)
+            except AdminError as error:
+                self._renew(principal, error)
+                raise
+            except NotFoundError as exc:  # pragma: no cover - lookups below raise their own 404s
+                raise self._renew(principal, AdminError(404, "not_found_error", str(exc))) from None
+            except (ConflictError, Conflict) as exc:
+                raise self._renew(principal, conflict(str(exc))) from None
+            except ManagementError as exc:
+                raise self._renew(principal, bad_request(str(exc))) from None
+            response.headers["x-request-id"] = actor.request_id
+        if principal.renewed_session is not None and principal.session is not None:
+            # Whatever the answer, it carries the session's new id (the old one ends soon),
+            # unless the handler set the cookie itself (sign-out clears it).
+            self.sessions.renew_cookie(response, principal.renewed_session, principal.session.expires_at)
+        return response
+
+    def _renew(self, principal: Principal, error: AdminError) -> AdminError:
+        """``error`` carrying the rotated session's new cookie (refusals too: the old id ends)."""
+        if principal.renewed_session is not None and principal.session is not None:
+            carrier = Response()
+            self.sessions.renew_cookie(carrier, principal.renewed_session, principal.session.expires_at)
+            error.headers["set-cookie"] = carrier.headers["set-cookie"]
+        return error
 
     def _applied(self, record: KeyRecord) -> KeyRecord:
         self.services.keys.apply(record)
@@ -313,14 +325,12 @@ class AdminAPI:
     # routes -------------------------------------------------------------------------------
 
     def routes(self) -> list[Route]:
+        """Every admin endpoint; any other path under ``PREFIX`` is ``unknown``."""
         a = self.authed
         document = openapi_document()
 
         async def openapi(request: Request) -> Response:
             return json_response(document)
-
-        async def unknown(request: Request) -> Response:
-            raise AdminError(404, "not_found_error", f"no admin endpoint {request.method} {request.url.path}")
 
         return [
             route(f"{PREFIX}/openapi.json", {"GET": openapi}),
@@ -363,10 +373,26 @@ class AdminAPI:
             *upstream_routes(self.services, PREFIX, a),
             *self.audit.routes(PREFIX, a),
             *self.ledger.routes(PREFIX, a),
-            route(PREFIX + "/{rest:path}", {m: unknown for m in ("GET", "POST", "PATCH", "PUT", "DELETE")}),
         ]
 
 
-def admin_routes(services: Services) -> list[Route]:
-    """Everything under ``/admin/api`` plus the dashboard, for the app factory to mount."""
-    return [*AdminAPI(services).routes(), *dashboard_routes()]
+async def unknown(request: Request) -> Response:
+    """Any other path under ``PREFIX``: the admin API's 404."""
+    raise AdminError(404, "not_found_error", f"no admin endpoint {request.method} {request.url.path}")
+
+
+#: The methods a path under ``PREFIX`` that no endpoint serves answers with ``unknown``.
+UNKNOWN_METHODS = frozenset({"GET", "POST", "PATCH", "PUT", "DELETE"})
+
+
+@dataclass(frozen=True, slots=True)
+class Authed:
+    """An admin handler behind the authentication guard; ``server.app`` runs
+    ``api.authenticate`` as a guard, then ``api.serve`` with the principal it found. Called
+    directly (outside the route table), it runs both."""
+
+    api: AdminAPI
+    handler: AuthedHandler
+
+    async def __call__(self, request: Request) -> Response:
+        return await self.api.serve(request, await self.api.authenticate(request), self.handler)

@@ -17,13 +17,12 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from modelgate.admin import query, schemas
 from modelgate.admin.auth import Principal
 from modelgate.admin.context import AdminContext
 from modelgate.admin.csv_export import csv_response, wants_csv
-from modelgate.admin.http import Handler, bad_request, json_response, query_int, route
+from modelgate.admin.http import Handler, Route, bad_request, json_response, query_int, route
 from modelgate.audit.actor import Actor
 from modelgate.storage.audit import AuditEntry, AuditFilter
 
@@ -121,7 +120,7 @@ def _csv_row(entry: AuditEntry) -> list[Any]:
 class AuditEndpoints:
     def __init__(self, context: AdminContext) -> None:
         self.context = context
-        self.store = context.services.store
+        self.store = context.services.audit
 
     async def filter_of(self, request: Request, principal: Principal) -> AuditFilter:
         principal.require_owner()  # the log names every key, cap and person of the account

@@ -41,7 +41,9 @@ class AdminContext:
         ``keys.default_rpm`` a configuration reload installs (``server.reload``)."""
         services = self.services
         return Management(
-            services.store,
+            services.accounts,
+            services.key_records,
+            services.tokens,
             services.catalogue,
             services.digester,
             services.clock,
@@ -81,7 +83,7 @@ class AdminContext:
             return []
         found: list[KeyRecord] = []
         for key_id in await self.services.people.owned_keys(person.id, account_id):
-            record = await self.services.store.get_key(key_id)
+            record = await self.services.key_records.get_key(key_id)
             if record is not None and record.account_id == account_id:
                 found.append(record)
         return found

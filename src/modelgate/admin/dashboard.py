@@ -15,9 +15,8 @@ from importlib.resources import files
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
-from modelgate.admin.http import AdminError, error_response
+from modelgate.admin.http import AdminError, Route, error_response, route
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
@@ -77,10 +76,12 @@ async def missing(request: Request) -> Response:
 
 
 def dashboard_routes() -> list[Route]:
+    """The page, the key holder's page and the assets; any other path below ``/dashboard`` is
+    ``missing`` (``server.app`` routes the prefix to it)."""
+    read = ("GET", "HEAD")
     return [
-        Route("/dashboard", page, methods=["GET", "HEAD"]),
-        Route("/dashboard/", page, methods=["GET", "HEAD"]),
-        Route("/dashboard/key", key_page, methods=["GET", "HEAD"]),
-        Route("/dashboard/{name}", asset, methods=["GET", "HEAD"]),
-        Route("/dashboard/{rest:path}", missing, methods=["GET", "HEAD"]),
+        route("/dashboard", dict.fromkeys(read, page)),
+        route("/dashboard/", dict.fromkeys(read, page)),
+        route("/dashboard/key", dict.fromkeys(read, key_page)),
+        route("/dashboard/{name}", dict.fromkeys(read, asset)),
     ]

@@ -23,13 +23,21 @@ from typing import Annotated, Any
 from pydantic import StringConstraints
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from modelgate.admin import query, schemas
 from modelgate.admin.auth import Principal
 from modelgate.admin.context import AdminContext
 from modelgate.admin.csv_export import csv_response, wants_csv
-from modelgate.admin.http import Handler, bad_request, json_response, parse_body, path_int, query_int, route
+from modelgate.admin.http import (
+    Handler,
+    Route,
+    bad_request,
+    json_response,
+    parse_body,
+    path_int,
+    query_int,
+    route,
+)
 from modelgate.clock import month_of
 from modelgate.management import ManagementError, format_credits, parse_credits
 from modelgate.storage.audit import LedgerEntry, StatementFigures
@@ -112,7 +120,7 @@ def statement_lines(f: StatementFigures) -> dict[str, int]:
 class LedgerEndpoints:
     def __init__(self, context: AdminContext) -> None:
         self.context = context
-        self.store = context.services.store
+        self.store = context.services.audit
 
     async def ledger(self, request: Request, principal: Principal) -> Response:
         """``GET /accounts/{id}/ledger``: top-ups and adjustments, newest first (keyset pages)."""

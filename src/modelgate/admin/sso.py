@@ -177,7 +177,7 @@ class SsoEndpoints:
             # The person joins by their own hand: they are the actor of this entry.
             with acting(Actor(Principal(f"person:{person.id}", invited.account_id, person).actor)):
                 await record(
-                    self.context.services.store, "member.join", f"person:{person.id}", now,
+                    self.context.services.audit, "member.join", f"person:{person.id}", now,
                     account_id=invited.account_id, after={"role": invited.role, "invite": invited.id},
                 )  # fmt: skip
         groups = set(identity.groups)

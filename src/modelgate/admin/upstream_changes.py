@@ -98,7 +98,7 @@ class UpstreamChanges:
         log.info("upstream change by token %s: %s %s", principal.token_id, action, target)
         shown_before, shown_after = _audited(before), _audited(after)
         await record(
-            self.services.store,
+            self.services.audit,
             f"upstream.{action}",
             target,
             self.now(),

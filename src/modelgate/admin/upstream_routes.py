@@ -7,10 +7,9 @@ from collections.abc import Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from modelgate.admin.auth import Principal
-from modelgate.admin.http import Handler, route
+from modelgate.admin.http import Handler, Route, route
 from modelgate.admin.model_routes import ModelRouteEndpoints
 from modelgate.admin.providers import ProviderEndpoints
 from modelgate.admin.upstream_changes import UpstreamChanges

@@ -38,7 +38,7 @@ class FirstStart:
 
 async def first_start(m: Management) -> FirstStart | None:
     """On an empty database: an operator admin token and a demo account with one key per group."""
-    if await m.store.count_admin_tokens() or await m.store.list_accounts():
+    if await m.tokens.count_admin_tokens() or await m.accounts.list_accounts():
         return None
     token = await m.issue_admin_token(None, name="first start")
     account = await m.create_account(DEMO_ACCOUNT, DEMO_CREDITS_UC)
@@ -74,7 +74,7 @@ def _discard(fd: int, path: Path) -> None:
 async def first_start_to_file(m: Management, path: Path, url: str) -> FirstStart | None:
     """``first_start`` with its secrets written to ``path``, a new file created before any secret
     exists: a path that cannot be created leaves the database empty."""
-    if await m.store.count_admin_tokens() or await m.store.list_accounts():
+    if await m.tokens.count_admin_tokens() or await m.accounts.list_accounts():
         return None
     fd = create_secrets_file(path)
     try:

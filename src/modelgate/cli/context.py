@@ -1,5 +1,5 @@
-"""What every CLI command needs: settings from the same sources as the server, an open store,
-and output as a human table or as JSON (``--json``)."""
+"""What every CLI command needs: settings from the same sources as the server, the narrow
+repositories of the configured database, and output as a human table or as JSON (``--json``)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,10 @@ from modelgate.keys import Digester
 from modelgate.management import Management, ManagementError
 from modelgate.secret_file import checked_secret
 from modelgate.storage import StorageError, open_store
+from modelgate.storage.base import UsageStore
 from modelgate.storage.file_probe import refuse_a_new_database_beside_a_deleted_one
+from modelgate.storage.people import PeopleStore
+from modelgate.storage.responses import ResponseStore
 
 T = TypeVar("T")
 console = Console()
@@ -60,8 +63,21 @@ def fail(message: str, code: int = 1) -> NoReturn:
     raise typer.Exit(code)
 
 
-def with_management(
-    options: Options, work: Callable[[Management], Awaitable[T]], *, rotate_secret: bool = False
+@dataclass(frozen=True, slots=True)
+class Repositories:
+    """What the CLI reads beyond ``Management`` (which holds the accounts, keys and admin tokens):
+    each repository as its narrow protocol, never the whole database."""
+
+    usage: UsageStore
+    responses: ResponseStore
+    people: PeopleStore
+
+
+def with_repositories(
+    options: Options,
+    work: Callable[[Management, Repositories], Awaitable[T]],
+    *,
+    rotate_secret: bool = False,
 ) -> T:
     """Run ``work`` against the configured database (usable while the server runs), once the
     secret is known to belong to it (``secret_file.checked_secret``)."""
@@ -71,19 +87,21 @@ def with_management(
         refuse_a_new_database_beside_a_deleted_one(settings.resolved_database_url)
         store = open_store(settings.resolved_database_url, pool_size=settings.database_pool_size)
         try:
-            await store.migrate()
+            await store.database.migrate()
             clock = SystemClock()
-            secret = await checked_secret(store, settings, clock.time(), rotate=rotate_secret)
+            secret = await checked_secret(store.tokens, settings, clock.time(), rotate=rotate_secret)
             management = Management(
-                store,
+                store.accounts,
+                store.keys,
+                store.tokens,
                 build_catalogue(settings.catalogue),
                 Digester(secret),
                 clock,
                 settings.keys.default_rpm,
             )
-            return await work(management)
+            return await work(management, Repositories(store.usage, store.responses, store.people))
         finally:
-            await store.close()
+            await store.database.close()
 
     try:
         return run_async(run())
@@ -93,6 +111,17 @@ def with_management(
         fail(f"database: {exc}")
     except ConfigError as exc:  # the secret does not belong to the database, or cannot be read
         fail(str(exc))
+
+
+def with_management(
+    options: Options, work: Callable[[Management], Awaitable[T]], *, rotate_secret: bool = False
+) -> T:
+    """``with_repositories`` for a command that needs only ``Management``."""
+
+    async def managed(management: Management, _: Repositories) -> T:
+        return await work(management)
+
+    return with_repositories(options, managed, rotate_secret=rotate_secret)
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:

@@ -16,11 +16,13 @@ from modelgate.cli.context import (
     DataDirOpt,
     JsonOpt,
     Options,
+    Repositories,
     emit,
     emit_one,
     fail,
     when,
     with_management,
+    with_repositories,
 )
 from modelgate.cli.people import invites_app, members_app
 from modelgate.cli.serve import serve_command
@@ -115,11 +117,11 @@ def accounts_forget_responses(
     records stay)."""
     options = Options(config, data_dir, json)
 
-    async def work(m: Management) -> tuple[Account, int]:
+    async def work(m: Management, r: Repositories) -> tuple[Account, int]:
         account = await m.account(name)
-        return account, await m.store.forget_account_state(account.id)
+        return account, await r.responses.forget_account_state(account.id)
 
-    account, deleted = with_management(options, work)
+    account, deleted = with_repositories(options, work)
     emit_one(
         options,
         {"account": account.name, "deleted": deleted},
@@ -166,7 +168,7 @@ def accounts_list(config: ConfigOpt = None, data_dir: DataDirOpt = None, json: J
     options = Options(config, data_dir, json)
 
     async def work(m: Management) -> list[Account]:
-        return await m.store.list_accounts()
+        return await m.accounts.list_accounts()
 
     rows = [account_row(a) for a in with_management(options, work)]
     emit(options, rows, ["id", "name", "balance", "reserved_uc", "created"], "accounts")
@@ -323,7 +325,7 @@ def keys_list(
 
     async def work(m: Management) -> list[KeyRecord]:
         account_id = (await m.account(account)).id if account else None
-        return await m.store.list_keys(account_id)
+        return await m.keys.list_keys(account_id)
 
     rows = [key_row(k) for k in with_management(options, work)]
     emit(options, rows, KEY_COLUMNS, "keys", whole=("id", "key"), wide=KEY_WIDE_COLUMNS)
@@ -448,12 +450,12 @@ def usage(
     if len(period) != 7 or period[4] != "-":
         fail("--month: use YYYY-MM")
 
-    async def work(m: Management) -> Any:
+    async def work(m: Management, r: Repositories) -> Any:
         account_id = (await m.account(account)).id if account else None
         key_id = (await m.key(key)).id if key else None
-        return await m.store.usage_summary(period, account_id=account_id, key_id=key_id)
+        return await r.usage.usage_summary(period, account_id=account_id, key_id=key_id)
 
-    summary = with_management(options, work)
+    summary = with_repositories(options, work)
     row = {
         "month": summary.month,
         "requests": summary.requests,

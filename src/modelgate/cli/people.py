@@ -18,14 +18,14 @@ from modelgate.cli.context import (
     DataDirOpt,
     JsonOpt,
     Options,
+    Repositories,
     emit,
     emit_one,
     fail,
-    with_management,
+    with_repositories,
 )
 from modelgate.management import Management
-from modelgate.storage.composed import ComposedStore
-from modelgate.storage.people import Invite, Member, PeopleStore
+from modelgate.storage.people import Invite, Member
 
 invites_app = typer.Typer(
     help="Invitations to an account (single sign-on): create, list, revoke.", no_args_is_help=True
@@ -33,12 +33,6 @@ invites_app = typer.Typer(
 members_app = typer.Typer(help="People who are members of an account.", no_args_is_help=True)
 INVITE_COLUMNS = ["id", "account_id", "role", "email", "state", "expires_at"]
 MEMBER_COLUMNS = ["person_id", "name", "email", "role", "last_sign_in"]
-
-
-def _people(m: Management) -> PeopleStore:
-    if not isinstance(m.store, ComposedStore):  # pragma: no cover - open_store always composes
-        fail("this database has no people store")
-    return m.store.people
 
 
 @invites_app.command("create")
@@ -57,13 +51,13 @@ def invites_create(
     chosen: Literal["owner", "member"] = "owner" if role == "owner" else "member"
     ttl = options.settings().sso.invite_ttl_seconds
 
-    async def work(m: Management) -> tuple[Invite, str]:
+    async def work(m: Management, r: Repositories) -> tuple[Invite, str]:
         found = await m.account(account)
         return await issue_invite(
-            _people(m), m.digester, found.id, chosen, email.strip(), "cli", time.time(), ttl
+            r.people, m.digester, found.id, chosen, email.strip(), "cli", time.time(), ttl
         )
 
-    invite, token = with_management(options, work)
+    invite, token = with_repositories(options, work)
     link = invite_link(token)
     emit_one(
         options,
@@ -83,12 +77,12 @@ def invites_list(
     """List invitations (never their tokens): role, state (open, used, expired), expiry."""
     options = Options(config, data_dir, json)
 
-    async def work(m: Management) -> list[Invite]:
+    async def work(m: Management, r: Repositories) -> list[Invite]:
         account_id = (await m.account(account)).id if account else None
-        return await _people(m).invites(account_id)
+        return await r.people.invites(account_id)
 
     now = time.time()
-    rows: list[dict[str, Any]] = [invite_view(i, now) for i in with_management(options, work)]
+    rows: list[dict[str, Any]] = [invite_view(i, now) for i in with_repositories(options, work)]
     emit(options, rows, INVITE_COLUMNS, "invitations")
 
 
@@ -99,10 +93,10 @@ def invites_revoke(
     """Withdraw an invitation: its link stops working."""
     options = Options(config, data_dir, json)
 
-    async def work(m: Management) -> bool:
-        return await _people(m).delete_invite(invite_id)
+    async def work(m: Management, r: Repositories) -> bool:
+        return await r.people.delete_invite(invite_id)
 
-    if not with_management(options, work):
+    if not with_repositories(options, work):
         fail(f"invitation {invite_id} not found")
     emit_one(options, {"id": invite_id, "revoked": True}, f"withdrew invitation {invite_id}")
 
@@ -117,8 +111,8 @@ def members_list(
     """The people who belong to an account, with their roles and last sign-in."""
     options = Options(config, data_dir, json)
 
-    async def work(m: Management) -> list[Member]:
-        return await _people(m).members((await m.account(account)).id)
+    async def work(m: Management, r: Repositories) -> list[Member]:
+        return await r.people.members((await m.account(account)).id)
 
-    rows = [member_view(m) for m in with_management(options, work)]
+    rows = [member_view(m) for m in with_repositories(options, work)]
     emit(options, rows, MEMBER_COLUMNS, "members", whole=("person_id",))

@@ -104,7 +104,7 @@ def tokens_list(
 
     async def work(m: Management) -> list[AdminToken]:
         account_id = (await m.account(account)).id if account else None
-        return await m.store.list_admin_tokens(account_id)
+        return await m.tokens.list_admin_tokens(account_id)
 
     now = time.time()
     rows = [token_row(t, now) for t in with_management(options, work)]

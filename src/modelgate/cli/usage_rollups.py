@@ -8,7 +8,15 @@ it at a quiet time; a running gateway keeps serving and its settlements wait, th
 
 from __future__ import annotations
 
-from modelgate.cli.context import ConfigOpt, DataDirOpt, JsonOpt, Options, emit_one, with_management
+from modelgate.cli.context import (
+    ConfigOpt,
+    DataDirOpt,
+    JsonOpt,
+    Options,
+    Repositories,
+    emit_one,
+    with_repositories,
+)
 from modelgate.management import Management
 
 
@@ -18,8 +26,8 @@ def rebuild_rollups_command(
     """Recompute the usage rollups (reports' totals, daily charts, top keys) from the records."""
     options = Options(config, data_dir, json)
 
-    async def work(m: Management) -> int:
-        return await m.store.rebuild_rollups()
+    async def work(_: Management, r: Repositories) -> int:
+        return await r.usage.rebuild_rollups()
 
-    rows = with_management(options, work)
+    rows = with_repositories(options, work)
     emit_one(options, {"rollup_rows": rows}, f"rebuilt the usage rollups: {rows} key rollup rows")

@@ -3,13 +3,15 @@
 key groups the format does not serve: ``Format.refused_groups``) → limits (one rate-limit unit
 of the key) → the handler. One implementation of each, used by the model pipeline
 (``gateway.pipeline``), the stored-state endpoints (``gateway.state.http``) and the model list
-(``gateway.models``); a refusal is a ``GatewayError`` that the route's one boundary renders in
-the route's wire format (``guarded`` here, ``pipeline.run`` for the model routes).
+(``gateway.models``); a refusal is a ``GatewayError`` raised to the route table's one boundary
+(``server.app``), which renders it in the route's wire format. The model routes' refusals are
+rendered by ``pipeline.run`` in their endpoint's format, because it records each with its usage
+and metrics before the answer leaves.
 """
 
 from __future__ import annotations
 
-import logging
+import copy
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -20,14 +22,12 @@ from modelgate import errors
 from modelgate.formats import Format, ids
 from modelgate.gateway import headers as hdr
 from modelgate.gateway import key_access, policy
+from modelgate.gateway.boundary import refusal_of
 from modelgate.gateway.observe import ShutdownRefusal
 from modelgate.gateway.relay import SHUTTING_DOWN
-from modelgate.gateway.replies import error_reply
 from modelgate.limits.rpm import Decision
 from modelgate.services import Services
-from modelgate.storage.base import KeyRecord, StorageError
-
-log = logging.getLogger("modelgate.request")
+from modelgate.storage.base import KeyRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,13 +106,16 @@ async def guarded(
     handler: Callable[[KeyRecord], Awaitable[Response]],
     guards: Guards = ALL,
 ) -> Response:
-    """A route that is not a model call, behind the same guards: every refusal, a storage
-    failure (503) and a surprise (500) rendered in ``fmt``, with the request id headers."""
+    """A route that is not a model call, behind the same guards (keys taken where ``fmt``'s
+    clients send them). Every refusal, a storage failure (503) and a surprise (500) included, is
+    raised with the request id headers for the route table's one boundary (``server.app``) to
+    render in the route's wire format."""
     request_id = ids.new_request_id()
     headers = {"request-id": request_id, "x-request-id": request_id}
     early = admission_refusal(services)
     if early is not None:
-        return error_reply(fmt.codec, early, {**headers, "connection": "close"})
+        early.headers.update({**headers, "connection": "close"})
+        raise early
     try:
         key = authenticate(
             services,
@@ -126,12 +129,11 @@ async def guarded(
         if guards.limits:
             await admit_rate(services, key, headers)
         response = await handler(key)
-    except errors.GatewayError as error:
-        return error_reply(fmt.codec, error, headers)
-    except StorageError as exc:
-        log.warning("request %s: storage unavailable: %s", request_id, exc)
-        unavailable = errors.Unavailable("the gateway's database is unavailable; retry shortly")
-        return error_reply(fmt.codec, unavailable, headers)
+    except Exception as exc:
+        # A copy: a refusal raised twice (a shared instance) must not carry this request's headers.
+        refusal = copy.copy(refusal_of(exc))
+        refusal.headers = {**headers, **refusal.headers}
+        raise refusal from None
     finally:
         services.inflight.release()
     response.headers.update(headers)

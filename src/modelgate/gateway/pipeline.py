@@ -40,6 +40,7 @@ from modelgate.gateway.bodies import (
     prompt_tokens_in_worker,
 )
 from modelgate.gateway.body import read_limited, splice_top_level
+from modelgate.gateway.boundary import refusal_of
 from modelgate.gateway.counting import upstream_count, upstream_counts
 from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
 from modelgate.gateway.exchange import UNMETERED, Admitted, Endpoint, Exchange
@@ -51,7 +52,7 @@ from modelgate.gateway.replies import error_reply, json_reply
 from modelgate.gateway.streams import estimate_input, open_stream
 from modelgate.gateway.translate import Built, HostedToolPolicy, build_body, choose_dialect
 from modelgate.services import Services
-from modelgate.storage.base import KeyRecord, Refusal, Settlement, StorageError
+from modelgate.storage.base import KeyRecord, Refusal, Settlement
 from modelgate.telemetry.logs import CURRENT_REQUEST
 from modelgate.upstream.base import Deployment, Dialect, Provider, Redacts
 from modelgate.upstream.error_mapping import sanitise
@@ -111,16 +112,11 @@ async def run(services: Services, exchange: Exchange, work: Coroutine[Any, Any, 
         record_refusal(services, exchange.record, exchange.started, response.status_code)
     except ClientDisconnect:  # gone while sending its body: nothing reserved, nobody to answer
         response = client_gone(exchange)
-    except StorageError as exc:
-        # The database is down or unreachable: a retryable 503, not a bug. A reservation made
-        # before the failure is released by the sweeper (billing.sweeper) once it expires.
-        log.warning("storage unavailable: %s", exc)
-        unavailable = errors.Unavailable("the gateway's database is unavailable; retry shortly")
-        response = render_error(exchange, unavailable)
-    except Exception:  # the one boundary where surprises become a 500
-        log.exception("request failed with an unexpected error")
-        internal = errors.InternalError("internal error; the request id identifies it in the logs")
-        response = render_error(exchange, internal)
+    except Exception as exc:
+        # A storage failure (a reservation made before it is released by the sweeper once it
+        # expires) or a surprise: the refusal it is (``gateway.boundary``), rendered here because
+        # the exchange records its answer before it leaves.
+        response = render_error(exchange, refusal_of(exc))
     except BaseException:  # cancelled (the server's shutdown gave up on it): still give back its slots
         finish_exchange(services, exchange, None)
         raise

@@ -21,7 +21,9 @@ async def health(services: Services, request: Request) -> Response:
         return await views.health(services, request)
     resolution = services.settings.admin.token_last_used_resolution_seconds
     try:
-        principal = await authenticate(request, services.store, services.digester, services.clock, resolution)
+        principal = await authenticate(
+            request, services.tokens, services.digester, services.clock, resolution
+        )
         if not principal.is_operator:
             raise forbidden("/health details need an operator admin token (mg-op-…)")
     except AdminError as error:

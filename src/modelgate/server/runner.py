@@ -132,7 +132,7 @@ class DrainingServer(uvicorn.Server):
 
 def serve(settings: Settings, app: EdgeApp, source: ConfigSource | None = None) -> None:
     """Run the gateway until it is stopped (``modelgate serve``); SIGHUP reloads from ``source``."""
-    set_min_free_bytes(app.services.store, settings.database_min_free_bytes)
+    set_min_free_bytes(app.services.database, settings.database_min_free_bytes)
     config = uvicorn_config(fit_connection_cap(settings), app)
     reloader = Reloader(app.services, source) if source is not None else None
     DrainingServer(config, app, settings.server.shutdown_grace_seconds, reloader=reloader).run()

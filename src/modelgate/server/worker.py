@@ -141,7 +141,7 @@ def run_worker(spec: WorkerSpec) -> None:
         services.rate_limiter = window
         services.tickets = window
     tune_garbage_collector()
-    set_min_free_bytes(services.store, settings.database_min_free_bytes)
+    set_min_free_bytes(services.database, settings.database_min_free_bytes)
     config = uvicorn_config(fit_connection_cap(settings), app)
     reloader = None
     if spec.source is not None:

@@ -1,0 +1,28 @@
+"""What any failure of a request is as a refusal: the one translation, used where a request's
+answer is rendered (the route table's boundary in ``server.app``; the model pipeline's, which
+records the refusal with its usage before the answer goes out; the guarded API routes').
+
+A ``GatewayError`` is already one; a storage failure is a retryable 503 (the database is down or
+unreachable, not a bug); anything else is a bug, logged with its traceback, and a 500 that says
+only that the request id identifies it in the logs.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from modelgate import errors
+from modelgate.storage.base import StorageError
+
+log = logging.getLogger("modelgate.request")
+
+
+def refusal_of(exc: Exception) -> errors.GatewayError:
+    """``exc`` as the refusal to answer with (logged unless it is one already)."""
+    if isinstance(exc, errors.GatewayError):
+        return exc
+    if isinstance(exc, StorageError):
+        log.warning("storage unavailable: %s", exc)
+        return errors.Unavailable("the gateway's database is unavailable; retry shortly")
+    log.error("request failed with an unexpected error", exc_info=exc)
+    return errors.InternalError("internal error; the request id identifies it in the logs")
