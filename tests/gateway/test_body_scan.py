@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from modelgate.gateway.body import duplicate_key, splice_top_level, too_deep, top_level_members
-from modelgate.gateway.body_scan import decoded_key, quick_spans, scan_object
+from modelgate.gateway.body_scan import QUICK_KEYS, decoded_key, quick_spans, scan_object
 
 scalars = (
     st.none()
@@ -137,3 +137,9 @@ def test_quick_spans_refuse_a_key_in_another_spelling_beside_a_key_written_twice
     raw = b'{"a\\/b":1,"x":{"m":1},"m":2}'
     assert quick_spans(raw, orjson.loads(raw)) is None
     assert scan_object(raw, 10).spans() == {"a/b": (8, 9), "x": (14, 21), "m": (26, 27)}
+
+
+def test_quick_spans_leave_a_body_of_very_many_keys_to_the_scan() -> None:
+    raw = orjson.dumps({f"k{i}": i for i in range(QUICK_KEYS + 1)})
+    assert quick_spans(raw, orjson.loads(raw)) is None
+    assert len(scan_object(raw, 10).spans()) == QUICK_KEYS + 1

@@ -32,6 +32,9 @@ _SCALAR_END = re.compile(rb"[\s,}\]]")
 _COLON = re.compile(rb"[ \t\n\r]*:[ \t\n\r]*")
 # An escape of a printable ASCII character: the only way to respell an ASCII key.
 _ESCAPED_ASCII = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
+#: Bodies with more top-level keys than this are left to ``scan_object`` (no real request has
+#: that many; a hostile one must not make a regex of thousands of alternatives compile).
+QUICK_KEYS = 64
 _OPEN = frozenset(b"{[")
 _CLOSE = frozenset(b"}]")
 
@@ -122,7 +125,7 @@ def quick_spans(raw: bytes, parsed: Mapping[str, Any]) -> dict[str, tuple[int, i
 
     One regex pass finds every key's occurrences (a count per key cost a pass over the body
     each: ten keys, ten passes)."""
-    if respellable(raw, parsed):
+    if len(parsed) > QUICK_KEYS or respellable(raw, parsed):
         return None
     tokens = {orjson.dumps(key): key for key in parsed}
     found: list[tuple[int, str, int]] = []
