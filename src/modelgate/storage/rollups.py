@@ -2,8 +2,9 @@
 
 ``usage_rollups`` holds one row per key, UTC day, model, endpoint and status;
 ``usage_account_rollups`` the same per account; ``usage_key_month_rollups`` one row per key and
-month (top keys). All three are kept by a trigger on every usage record inserted, in the
-ledger's own transaction, so a sum over them equals a scan of the records. A report therefore reads
+month (top keys). All three are kept by the ledger once per batch, in the transaction that
+inserts the batch's records (``storage.rollup_fold``; a trigger per record until sqlite 0016,
+postgresql 0021), so a sum over them equals a scan of the records. A report therefore reads
 days x models (x endpoints x statuses) rows: the account table when the scope is an account or
 everything, the key table for one key, and one row per active key for the top keys.
 

@@ -153,10 +153,10 @@ class SqliteLedger(SqliteRepository):
         return await self.database.group_commit.run(lambda db: reserve(db, request))
 
     async def settle(self, usage: UsageRecord) -> Settlement:
-        return await self.database.group_commit.run(lambda db: finish(db, usage, charge=True))
+        return await self.database.group_commit.run(lambda db: finish(db, usage, charge=True), usage)
 
     async def release(self, usage: UsageRecord) -> Settlement:
-        return await self.database.group_commit.run(lambda db: finish(db, usage, charge=False))
+        return await self.database.group_commit.run(lambda db: finish(db, usage, charge=False), usage)
 
     async def expired_reservations(self, now: float, limit: int = 100) -> list[tuple[str, str, int, str]]:
         found = await self._run(
