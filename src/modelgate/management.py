@@ -7,6 +7,7 @@ records; secrets are returned only by the calls that create them (shown once).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
@@ -39,7 +40,8 @@ from modelgate.storage.base import (
     KeyStore,
     NewKey,
 )
-from modelgate.storage.records import NEVER_EXPIRES
+from modelgate.storage.records import NEVER_EXPIRES, AccountCaps
+from modelgate.storage.spend_windows import KEY_WINDOWS, WINDOWS, Window
 
 _FAMILY = {"Basic": "aria", "Pro": "aria", "Nova": "nova"}
 #: An admin token's optional lifetime: at least a minute, at most ten years.
@@ -269,6 +271,24 @@ class Management:
             raise NotFoundError(f"account {account.id} not found")
         return updated
 
+    async def set_account_caps(self, account: Account, caps: Mapping[Window, int]) -> Account:
+        """Change the account's spend caps (by window, µc; ``-1`` removes one); an operator's
+        action. The caps apply to all the account's keys together."""
+        checked = _checked_caps(caps, WINDOWS, clearable=True)
+        updated = await self.accounts.set_account_caps(
+            account.id,
+            AccountCaps(
+                cap_5h_uc=checked.get("5h"),
+                cap_day_uc=checked.get("day"),
+                cap_week_uc=checked.get("week"),
+                monthly_cap_uc=checked.get("month"),
+            ),
+            audit=draft("account.update", describe.account, self.clock.time(), before=account),
+        )
+        if updated is None:
+            raise NotFoundError(f"account {account.id} not found")
+        return updated
+
     async def create_key(
         self,
         account: Account,
@@ -282,7 +302,9 @@ class Management:
         max_concurrency: int | None = None,
         expires_at: float | None = None,
         allowed_ips: list[str] | None = None,
+        caps: Mapping[Window, int] | None = None,
     ) -> IssuedKey:
+        """``caps``: spend caps by window beside the month's (``5h``, ``day``, ``week``), in µc."""
         typed_group = next((g for g in GROUPS if g == group), None)
         if typed_group is None:
             raise ManagementError(f"group: must be one of {', '.join(GROUPS)}")
@@ -311,6 +333,7 @@ class Management:
                 max_concurrency=max_concurrency,
                 expires_at=_checked_expiry(expires_at),
                 allowed_ips=_networks(allowed_ips) or None,
+                **_key_caps(caps, clearable=False),
             ),
             now,
             audit=draft("key.create", describe.key, now),
@@ -337,8 +360,10 @@ class Management:
         expires_at: float | None = None,
         clear_expiry: bool = False,
         allowed_ips: list[str] | None = None,
+        caps: Mapping[Window, int] | None = None,
     ) -> KeyRecord:
-        """``tpm`` and ``max_concurrency``: a new limit, ``-1`` to remove it, ``None`` to keep it;
+        """``tpm``, ``max_concurrency`` and each of ``caps`` (by window: ``5h``, ``day``, ``week``;
+        µc): a new limit, ``-1`` to remove it, ``None`` (absent) to keep it;
         ``clear_expiry`` makes the key never expire and ``allowed_ips=[]`` lets it be used from
         anywhere."""
         if rpm is not None and rpm < 1:
@@ -363,6 +388,7 @@ class Management:
                 max_concurrency=max_concurrency,
                 expires_at=NEVER_EXPIRES if clear_expiry else _checked_expiry(expires_at),
                 allowed_ips=None if allowed_ips is None else _networks(allowed_ips),
+                **_key_caps(caps, clearable=True),
             ),
             now,
             audit=draft("key.update", describe.key, now, before=record),
@@ -537,3 +563,27 @@ def parse_expiry(text: str) -> float:
     if not 0 <= timestamp < MAX_EXPIRES_AT:
         raise ManagementError("expires_at: a date-time from 1970 to 9998")
     return timestamp
+
+
+def _checked_caps(
+    caps: Mapping[Window, int] | None, windows: tuple[Window, ...], *, clearable: bool
+) -> dict[Window, int]:
+    """Spend caps by window as given, each checked: µc in 0 ..= ``MAX_UC``, or ``-1`` (remove)."""
+    checked: dict[Window, int] = {}
+    for window, cap in (caps or {}).items():
+        if window not in windows:
+            raise ManagementError(f"caps: the window must be one of {', '.join(windows)}")
+        if not (clearable and cap == -1):
+            bounded_micro(cap, f"caps.{window}")
+        checked[window] = cap
+    return checked
+
+
+def _key_caps(caps: Mapping[Window, int] | None, *, clearable: bool) -> dict[str, int | None]:
+    """``NewKey`` / ``KeyControls`` fields of a key's window caps (its month is ``monthly_cap_uc``)."""
+    checked = _checked_caps(caps, KEY_WINDOWS, clearable=clearable)
+    return {
+        "cap_5h_uc": checked.get("5h"),
+        "cap_day_uc": checked.get("day"),
+        "cap_week_uc": checked.get("week"),
+    }

@@ -25,10 +25,12 @@ from modelgate.alerts.checks import Checks
 from modelgate.alerts.config import AlertsConfig, Event
 from modelgate.alerts.delivery import Deliverer
 from modelgate.alerts.events import Alert
+from modelgate.alerts.window_caps import REFUSED_WINDOW, check_windows
 from modelgate.clock import Clock
 from modelgate.periodic import cancel_and_wait
 from modelgate.storage.audit import AuditStore
 from modelgate.storage.base import AccountStore, KeyRecord, KeyStore, LedgerStore, Settlement
+from modelgate.storage.spend_windows import Window
 
 log = logging.getLogger("modelgate.alerts")
 #: Entries kept in a memo of alerts already sent before it is emptied (the database's claims
@@ -74,6 +76,9 @@ class AlertMonitor:
         self.checks = Checks(config.recheck_seconds)
         #: Accounts' own thresholds (others: ``config.low_balance_uc``), refreshed by the scan.
         self.thresholds: dict[int, int] = {}
+        #: Accounts' spend caps by window, of those that set one (``alerts.window_caps``), refreshed
+        #: by the scan.
+        self.account_caps: dict[int, tuple[int | None, ...]] = {}
         #: The cap levels already alerted, per key, window, period and limit.
         self._cap_done: dict[tuple[str, str, str, int], set[int]] = {}
         self._balance_window: dict[int, str] = {}
@@ -104,6 +109,9 @@ class AlertMonitor:
             cap = None if key is None else key.monthly_cap_uc
             if cap:
                 self.spend_observed(key_id, account_id, SpendLimit("month", month, cap), cap - remaining)
+        key = self.key_of(key_id)
+        if account_id in self.account_caps or (key is not None and any(key.window_caps[:3])):
+            self.checks.ask(f"key:{key_id}:windows", lambda: self._check_windows(key_id, account_id, None))
 
     def spend_observed(self, key_id: str, account_id: int, limit: SpendLimit, used_uc: int) -> None:
         """``used_uc`` (spent and held) of a key's spend window; checks when it reaches the next
@@ -132,6 +140,9 @@ class AlertMonitor:
                 self.checks.ask(
                     f"key:{key_id}:month", lambda: self._check_cap(key_id, account_id, limit, True)
                 )
+        window = REFUSED_WINDOW.get(reason)
+        if window is not None and (window != "month" or account_id in self.account_caps):
+            self.checks.ask(f"key:{key_id}:windows", lambda: self._check_windows(key_id, account_id, window))
         elif reason == "balance" and self.thresholds.get(account_id, self.config.low_balance_uc) is not None:
             self.checks.ask(f"account:{account_id}", lambda: self._check_balance(account_id))
 
@@ -213,6 +224,20 @@ class AlertMonitor:
             )
             done.add(level)
 
+    async def _check_windows(self, key_id: str, account_id: int, refused: Window | None) -> None:
+        key = self.key_of(key_id)
+        await check_windows(
+            self.store,
+            self._claim_and_send,
+            key_id,
+            account_id,
+            key.window_caps[:3] if key is not None else (),
+            self.account_caps.get(account_id, (None, None, None, None)),
+            self.config.cap_levels,
+            self.clock.time(),
+            refused,
+        )
+
     # the scan: thresholds, revocations, expiries --------------------------------------------
 
     def start(self) -> None:
@@ -231,6 +256,9 @@ class AlertMonitor:
         await self._scan_upstreams()
         accounts = await self.store.list_accounts()
         self.thresholds = {a.id: a.low_balance_uc for a in accounts if a.low_balance_uc is not None}
+        self.account_caps = {
+            a.id: a.window_caps for a in accounts if any(c is not None for c in a.window_caps)
+        }
         changed = await self.store.keys_changed_since(self._key_version)
         now = self.clock.time()
         for record in changed:

@@ -26,6 +26,7 @@ from starlette.types import Receive
 
 from modelgate import errors, ir
 from modelgate.billing.ledger import Hold, Purpose, UsageStatus
+from modelgate.billing.refusal import LIMITS as SPEND_LIMITS
 from modelgate.billing.refusal import refused as billing_refusal
 from modelgate.catalogue import Model
 from modelgate.formats import CODECS, ClientRequest
@@ -315,9 +316,10 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
         admission = admitted.admission
         await services.rate_limiter.refund(key.id, admission)
         exchange.response_headers.update(replace(admission, remaining=admission.remaining + 1).headers())
-        if outcome.reason == "monthly_cap":
-            exchange.response_headers[hdr.LIMIT] = "cap-month"
-            services.telemetry.metrics.limit_refused("cap-month")
+        limit = SPEND_LIMITS.get(outcome.reason)
+        if limit is not None:
+            exchange.response_headers[hdr.LIMIT] = limit
+            services.telemetry.metrics.limit_refused(limit)
         raise billing_refusal(outcome, services.telemetry.metrics)
     if outcome.max_tokens < max_tokens:
         asked = requested if requested is not None else max_tokens

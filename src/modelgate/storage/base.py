@@ -59,6 +59,7 @@ from modelgate.storage.records import (
     MAX_UC,
     NEVER_EXPIRES,
     Account,
+    AccountCaps,
     AdminToken,
     AmountTooLarge,
     Conflict,
@@ -79,6 +80,7 @@ from modelgate.storage.records import (
 )
 from modelgate.storage.reports import UsageReports
 from modelgate.storage.responses import ResponseStore
+from modelgate.storage.spend_windows import Window, WindowUse
 
 __all__ = [
     "DEFAULT_BATCH_WAIT_SECONDS",
@@ -87,6 +89,7 @@ __all__ = [
     "MAX_UC",
     "NEVER_EXPIRES",
     "Account",
+    "AccountCaps",
     "AccountStore",
     "AdminToken",
     "AdminTokenStore",
@@ -163,6 +166,12 @@ class AccountStore(Protocol):
         self, account_id: int, hide: bool, *, audit: AuditDraft[Account] | None = None
     ) -> Account | None:
         """Whether the account's balance is hidden from its keys' holders (None: no such account)."""
+        ...
+
+    async def set_account_caps(
+        self, account_id: int, caps: AccountCaps, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        """Change the account's spend caps by window (None: no such account)."""
         ...
 
 
@@ -299,6 +308,10 @@ class LedgerStore(Protocol):
 
     async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
         """(spent_uc, reserved_uc) of a key in a month."""
+        ...
+
+    async def window_use(self, subject: str, window: Window, now: float) -> WindowUse:
+        """Spent and held in one spend window of a subject (``storage.spend_windows``) at ``now``."""
         ...
 
     async def pending_reservations(self) -> int: ...

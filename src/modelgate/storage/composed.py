@@ -31,6 +31,7 @@ from modelgate.storage.base import (
 from modelgate.storage.people import PeopleStore
 from modelgate.storage.records import (
     Account,
+    AccountCaps,
     AdminToken,
     KeyControls,
     KeyRecord,
@@ -62,6 +63,7 @@ from modelgate.storage.responses import (
     StoredItem,
     StoredResponse,
 )
+from modelgate.storage.spend_windows import Window, WindowUse
 
 
 class Database(Protocol):
@@ -170,6 +172,11 @@ class ComposedStore:
         self, account_id: int, hide: bool, *, audit: AuditDraft[Account] | None = None
     ) -> Account | None:
         return await self.accounts.set_hide_balance(account_id, hide, audit=audit)
+
+    async def set_account_caps(
+        self, account_id: int, caps: AccountCaps, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        return await self.accounts.set_account_caps(account_id, caps, audit=audit)
 
     async def topups_total(self, account_id: int) -> int:
         return await self.accounts.topups_total(account_id)
@@ -295,6 +302,9 @@ class ComposedStore:
 
     async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
         return await self.ledger.month_spend(key_id, month)
+
+    async def window_use(self, subject: str, window: Window, now: float) -> WindowUse:
+        return await self.ledger.window_use(subject, window, now)
 
     async def pending_reservations(self) -> int:
         return await self.ledger.pending_reservations()

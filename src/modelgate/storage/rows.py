@@ -15,9 +15,12 @@ from modelgate.storage.records import Account, AdminToken, KeyRecord, UsageRecor
 KEY_COLUMNS = (
     "id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, state, digest, prefix, last4, "
     "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version, tpm, max_concurrency, "
-    "expires_at, allowed_ips"
+    "expires_at, allowed_ips, cap_5h_uc, cap_day_uc, cap_week_uc"
 )
-ACCOUNT_COLUMNS = "id, name, balance_uc, reserved_uc, created_at, low_balance_uc, hide_balance"
+ACCOUNT_COLUMNS = (
+    "id, name, balance_uc, reserved_uc, created_at, low_balance_uc, hide_balance, "
+    "cap_5h_uc, cap_day_uc, cap_week_uc, monthly_cap_uc"
+)
 ADMIN_TOKEN_COLUMNS = (
     "id, account_id, created_at, digest, name, prefix, last4, created_by, expires_at, revoked_at, "  # noqa: S105 - column names
     "last_used_at"
@@ -64,6 +67,9 @@ def key_record(
         max_concurrency=row[18],
         expires_at=row[19],
         allowed_ips=allowed_ips,
+        cap_5h_uc=row[21],
+        cap_day_uc=row[22],
+        cap_week_uc=row[23],
     )
 
 
@@ -77,6 +83,10 @@ def account_record(row: Sequence[Any]) -> Account:
         created_at=row[4],
         low_balance_uc=row[5],
         hide_balance=bool(row[6]),
+        cap_5h_uc=row[7],
+        cap_day_uc=row[8],
+        cap_week_uc=row[9],
+        monthly_cap_uc=row[10],
     )
 
 

@@ -9,7 +9,7 @@ import sqlite3
 
 from modelgate.storage import rows, sqlite_audit
 from modelgate.storage.audit import AuditDraft, LedgerKind
-from modelgate.storage.records import MAX_UC, Account, AmountTooLarge, Conflict
+from modelgate.storage.records import MAX_UC, Account, AccountCaps, AmountTooLarge, Conflict
 from modelgate.storage.sqlite_database import SqliteRepository
 
 _account = rows.account_record
@@ -150,6 +150,23 @@ class SqliteAccounts(SqliteRepository):
             )
         )
         return int(row[0])
+
+    async def set_account_caps(
+        self, account_id: int, caps: AccountCaps, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        changes = caps.columns()
+
+        def op() -> Account | None:
+            with self._write() as db:
+                if changes:
+                    sets = ", ".join(f"{column} = ?" for column, _ in changes)
+                    db.execute(
+                        f"UPDATE accounts SET {sets} WHERE id = ?", (*(v for _, v in changes), account_id)
+                    )
+                account = _get(db, account_id)
+                return None if account is None else _audited(db, account, audit)
+
+        return await self._run(op)
 
     async def set_hide_balance(
         self, account_id: int, hide: bool, *, audit: AuditDraft[Account] | None = None
