@@ -215,6 +215,17 @@ def start_modelgate(
     return Target(name, proc, port, endpoints(keys))
 
 
+def restart_modelgate(target: Target, workdir: Path) -> Target:
+    """A stopped single-process gateway of ``start_modelgate`` started again on its own data."""
+    config, data_dir = workdir / f"{target.name}.toml", workdir / f"{target.name}-data"
+    cmd = [sys.executable, "-m", "modelgate", "serve", "--config", str(config)]
+    cmd += ["--data-dir", str(data_dir), "--no-bootstrap"]
+    log = workdir / f"{target.name}-restarted.log"
+    proc = Proc(target.name, pinned(cmd, GATEWAY_CORE), env=_env(), log=log)
+    proc.wait_http(f"http://127.0.0.1:{target.port}/healthz", 120)
+    return Target(target.name, proc, target.port, target.endpoints)
+
+
 # --- LiteLLM -------------------------------------------------------------------------------------
 
 PEER_MASTER_KEY = "sk-bench-litellm-master"
