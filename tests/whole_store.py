@@ -29,6 +29,7 @@ from modelgate.storage.postgres_database import PostgresDatabase
 from modelgate.storage.records import (
     Account,
     AccountCaps,
+    AccountLimits,
     AdminToken,
     KeyControls,
     KeyRecord,
@@ -157,6 +158,14 @@ class WholeStore:
     async def topups_total(self, account_id: int) -> int:
         return await self.accounts.topups_total(account_id)
 
+    async def set_account_limits(
+        self, account_id: int, limits: AccountLimits, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        return await self.accounts.set_account_limits(account_id, limits, audit=audit)
+
+    async def limited_accounts(self) -> list[Account]:
+        return await self.accounts.limited_accounts()
+
     # KeyStore (keys) --------------------------------------------------------
 
     async def create_key(
@@ -194,9 +203,15 @@ class WholeStore:
         return await self.keys.revoke_key(key_id, now, audit=audit)
 
     async def key_page(
-        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+        self,
+        account_id: int | None,
+        *,
+        limit: int,
+        after: tuple[float, str] | None = None,
+        search: str = "",
+        owner: str | None = None,
     ) -> list[KeyRecord]:
-        return await self.keys.key_page(account_id, limit=limit, after=after, search=search)
+        return await self.keys.key_page(account_id, limit=limit, after=after, search=search, owner=owner)
 
     async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
         return await self.keys.keys_changed_since(version, limit)

@@ -24,10 +24,10 @@ from modelgate.clock import Clock, SystemClock
 from modelgate.config import ConfigError, Settings
 from modelgate.keys import Digester
 from modelgate.lifecycle import Drain
+from modelgate.limits.account_view import AccountLimitsView
 from modelgate.limits.edge import EdgeStats
 from modelgate.limits.inflight import InFlightLimiter
-from modelgate.limits.redis_rpm import RedisRateLimiter
-from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
+from modelgate.limits.redis_tickets import RedisTickets
 from modelgate.limits.stored_room import StoredRoom
 from modelgate.limits.tickets import LocalTickets, TicketLimiter
 from modelgate.liveconfig.live import LiveRouting
@@ -101,9 +101,8 @@ class Services:
     offload: Offload
     #: Accounts' stored byte counts, as recent as ``responses.room_check_max_age_seconds``.
     stored_room: StoredRoom
-    rate_limiter: RateLimiter = field(default_factory=RollingWindowLimiter)
-    #: Tokens per minute and requests in flight per key (``limits.tickets``); over the worker link
-    #: with ``server.workers`` above 1.
+    #: Every rate limit of keys (``limits.tickets``): requests and tokens per minute, requests in
+    #: flight; over the worker link with ``server.workers`` above 1, in Redis with ``redis_url``.
     tickets: TicketLimiter = field(default_factory=LocalTickets)
     inflight: InFlightLimiter = field(default_factory=lambda: InFlightLimiter(2048))
     #: Large bodies (above ``server.offload_body_bytes``) held in memory at once.
@@ -130,6 +129,8 @@ class Services:
     live: LiveRouting | None = None
     #: Alert webhooks (``[alerts]``): None when no webhook is configured (nothing on the request path).
     alerts: AlertMonitor | None = None
+    #: Accounts' rate limits, claimed with every ticket of their keys (``limits.account_view``).
+    account_limits: AccountLimitsView = field(default_factory=lambda: AccountLimitsView(None))
 
     @classmethod
     def build(
@@ -183,13 +184,14 @@ class Services:
             stored_room=StoredRoom(store.responses, settings.responses.room_check_max_age_seconds),
             inflight=InFlightLimiter(settings.server.max_in_flight),
             large_bodies=InFlightLimiter(settings.server.max_large_bodies),
-            # Redis (several instances): shared rate-limit windows, falling back to the
-            # in-process window per instance while Redis is unreachable; key-change broadcast.
-            rate_limiter=RedisRateLimiter(settings.redis_url)
+            # Redis (several instances): shared rate-limit buckets, falling back to the
+            # in-process buckets per instance while Redis is unreachable; key-change broadcast.
+            tickets=RedisTickets(settings.redis_url, lease=settings.billing.reservation_ttl_seconds)
             if settings.redis_url
-            else RollingWindowLimiter(),
+            else LocalTickets(),
             key_broadcast=KeyChangeBroadcast(settings.redis_url) if settings.redis_url else None,
             telemetry=telemetry,
+            account_limits=AccountLimitsView(store.accounts),
         )
         services.live = LiveRouting(
             services,
@@ -218,13 +220,31 @@ class Services:
                 ),
             )
 
+    def start_alerts(self) -> None:
+        """Build, wire and start the alert monitor when ``[[alerts.webhooks]]`` are configured."""
+        self.build_alerts()
+        if self.alerts is not None:
+            self.ledger.watch = self.alerts
+            self.telemetry.metrics.collect_from(self.alerts.deliverer.collect)
+            self.alerts.start()
+
+    async def reload_alerts(self) -> None:
+        """``[alerts]`` changed by a reload (SIGHUP): the monitor follows the running section; it is
+        built on the first webhook, and keeps its delivery counters and pending deliveries after."""
+        if self.alerts is None:
+            self.start_alerts()
+            return
+        await self.alerts.reconfigure(self.settings.alerts)
+        self.ledger.watch = self.alerts if self.alerts.enabled else None
+
     async def start(self) -> None:
         await self.database.migrate()
         if self.live is not None:
             await self.live.start()
         await self.keys.start(self.settings.keys.refresh_interval)
-        if isinstance(self.rate_limiter, RedisRateLimiter):
-            await self.rate_limiter.start()
+        if isinstance(self.tickets, RedisTickets):
+            await self.tickets.start()
+        await self.account_limits.start(self.settings.keys.refresh_interval)
         if self.key_broadcast is not None:
             self.keys.on_local_change = self.key_broadcast.publish_soon
             self.key_broadcast.start(self.keys.refresh)
@@ -240,11 +260,7 @@ class Services:
             spared=self.ledger.holds,
         )
         self.sweeper.start()
-        self.build_alerts()
-        if self.alerts is not None:
-            self.ledger.watch = self.alerts
-            self.telemetry.metrics.collect_from(self.alerts.deliverer.collect)
-            self.alerts.start()
+        self.start_alerts()
         responses = self.settings.responses
         if responses.store == "on":
             self.state_sweeper = StateSweeper(self.responses, self.clock, responses.sweep_interval_seconds)
@@ -279,8 +295,9 @@ class Services:
         if self.key_broadcast is not None:
             self.keys.on_local_change = None
             await self.key_broadcast.stop()
-        if isinstance(self.rate_limiter, RedisRateLimiter):
-            await self.rate_limiter.aclose()
+        await self.account_limits.stop()
+        if isinstance(self.tickets, RedisTickets):
+            await self.tickets.aclose()
         await self.offload.stop()
         await self.database.close()
         self.telemetry.shutdown()

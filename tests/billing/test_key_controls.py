@@ -223,8 +223,8 @@ def test_upstream_failure_releases_the_hold_and_the_error_shows_the_figures_afte
             headers=headers_for("messages", issued.secret),
         )
         assert failed.status_code >= 500
-        assert failed.headers["ratelimit"].startswith("limit=50, remaining=49")
-        assert failed.headers["ratelimit-policy"] == "50;w=60"
+        assert failed.headers["ratelimit"].startswith("rpm;r=49;")
+        assert failed.headers["ratelimit-policy"] == "rpm;q=50;w=60"
         # Nothing was charged and nothing is held any more.
         assert int(failed.headers["x-modelgate-balance-remaining"]) == 7_000_000
         assert int(failed.headers["x-modelgate-cap-remaining"]) == cap

@@ -427,6 +427,16 @@ ADMIN_BODIES: list[tuple[str, str, Any]] = [
     ("PATCH", "/admin/api/accounts/1", {"caps_uc": {"day": True}}),
     ("PATCH", "/admin/api/accounts/1", {"caps": None, "caps_uc": None}),
     ("PATCH", "/admin/api/accounts/9223372036854775808", {"caps": {"day": "1"}}),
+    # An account's rate limits (PATCH /admin/api/accounts/{id}).
+    ("PATCH", "/admin/api/accounts/1", {"rpm": 0}),
+    ("PATCH", "/admin/api/accounts/1", {"rpm": 10**12}),
+    ("PATCH", "/admin/api/accounts/1", {"tpm": -1}),
+    ("PATCH", "/admin/api/accounts/1", {"tpm": 2**63}),
+    ("PATCH", "/admin/api/accounts/1", {"tpm": "1e5"}),
+    ("PATCH", "/admin/api/accounts/1", {"max_concurrency": True}),
+    ("PATCH", "/admin/api/accounts/1", {"max_concurrency": 1.5}),
+    ("PATCH", "/admin/api/accounts/1", {"max_concurrency": {"$gt": 1}}),
+    ("PATCH", "/admin/api/accounts/9223372036854775808", {"rpm": 5}),
     # Upstreams (admin.providers, admin.model_routes): none of these may change anything.
     ("POST", "/admin/api/providers", {"name": "x" * 300, "kind": "openai", "api_key": "sk-fuzz-0123456789"}),
     ("POST", "/admin/api/providers", {"name": "p", "kind": "openai", "api_key": ["k"] * 100}),

@@ -24,14 +24,18 @@ MANY = 20_000
 HONOURED_WITHIN = 1.0
 
 
-def write_keys(db: Path, account_id: int, n: int) -> None:
-    """``n`` keys straight into the database, as another process (or the CLI) would add them."""
+def write_keys(db: Path, account_id: int, n: int, first: int = 0) -> None:
+    """``n`` keys straight into the database, as another process (or the CLI) would add them
+    (numbered from ``first``, so a second call adds other keys)."""
     with sqlite3.connect(db, timeout=30) as conn:
         (version,) = conn.execute("SELECT COALESCE(MAX(version), 0) FROM api_keys").fetchone()
         conn.executemany(
             "INSERT INTO api_keys (id, account_id, name, grp, rpm, digest, prefix, last4, created_at, version) "
             "VALUES (?, ?, ?, 'Basic', 60, randomblob(32), 'sk-cs4-many', '0000', 0, ?)",
-            ((f"key_many{i:08d}", account_id, f"many {i}", version + 1 + i) for i in range(n)),
+            (
+                (f"key_many{i:08d}", account_id, f"many {i}", version + 1 + i - first)
+                for i in range(first, first + n)
+            ),
         )
 
 

@@ -19,7 +19,7 @@ import httpx
 
 from modelgate.clock import month_of
 from modelgate.gateway import headers as hdr
-from modelgate.limits.redis_rpm import RedisRateLimiter
+from modelgate.limits.redis_tickets import RedisTickets
 from tests.multi.conftest import NOW, Cluster, RedisProcess, cluster_of, post_chat, run
 from tests.polling import wait_until
 from tests.whole_store import whole_store
@@ -29,10 +29,10 @@ LIMIT = 30
 OUTAGE_ROUNDS = 12
 
 
-def limiter(cluster: Cluster, index: int) -> RedisRateLimiter:
-    rate_limiter = cluster[index].services.rate_limiter
-    assert isinstance(rate_limiter, RedisRateLimiter)
-    return rate_limiter
+def limiter(cluster: Cluster, index: int) -> RedisTickets:
+    tickets = cluster[index].services.tickets
+    assert isinstance(tickets, RedisTickets)
+    return tickets
 
 
 class Traffic:

@@ -29,7 +29,12 @@ from modelgate.admin.http import (
     query_int,
     route,
 )
-from modelgate.admin.key_limits import held_limit_changes, member_lowers_only, member_new_key_rpm
+from modelgate.admin.key_limits import (
+    account_limit_changes,
+    held_limit_changes,
+    member_lowers_only,
+    member_new_key_rpm,
+)
 from modelgate.admin.key_pages import key_page_query, next_cursor
 from modelgate.admin.key_windows import KeyWindowEndpoints
 from modelgate.admin.ledger import LedgerEndpoints
@@ -83,7 +88,9 @@ class AdminAPI:
         self.usage = UsageEndpoints(self.context)
         self.tokens = TokenEndpoints(self.context)
         self.quality = QualityEndpoints(self.context, self.usage)
-        self.sessions = Sessions(services.people, services.digester, services.clock, services.settings.sso)
+        self.sessions = Sessions(
+            services.people, services.digester, services.clock, lambda: services.settings.sso
+        )
         self.sso = SsoEndpoints(self.context, self.sessions)
         self.members = MemberEndpoints(self.context, self.sessions)
         self.audit = AuditEndpoints(self.context)
@@ -193,20 +200,24 @@ class AdminAPI:
         return json_response(schemas.account_view(account))
 
     async def account_rename(self, request: Request, principal: Principal) -> Response:
-        """``PATCH /accounts/{id}``: a new name and/or ``hide_balance`` (operators only; keys,
-        tokens and usage stay)."""
+        """``PATCH /accounts/{id}``: a new name, ``hide_balance`` and/or the account's rate limits
+        (operators only; keys, tokens and usage stay)."""
         account = await self.context.account(principal, path_int(request, "account_id", "account"))
         principal.require_operator()
         body = await parse_body(request, schemas.AccountRename)
         caps = cap_changes(body.caps, body.caps_uc)
-        if body.name is None and body.hide_balance is None and not caps:
-            raise bad_request("give name, hide_balance and/or caps")
+        limits = account_limit_changes(account, body)
+        if body.name is None and body.hide_balance is None and not caps and limits is None:
+            raise bad_request("give name, hide_balance, caps and/or rpm, tpm, max_concurrency")
         if body.name is not None:
             account = await self.management.rename_account(account, body.name)
         if body.hide_balance is not None:
             account = await self.management.set_hide_balance(account, body.hide_balance)
         if caps:
             account = await self.management.set_account_caps(account, caps)
+        if limits is not None:
+            account = await self.management.set_account_limits(account, limits)
+            self.services.account_limits.changed(account)
         return json_response(schemas.account_view(account))
 
     async def topup_create(self, request: Request, principal: Principal) -> Response:
@@ -227,14 +238,15 @@ class AdminAPI:
             account_id = (await self.context.account(principal, account_id)).id
         month = self.context.month(request)
         page = key_page_query(request)
-        if principal.is_member:
-            # A member pages over their own keys only: neither the page, its cursor nor whether
-            # there is more depends on a key they cannot see.
-            records = await self.context.member_key_page(principal, page)
-        else:
-            records = await self.key_records.key_page(
-                account_id, limit=page.limit + 1, after=page.after, search=page.search
-            )
+        # A member pages over their own keys only: neither the page, its cursor nor whether
+        # there is more depends on a key they cannot see.
+        records = await self.key_records.key_page(
+            account_id,
+            limit=page.limit + 1,
+            after=page.after,
+            search=page.search,
+            owner=self.context.member_owner(principal),
+        )
         return json_response(
             {
                 "month": month,
@@ -291,7 +303,8 @@ class AdminAPI:
             raise bad_request("rpm: must be an integer")
         if principal.is_member:
             member_lowers_only(record, body.rpm, cap_given, cap)
-        limits = held_limit_changes(record, body, given, principal.is_operator)
+        account_limits = self.services.account_limits.get(record.account_id)
+        limits = held_limit_changes(record, body, given, principal.is_operator, account_limits)
         caps = key_cap_changes(record, body.caps, body.caps_uc, principal.is_operator)
         updated = await self.management.update_key(
             record,

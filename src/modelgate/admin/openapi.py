@@ -135,7 +135,8 @@ def openapi_document() -> dict[str, Any]:
             "get": _op("getAccount", "One account", ("200", "Account"), params=[_ACCOUNT_ID]),
             "patch": _op(
                 "renameAccount",
-                "Rename an account or hide its balance from key holders (operator); keys, tokens and usage stay",
+                "Rename an account, hide its balance from key holders or set its rate limits (operator); "
+                "keys, tokens and usage stay",
                 ("200", "Account"),
                 body="AccountRename",
                 params=[_ACCOUNT_ID],

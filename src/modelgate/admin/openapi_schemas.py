@@ -75,6 +75,18 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
             "created_at": _TIME,
             "hide_balance": {"type": "boolean", "description": "GET /v1/key does not show the balance"},
             **_CAPS,
+            "rpm": {
+                "type": ["integer", "null"],
+                "description": "requests per minute of all the account's keys together; null: no limit",
+            },
+            "tpm": {
+                "type": ["integer", "null"],
+                "description": "input + output tokens per rolling minute of all its keys; null: no limit",
+            },
+            "max_concurrency": {
+                "type": ["integer", "null"],
+                "description": "requests in flight at once for all its keys; null: no limit",
+            },
         }
     ),
     "AccountList": _obj(

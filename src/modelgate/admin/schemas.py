@@ -70,6 +70,16 @@ class AccountRename(Body):
         default=None, description=_CAPS_DOC + " All the account's keys together."
     )
     caps_uc: CapsMicro | None = Field(default=None, description="The same in micro-credits.")
+    #: The account's rate limits, shared by all its keys together; ``null`` removes one.
+    rpm: Annotated[int, Field(ge=1, le=MAX_RPM)] | None = Field(
+        default=None, description="Requests per minute of all the account's keys together; null: no limit."
+    )
+    tpm: Annotated[int, Field(ge=1, le=MAX_LIMIT)] | None = Field(
+        default=None, description="Input + output tokens per rolling minute of all its keys; null: no limit."
+    )
+    max_concurrency: Annotated[int, Field(ge=1, le=MAX_LIMIT)] | None = Field(
+        default=None, description="Requests in flight at once for all its keys; null: no limit."
+    )
 
 
 class TopUp(Body):
@@ -198,6 +208,9 @@ def account_view(account: Account) -> dict[str, Any]:
         "created_at": when(account.created_at),
         "hide_balance": account.hide_balance,
         **caps_view(account.window_caps),
+        "rpm": account.rpm,
+        "tpm": account.tpm,
+        "max_concurrency": account.max_concurrency,
     }
 
 

@@ -320,6 +320,20 @@ class AlertMonitor:
                 },
             )
 
+    async def reconfigure(self, config: AlertsConfig) -> None:
+        """A reload's ``[alerts]``: new alerts follow it at once (webhooks, thresholds, levels,
+        windows, intervals); deliveries already under way end as they started. Without webhooks
+        the scan stops, so no alert is claimed that nobody would receive."""
+        self.config = config
+        self.deliverer.reconfigure(config)
+        self.checks.every = config.recheck_seconds
+        self._cap_done.clear()  # a memo of levels: the database's claims still decide
+        if not self.enabled:
+            await cancel_and_wait(self._task)
+            self._task = None
+        elif self._task is None:
+            self.start()
+
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
         self._task = None

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from modelgate.cli import account_limits
 from modelgate.cli.context import (
     ConfigOpt,
     DataDirOpt,
@@ -59,6 +60,9 @@ def account_row(account: Account) -> dict[str, Any]:
         "created": when(account.created_at),
         "hide_balance": account.hide_balance,
         **caps_row(account.window_caps),
+        "rpm": account.rpm if account.rpm is not None else "none",
+        "tpm": account.tpm if account.tpm is not None else "none",
+        "concurrency": account.max_concurrency if account.max_concurrency is not None else "none",
     }
 
 
@@ -105,18 +109,26 @@ def accounts_create(
     credits: Annotated[str, typer.Option("--credits", help="Opening balance in credits.")] = "0",
     cap_by_window: CapOpt = None,
     monthly_cap: AccountMonthlyCapOpt = None,
+    rpm: account_limits.AccountRpmOpt = None,
+    tpm: account_limits.AccountTpmOpt = None,
+    concurrency: account_limits.AccountConcurrencyOpt = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Create an account with an optional opening balance and spend caps (all its keys together)."""
+    """Create an account with an optional opening balance, spend caps and rate limits (all its
+    keys together)."""
     options = Options(config, data_dir, json)
     amount = _credits(credits, "credits")
     caps = _account_caps(cap_by_window, monthly_cap, clearable=False)
+    for flag, value in (("--rpm", rpm), ("--tpm", tpm), ("--concurrency", concurrency)):
+        account_limits.parse(value, flag)  # a bad flag fails before anything is created
 
     async def work(m: Management) -> Account:
         account = await m.create_account(name, amount)
-        return await m.set_account_caps(account, caps) if caps else account
+        if caps:
+            account = await m.set_account_caps(account, caps)
+        return await account_limits.apply(m, account, rpm, tpm, concurrency)
 
     account = with_management(options, work)
     emit_one(
@@ -159,16 +171,24 @@ def accounts_update(
     rename: Annotated[str | None, typer.Option("--name", help="A new name.")] = None,
     cap_by_window: CapOpt = None,
     monthly_cap: AccountMonthlyCapOpt = None,
+    rpm: account_limits.AccountRpmOpt = None,
+    tpm: account_limits.AccountTpmOpt = None,
+    concurrency: account_limits.AccountConcurrencyOpt = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Change an account (NAME or id): its name, whether key holders see its balance, its spend
-    caps (all its keys together)."""
+    caps and rate limits (all its keys together)."""
     options = Options(config, data_dir, json)
     caps = _account_caps(cap_by_window, monthly_cap, clearable=True)
-    if hide_balance is None and rename is None and not caps:
-        fail("give --name, --hide-balance, --show-balance, --cap or --monthly-cap")
+    limits_given = account_limits.given(rpm, tpm, concurrency)
+    if hide_balance is None and rename is None and not caps and not limits_given:
+        fail(
+            "give --name, --hide-balance, --show-balance, --cap, --monthly-cap, --rpm, --tpm or --concurrency"
+        )
+    for flag, value in (("--rpm", rpm), ("--tpm", tpm), ("--concurrency", concurrency)):
+        account_limits.parse(value, flag)
 
     async def work(m: Management) -> Account:
         account = await m.account(name)
@@ -178,11 +198,14 @@ def accounts_update(
             account = await m.set_hide_balance(account, hide_balance)
         if caps:
             account = await m.set_account_caps(account, caps)
-        return account
+        return await account_limits.apply(m, account, rpm, tpm, concurrency)
 
     account = with_management(options, work)
     shown = "hidden from" if account.hide_balance else "shown to"
-    emit_one(options, account_row(account), f"updated account {account.name}; balance {shown} key holders")
+    limits = f"; {account_limits.shown(account)}" if limits_given else ""
+    emit_one(
+        options, account_row(account), f"updated account {account.name}; balance {shown} key holders{limits}"
+    )
 
 
 @accounts_app.command("list")

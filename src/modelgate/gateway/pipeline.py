@@ -18,7 +18,6 @@ import copy
 import functools
 import logging
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import replace
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -45,7 +44,7 @@ from modelgate.gateway.body import read_limited, splice_top_level
 from modelgate.gateway.boundary import refusal_of
 from modelgate.gateway.counting import upstream_count, upstream_counts
 from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
-from modelgate.gateway.exchange import UNMETERED, Admitted, Endpoint, Exchange
+from modelgate.gateway.exchange import Admitted, Endpoint, Exchange
 from modelgate.gateway.observe import AttemptLog, refused, settled
 from modelgate.gateway.output_tokens import attempt_max_tokens, held_default
 from modelgate.gateway.refusals import record_refusal
@@ -180,11 +179,9 @@ async def _serve(services: Services, exchange: Exchange, request: Request) -> Re
     return await serve_admitted(services, admitted, request.receive)
 
 
-async def admit_request(
-    services: Services, exchange: Exchange, key: KeyRecord, raw: bytes, *, rate: bool = True
-) -> Admitted:
+async def admit_request(services: Services, exchange: Exchange, key: KeyRecord, raw: bytes) -> Admitted:
     """``admit``, then (stateful endpoints) the stored state the request refers to resolved."""
-    admitted = await admit(services, exchange, key, raw, rate=rate)
+    admitted = await admit(services, exchange, key, raw)
     state = exchange.endpoint.state
     if state is not None:  # e.g. stored Responses history resolved and expanded
         admitted = await state.admit(services, admitted)
@@ -196,6 +193,9 @@ async def serve_admitted(services: Services, admitted: Admitted, receive: Receiv
     HTTP requests and WebSocket frames. ``receive`` reports the client's disconnect."""
     exchange = admitted.exchange
     if exchange.endpoint.counting:
+        await limit_tickets.take_requests(
+            services, admitted.key, exchange.request_id, exchange.response_headers
+        )
         return await count_tokens(services, admitted)
     with exchange.span("reserve"):
         hold = await reserve(services, admitted)
@@ -258,11 +258,10 @@ def take_large_body_slot(services: Services, exchange: Exchange) -> None:
     exchange.large_body = True
 
 
-async def admit(
-    services: Services, exchange: Exchange, key: KeyRecord, raw: bytes, *, rate: bool = True
-) -> Admitted:
-    """Analyse the body, authorize the model (alias, family, allowed list), validate, then take a
-    rate-limit unit (unless ``rate`` is false: a WebSocket pre-warm, which calls no upstream)."""
+async def admit(services: Services, exchange: Exchange, key: KeyRecord, raw: bytes) -> Admitted:
+    """Analyse the body, authorize the model (alias, family, allowed list) and validate. The rate
+    limits are taken with the hold (``reserve``): a WebSocket pre-warm, which calls no upstream,
+    takes none."""
     facts = await analyse_body(services, exchange, raw)
     codec = exchange.endpoint.codec
     fmt = exchange.endpoint.format
@@ -271,9 +270,8 @@ async def admit(
     exchange.record.model, exchange.record.stream = model.id, stream
     if facts.invalid is not None:
         raise facts.invalid
-    admission = await guards.admit_rate(services, key, exchange.response_headers) if rate else UNMETERED
     client = ClientRequest(codec, facts.body, model.id, facts.request)
-    return Admitted(exchange, key, model, client, raw, facts, stream, admission)
+    return Admitted(exchange, key, model, client, raw, facts, stream)
 
 
 async def analyse_body(services: Services, exchange: Exchange, raw: bytes) -> Facts:
@@ -311,13 +309,9 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
     purpose = Purpose(
         exchange.request_id, key.id, key.account_id, exchange.endpoint.name, model, exchange.started
     )
-    # Checked here, not inside ``take``: a key without these limits pays no call and no await.
-    ticket = (
-        None
-        if key.tpm is None and key.max_concurrency is None
-        else await limit_tickets.take(services, exchange, key, admitted.admission, input_bound, max_tokens)
-    )
-    if ticket is not None and key.tpm is not None and ticket.tokens < input_bound + max_tokens:
+    # Every rate limit of the request in one atomic step, just before the money hold.
+    ticket = await limit_tickets.take(services, exchange, key, input_bound, max_tokens)
+    if ticket.metered and ticket.tokens < input_bound + max_tokens:
         # Less than the worst case was left this minute (at least input + one output token).
         asked = requested if requested is not None else max_tokens
         max_tokens = ticket.tokens - input_bound
@@ -328,24 +322,19 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
             purpose, input_bound=input_bound, max_tokens=max_tokens, web_searches=admitted.facts.web_searches
         )
     except BaseException:
-        if ticket is not None:
-            services.tickets.release(ticket)
+        services.tickets.settle(ticket, 0)  # nothing used; the request unit stays taken
         raise
-    if ticket is not None:
-        if isinstance(outcome, Refusal):
-            services.tickets.release(ticket)
-        else:
-            outcome.on_end = limit_tickets.ender(services, ticket)
     if isinstance(outcome, Refusal):
         # A refused request consumes no rate-limit unit either.
-        admission = admitted.admission
-        await services.rate_limiter.refund(key.id, admission)
-        exchange.response_headers.update(replace(admission, remaining=admission.remaining + 1).headers())
+        services.tickets.refund(ticket)
+        exchange.response_headers.update(limit_tickets.refunded_headers(ticket))
         limit = SPEND_LIMITS.get(outcome.reason)
         if limit is not None:
             exchange.response_headers[hdr.LIMIT] = limit
             services.telemetry.metrics.limit_refused(limit)
         raise billing_refusal(outcome, services.telemetry.metrics)
+    if ticket.holds:
+        outcome.on_end = limit_tickets.ender(services, ticket)
     if outcome.max_tokens < max_tokens:
         asked = requested if requested is not None else max_tokens
         exchange.response_headers[hdr.MAX_TOKENS_CLAMPED] = f"{asked}->{outcome.max_tokens}; reason=credits"

@@ -243,6 +243,7 @@ def admin_table(services: Services) -> list[Route]:
     """The admin API and the dashboard in the one table: their routes, and under each prefix
     every other path (the admin API's 404, the dashboard's missing file)."""
     api = admin.AdminAPI(services)
+    api.sessions.metrics.install(services.telemetry)  # once per gateway: sign-ins in /metrics
     unknown = admin.Route(admin.PREFIX, dict.fromkeys(admin.UNKNOWN_METHODS, admin.unknown))
     missing = admin.Route("/dashboard", dict.fromkeys(("GET", "HEAD"), admin.dashboard_missing))
     return [

@@ -61,6 +61,7 @@ from modelgate.storage.records import (
     NEVER_EXPIRES,
     Account,
     AccountCaps,
+    AccountLimits,
     AdminToken,
     AmountTooLarge,
     Conflict,
@@ -91,6 +92,7 @@ __all__ = [
     "NEVER_EXPIRES",
     "Account",
     "AccountCaps",
+    "AccountLimits",
     "AccountStore",
     "AdminToken",
     "AdminTokenStore",
@@ -175,6 +177,16 @@ class AccountStore(Protocol):
         """Change the account's spend caps by window (None: no such account)."""
         ...
 
+    async def set_account_limits(
+        self, account_id: int, limits: AccountLimits, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        """The account's rate limits, all three at once (None: no such account)."""
+        ...
+
+    async def limited_accounts(self) -> list[Account]:
+        """The accounts with at least one rate limit set (the gateway's account limits view)."""
+        ...
+
 
 class KeyStore(Protocol):
     """API key records (digests only; the secrets are never stored)."""
@@ -205,11 +217,17 @@ class KeyStore(Protocol):
         ...
 
     async def key_page(
-        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+        self,
+        account_id: int | None,
+        *,
+        limit: int,
+        after: tuple[float, str] | None = None,
+        search: str = "",
+        owner: str | None = None,
     ) -> list[KeyRecord]:
         """Up to ``limit`` keys in ``(created_at, id)`` order after ``after``, of one account or all;
         ``search`` (when not empty) keeps those whose name, id or display prefix contains it, in
-        any case."""
+        any case; ``owner`` (a person id) those that person created."""
         ...
 
     async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:

@@ -175,10 +175,16 @@ class PostgresKeys(PostgresRepository):
             return await _audited(conn, _key(row), audit)
 
     async def key_page(
-        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+        self,
+        account_id: int | None,
+        *,
+        limit: int,
+        after: tuple[float, str] | None = None,
+        search: str = "",
+        owner: str | None = None,
     ) -> list[KeyRecord]:
         p = Params(dollar)
-        sql = key_page_sql(account_id, limit, after, search, p)
+        sql = key_page_sql(account_id, limit, after, search, p, owner)
         async with self._conn() as conn:
             found = await conn.fetch(sql, *p.values)
         return [_key(r) for r in found]

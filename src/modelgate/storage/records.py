@@ -54,6 +54,11 @@ class Account:
     cap_week_uc: int | None = None
     monthly_cap_uc: int | None = None
 
+    #: Rate limits of all the account's keys together (None: no such limit; ``limits.key_limits``).
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+
     @property
     def window_caps(self) -> tuple[int | None, int | None, int | None, int | None]:
         """The caps by window: ``5h``, ``day``, ``week``, ``month``."""
@@ -62,6 +67,19 @@ class Account:
     @property
     def available_uc(self) -> int:
         return self.balance_uc - self.reserved_uc
+
+
+@dataclass(frozen=True, slots=True)
+class AccountLimits:
+    """An account's rate limits as stored (None: no such limit)."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+
+
+#: The SQL condition of an account with at least one rate limit set.
+LIMITED = "(rpm IS NOT NULL OR tpm IS NOT NULL OR max_concurrency IS NOT NULL)"
 
 
 @dataclass(frozen=True, slots=True)

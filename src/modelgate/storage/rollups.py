@@ -28,6 +28,7 @@ from modelgate.storage.reports import (
     UsageFilter,
     daily_of,
     facets_of,
+    owned_keys,
     top_keys_of,
 )
 
@@ -65,6 +66,9 @@ def _filtered(where: UsageFilter, p: Params, *, facets: bool = False) -> tuple[s
     """Table and condition of a day-aligned filter (``answers``); ``facets`` leaves out the
     faceted columns, as ``reports.usage_where`` does."""
     table, terms = _scope(where.account_id, where.key_id, p)
+    if where.owner is not None:  # a member's own keys: summed from the per-key rollups
+        table = "usage_rollups"
+        terms.append(owned_keys(where.owner, p))
     if where.since is not None:
         terms.append(f"month >= {p(month_of(where.since))}")
         terms.append(f"day >= {p(_day(where.since))}")

@@ -192,10 +192,16 @@ class SqliteKeys(SqliteRepository):
         return await self._run(op)
 
     async def key_page(
-        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+        self,
+        account_id: int | None,
+        *,
+        limit: int,
+        after: tuple[float, str] | None = None,
+        search: str = "",
+        owner: str | None = None,
     ) -> list[KeyRecord]:
         p = Params(qmark)
-        sql = key_page_sql(account_id, limit, after, search, p)
+        sql = key_page_sql(account_id, limit, after, search, p, owner)
         return await self._read(lambda db: [_key(r) for r in db.execute(sql, p.values).fetchall()])
 
     async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:

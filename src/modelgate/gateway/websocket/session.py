@@ -206,9 +206,7 @@ class Session:
                 )
             if len(prepared.body) > server.offload_body_bytes:
                 pipeline.take_large_body_slot(services, exchange)
-            admitted = await pipeline.admit_request(
-                services, exchange, key, prepared.body, rate=prepared.generate
-            )
+            admitted = await pipeline.admit_request(services, exchange, key, prepared.body)
         if not prepared.generate:  # a pre-warm: nothing generated, held or billed
             return prewarm_reply(admitted, services.clock.time())
         return await pipeline.serve_admitted(services, admitted, self._disconnected)
