@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from modelgate.alerts.delivery import Deliverer
-from modelgate.alerts.monitor import AlertMonitor
+from modelgate.alerts.monitor import AlertMonitor, AlertRepositories
 from modelgate.auth import KeyView
 from modelgate.billing.ledger import Ledger, Settlements
 from modelgate.billing.settle_journal import SettleJournal
@@ -40,10 +40,10 @@ from modelgate.retention import StateSweeper, UsageSweeper
 from modelgate.secret_file import load_secret
 from modelgate.storage import open_store
 from modelgate.storage.audit import AuditStore
-from modelgate.storage.base import AccountStore, AdminTokenStore, KeyStore, LedgerStore, Store, UsageStore
-from modelgate.storage.composed import Database
+from modelgate.storage.base import AccountStore, AdminTokenStore, KeyStore, LedgerStore, UsageStore
 from modelgate.storage.people import PeopleStore
 from modelgate.storage.reports import UsageReports
+from modelgate.storage.repositories import Database
 from modelgate.storage.responses import ResponseStore
 from modelgate.storage.upstream_store import upstream_store
 from modelgate.telemetry import Telemetry
@@ -77,9 +77,7 @@ class Services:
     settings: Settings
     clock: Clock
     catalogue: Catalogue
-    #: Every repository in one object, for the tools that use them all (the CLI, tests); each
-    #: consumer on the request path takes only the narrow repository below that it uses.
-    store: Store
+    #: Each consumer takes only the narrow repository below that it uses.
     #: The database itself: migrations, health, the connection pool.
     database: Database
     accounts: AccountStore
@@ -157,7 +155,6 @@ class Services:
             settings=settings,
             clock=clock,
             catalogue=catalogue,
-            store=store,
             database=store.database,
             accounts=store.accounts,
             key_records=store.keys,
@@ -212,7 +209,7 @@ class Services:
         if self.settings.alerts.webhooks and self.alerts is None:
             self.alerts = AlertMonitor(
                 self.settings.alerts,
-                self.store,
+                AlertRepositories(self.audit, self.accounts, self.key_records, self.ledger_store),
                 self.keys.get,
                 self.clock,
                 Deliverer(self.settings.alerts),

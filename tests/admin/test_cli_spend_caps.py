@@ -53,5 +53,5 @@ def test_key_and_account_caps_by_window(cli_gateway: GatewayServer) -> None:
     ):
         failed = modelgate(cli_gateway, *args, ok=False)
         assert "cap" in failed.stderr, (args, failed.stderr)
-    record = cli_gateway.call(cli_gateway.services.store.get_key(key_id))
+    record = cli_gateway.call(cli_gateway.services.key_records.get_key(key_id))
     assert record is not None and record.window_caps == (None, 3_000_000, None, None)

@@ -145,7 +145,7 @@ def test_other_accounts_ids_are_indistinguishable_from_missing_ids(
     mallory, victim = admin.tenant(), admin.tenant()
     before_key = admin.stored_key(victim.key.record.id)
     before_account = admin.stored_account(victim.account.id)
-    tokens_before = admin.gateway.call(admin.gateway.services.store.count_admin_tokens())
+    tokens_before = admin.gateway.call(admin.gateway.services.tokens.count_admin_tokens())
     keys_before = admin.operator.ok("GET", "/keys")["data"]
 
     tokens_of_victim = admin.operator.ok("GET", f"/tokens?account_id={victim.account.id}")["data"]
@@ -164,7 +164,7 @@ def test_other_accounts_ids_are_indistinguishable_from_missing_ids(
     # Nothing of the victim changed, and its key still works.
     assert admin.stored_key(victim.key.record.id) == before_key
     assert admin.stored_account(victim.account.id) == before_account
-    assert admin.gateway.call(admin.gateway.services.store.count_admin_tokens()) == tokens_before
+    assert admin.gateway.call(admin.gateway.services.tokens.count_admin_tokens()) == tokens_before
     assert admin.operator.ok("GET", "/keys")["data"] == keys_before
     assert admin.chat(victim.key.secret).status_code == 200
     assert admin.operator.ok("GET", f"/tokens?account_id={victim.account.id}")["data"] == tokens_of_victim

@@ -131,4 +131,4 @@ def test_every_hostile_caps_body_of_the_fuzz_suite_is_a_4xx_that_changes_nothing
         response = admin.operator.request(method, path, body)
         assert 400 <= response.status_code < 500, (method, path, body, response.text)
     assert admin.stored_account(tenant.account.id) == before
-    assert len(admin.gateway.call(admin.gateway.services.store.list_keys(tenant.account.id))) == 1
+    assert len(admin.gateway.call(admin.gateway.services.key_records.list_keys(tenant.account.id))) == 1

@@ -20,6 +20,7 @@ from tests.fakes.webhook_receiver import Receiver, webhook_receiver
 from tests.gateway_server import GatewayServer, make_settings
 from tests.polling import wait_until
 from tests.secret_scan import SCANNER
+from tests.whole_store import whole_store
 
 SECRET = "whsec-" + "k" * 32
 SCANNER.register(SECRET)  # never in a log line or on the metrics page
@@ -107,7 +108,7 @@ def _settled(gateways: tuple[GatewayServer, ...]) -> bool:
 def _cost_of_one(gateway: GatewayServer, account: Account) -> int:
     probe = gateway.key(account, "Basic", name="probe", rpm=100_000)
     assert _burst((gateway,), probe.secret, 1) == [200]
-    spent, _ = gateway.call(gateway.services.store.month_spend(probe.record.id, _month(gateway)))
+    spent, _ = gateway.call(gateway.services.ledger_store.month_spend(probe.record.id, _month(gateway)))
     assert spent > 0
     return spent
 
@@ -141,7 +142,7 @@ def test_cap_levels_alert_exactly_once_under_500_concurrent_requests_on_two_inst
     for _ in range(5):
         statuses = _burst(pair, key.secret, CONCURRENT)
         assert 402 in statuses and set(statuses) <= {200, 402}
-        spent, _held = first.call(first.services.store.month_spend(key.record.id, _month(first)))
+        spent, _held = first.call(first.services.ledger_store.month_spend(key.record.id, _month(first)))
         if spent * 100 >= cap * 80:
             break
     assert spent * 100 >= cap * 80 and spent <= cap, (spent, cap)
@@ -166,7 +167,7 @@ def _spend_below(
     pair: tuple[GatewayServer, GatewayServer], secret: str, account_id: int, threshold: int
 ) -> None:
     """Bursts of 300 concurrent requests until the settled balance is below ``threshold``."""
-    store = pair[0].services.store
+    store = whole_store(pair[0].services)
     for _ in range(20):
         statuses = _burst(pair, secret, 300)
         assert 200 in statuses and set(statuses) <= {200, 402}

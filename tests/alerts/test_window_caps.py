@@ -24,7 +24,7 @@ def test_key_and_account_windows_alert_once_per_level_and_period(
     account = first.account("windows", 10_000)
     cost = _cost_of_one(first, account)
     key = first.key(account, "Basic", name="daily", rpm=100_000, caps={"day": cost * 30})
-    first.call(first.services.store.set_account_caps(account.id, AccountCaps(cap_week_uc=cost * 60)))
+    first.call(first.services.accounts.set_account_caps(account.id, AccountCaps(cap_week_uc=cost * 60)))
     second.refresh_keys()
     wait_until(
         lambda: all(account.id in g.services.alerts.account_caps for g in pair),  # type: ignore[union-attr]
@@ -34,7 +34,7 @@ def test_key_and_account_windows_alert_once_per_level_and_period(
     for _ in range(20):
         statuses = _burst(pair, key.secret, 200)
         assert set(statuses) <= {200, 402}
-        use = first.call(first.services.store.window_use(key_subject(key.record.id), "day", now))
+        use = first.call(first.services.ledger_store.window_use(key_subject(key.record.id), "day", now))
         if 402 in statuses and use.spent_uc * 100 >= cost * 30 * 80:
             break
     wait_until(lambda: len(receiver.events("cap.threshold")) >= 2, "the key's day levels delivered")
@@ -48,7 +48,7 @@ def test_key_and_account_windows_alert_once_per_level_and_period(
     second.refresh_keys()
     for _ in range(20):
         statuses = _burst(pair, other.secret, 200)
-        week = first.call(first.services.store.window_use(account_subject(account.id), "week", now))
+        week = first.call(first.services.ledger_store.window_use(account_subject(account.id), "week", now))
         if 402 in statuses and week.spent_uc * 100 >= cost * 60 * 80:
             break
     wait_until(

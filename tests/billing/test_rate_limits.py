@@ -33,7 +33,7 @@ def test_sixty_per_minute_under_tenfold_load_for_three_simulated_minutes(tmp_pat
     with running_gateway(tmp_path / "data", clock=clock) as gateway:
         account = gateway.account("acme", credits=100)
         issued = gateway.key(account, "Basic", rpm=60)
-        before = gateway.call(gateway.services.store.get_account(account.id))
+        before = gateway.call(gateway.services.accounts.get_account(account.id))
         admitted: list[float] = []
         refused: list[tuple[float, Seen]] = []
 
@@ -79,7 +79,7 @@ def test_sixty_per_minute_under_tenfold_load_for_three_simulated_minutes(tmp_pat
         refusals = [r for r in every if r.status != "ok"]
         assert {r.status for r in refusals} == {"refused_429"} and len(refusals) == len(refused)
         assert sum(r.charged_uc for r in refusals) == 0
-        after = gateway.call(gateway.services.store.get_account(account.id))
+        after = gateway.call(gateway.services.accounts.get_account(account.id))
         assert before is not None and after is not None
         assert before.balance_uc - after.balance_uc == sum(r.charged_uc for r in records)
 

@@ -20,6 +20,7 @@ from modelgate.storage.base import AccountCaps
 from modelgate.storage.spend_windows import Window, account_subject, key_subject
 from tests.billing.helpers import body_for, error_shape_ok, headers_for, records_of, send
 from tests.gateway_server import GatewayServer, running_gateway
+from tests.whole_store import whole_store
 
 IN_FLIGHT = 100
 CODES = {"cap_5h": "cap_5h_reached", "cap_day": "cap_day_reached", "cap_week": "cap_week_reached"}
@@ -81,7 +82,7 @@ def test_each_window_refuses_with_its_code_and_header_in_every_format(
 ) -> None:
     account = gateway.account(f"refused-{window}-{fmt}")
     if window == "cap_week":  # an account's cap binds its keys
-        gateway.call(gateway.services.store.set_account_caps(account.id, AccountCaps(cap_week_uc=300)))
+        gateway.call(gateway.services.accounts.set_account_caps(account.id, AccountCaps(cap_week_uc=300)))
         issued = gateway.key(account, "Pro")
     else:
         issued = gateway.key(account, "Pro", caps={window.removeprefix("cap_"): 300})
@@ -118,7 +119,7 @@ def test_max_tokens_is_clamped_by_the_tightest_window(gateway: GatewayServer) ->
 
 def test_get_v1_key_shows_every_window(gateway: GatewayServer) -> None:
     account = gateway.account("shown")
-    gateway.call(gateway.services.store.set_account_caps(account.id, AccountCaps(cap_day_uc=50_000_000)))
+    gateway.call(gateway.services.accounts.set_account_caps(account.id, AccountCaps(cap_day_uc=50_000_000)))
     issued = gateway.key(
         account, "Pro", monthly_cap_uc=90_000_000, caps={"5h": 20_000_000, "week": 70_000_000}
     )
@@ -163,7 +164,7 @@ async def _race(gateway: GatewayServer, plan: list[tuple[str, str, bool]]) -> li
 
 def test_concurrent_requests_never_exceed_any_window(gateway: GatewayServer) -> None:
     account = gateway.account("race", credits=1000)
-    store = gateway.services.store
+    store = whole_store(gateway.services)
     gateway.call(store.set_account_caps(account.id, AccountCaps(cap_week_uc=400_000)))
     five_hours = gateway.key(account, "Pro", rpm=100_000, caps={"5h": 150_000})
     daily = gateway.key(account, "Pro", rpm=100_000, caps={"day": 200_000})

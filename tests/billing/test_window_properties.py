@@ -26,7 +26,6 @@ from hypothesis.stateful import (
 )
 
 from modelgate.clock import month_of
-from modelgate.storage import open_store
 from modelgate.storage.base import (
     AccountCaps,
     NewKey,
@@ -37,8 +36,8 @@ from modelgate.storage.base import (
     UsageRecord,
 )
 from modelgate.storage.spend_windows import Window, account_subject, first_counted, key_subject, period_start
-from modelgate.storage.sqlite import SqliteStore
 from tests.storage.engines import create_database, database_url, drop_database
+from tests.whole_store import SqliteStore, open_store
 
 T = TypeVar("T")
 #: Sunday 2026-03-01 20:00 UTC: a midnight and a Monday a few steps away.

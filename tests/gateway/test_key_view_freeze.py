@@ -14,7 +14,7 @@ import asyncio, gc, sys
 from pathlib import Path
 from modelgate.auth import KeyView
 from modelgate.keys import Digester
-from modelgate.storage.sqlite import SqliteStore
+from tests.whole_store import SqliteStore
 from tests.gateway.test_key_view_scale import write_keys
 
 async def main(folder: Path, keys: int, freeze_at: int, later: int) -> None:

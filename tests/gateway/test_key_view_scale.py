@@ -15,9 +15,9 @@ import httpx
 
 from modelgate.auth import SLICE_KEYS, KeyView
 from modelgate.keys import Digester
-from modelgate.storage.sqlite import SqliteStore
 from tests.gateway_server import running_gateway
 from tests.polling import wait_until
+from tests.whole_store import SqliteStore
 
 MANY = 20_000
 #: A created or revoked key is honoured within this (issue #34's budget at a million keys).
@@ -79,7 +79,7 @@ def test_keys_created_and_revoked_are_honoured_within_a_second_with_many_keys(tm
 
                 revoked_at = time.monotonic()
                 gateway.call(
-                    gateway.services.store.revoke_key(doomed.record.id, gateway.services.clock.time())
+                    gateway.services.key_records.revoke_key(doomed.record.id, gateway.services.clock.time())
                 )
                 wait_until(
                     lambda: chat(client, doomed.secret) == 401, "the revoked key being refused", interval=0.02

@@ -67,7 +67,7 @@ def _records(
     gateway: GatewayServer, *, key_id: str | None = None, account_id: int | None = None
 ) -> list[Any]:
     month = month_of(gateway.services.clock.time())
-    store = gateway.services.store
+    store = gateway.services.usage
     return list(gateway.call(store.usage_records(month, key_id=key_id, account_id=account_id, limit=100_000)))
 
 

@@ -12,6 +12,7 @@ from modelgate.clock import month_of
 from modelgate.gateway import headers as hdr
 from tests.multi.conftest import NOW, Cluster, post_chat, run
 from tests.storage.rollup_scan import postgres_rollups_and_scan
+from tests.whole_store import whole_store
 
 REQUESTS = 300
 IN_FLIGHT = 100
@@ -87,7 +88,7 @@ def test_cap_and_shared_balance_races_across_three_instances(make_cluster: Any) 
         def on(index: int, method: str, *args: Any, **kwargs: Any) -> Any:
             """Ask instance ``index``'s own store (each store lives on its instance's loop)."""
             server = cluster[index]
-            return server.call(getattr(server.services.store, method)(*args, **kwargs))
+            return server.call(getattr(whole_store(server.services), method)(*args, **kwargs))
 
         for index in range(3):  # the refusals' records, written after their answers
             cluster[index].call(cluster[index].services.settlements.drain())

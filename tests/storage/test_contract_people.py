@@ -6,14 +6,14 @@ import pytest
 
 from modelgate.storage.audit import AuditDraft, AuditFilter, Subject
 from modelgate.storage.base import Store
-from modelgate.storage.composed import ComposedStore
 from modelgate.storage.people import Invite, Member, PeopleStore
+from tests.whole_store import WholeStore
 
 ISSUER = "https://idp.example.com"
 
 
 def people_of(store: Store) -> PeopleStore:
-    assert isinstance(store, ComposedStore)
+    assert isinstance(store, WholeStore)
     return store.people
 
 

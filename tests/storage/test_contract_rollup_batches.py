@@ -14,11 +14,10 @@ import pytest
 
 from modelgate.clock import month_of
 from modelgate.storage.base import Conflict, KeyRecord, Store
-from modelgate.storage.postgres import PostgresStore
-from modelgate.storage.sqlite import SqliteStore
 from tests.storage.conftest import StoreFactory
 from tests.storage.rollup_scan import postgres_rollups_and_scan, sqlite_rollups_and_scan
 from tests.storage.test_contract import hold, new_key, setup_key, usage_of
+from tests.whole_store import PostgresStore, SqliteStore
 
 DAY = 86_400.0
 #: Mid-month: a day is in one month (SQLite rounds to milliseconds before it takes the day,

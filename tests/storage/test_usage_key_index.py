@@ -11,10 +11,9 @@ from pathlib import Path
 import asyncpg
 
 from modelgate.storage import reports
-from modelgate.storage.postgres import PostgresStore
 from modelgate.storage.reports import Params, UsageCursor, UsageFilter, dollar, qmark
-from modelgate.storage.sqlite import SqliteStore
 from tests.storage.engines import fresh_database
+from tests.whole_store import PostgresStore, SqliteStore
 
 KEY_PAGE = UsageFilter(key_id="key_busy")
 AFTER = UsageCursor(1_700_000_000.5, "req_x")

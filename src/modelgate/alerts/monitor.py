@@ -19,7 +19,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from modelgate.alerts.checks import Checks
 from modelgate.alerts.config import AlertsConfig, Event
@@ -44,8 +44,15 @@ REVOKED_NEWS_SECONDS = 120.0
 UpstreamStatus = Callable[[], Iterable[tuple[str, float, int]]]
 
 
-class AlertStore(AuditStore, AccountStore, KeyStore, LedgerStore, Protocol):
-    """The repositories the monitor reads (``storage.composed.ComposedStore`` is all of them)."""
+@dataclass(frozen=True, slots=True)
+class AlertRepositories:
+    """The repositories the monitor reads: alert claims and the ledger's history (``audit``),
+    balances and thresholds (``accounts``), key changes (``keys``), spend per key (``ledger``)."""
+
+    audit: AuditStore
+    accounts: AccountStore
+    keys: KeyStore
+    ledger: LedgerStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +68,7 @@ class AlertMonitor:
     def __init__(
         self,
         config: AlertsConfig,
-        store: AlertStore,
+        store: AlertRepositories,
         key_of: Callable[[str], KeyRecord | None],
         clock: Clock,
         deliverer: Deliverer,
@@ -160,13 +167,13 @@ class AlertMonitor:
 
     async def _claim_and_send(self, event: Event, subject: str, window: str, figures: dict[str, Any]) -> bool:
         now = self.clock.time()
-        if not await self.store.claim_alert(event, subject, window, now):
+        if not await self.store.audit.claim_alert(event, subject, window, now):
             return False
         self.deliverer.send(Alert(event, subject, window, now, figures))
         return True
 
     async def _check_balance(self, account_id: int) -> None:
-        account = await self.store.get_account(account_id)
+        account = await self.store.accounts.get_account(account_id)
         if account is None:
             return
         threshold = (
@@ -176,7 +183,7 @@ class AlertMonitor:
             self.thresholds[account_id] = account.low_balance_uc
         if threshold is None or account.balance_uc >= threshold:
             return
-        latest = await self.store.ledger_page(account_id, limit=1)
+        latest = await self.store.audit.ledger_page(account_id, limit=1)
         window = f"ledger:{latest[0].id if latest else 0}:threshold:{threshold}"
         if self._balance_window.get(account_id) == window:
             return
@@ -197,7 +204,7 @@ class AlertMonitor:
         self._balance_window[account_id] = window
 
     async def _check_cap(self, key_id: str, account_id: int, limit: SpendLimit, exhausted: bool) -> None:
-        spent, held = await self.store.month_spend(key_id, limit.period)
+        spent, held = await self.store.ledger.month_spend(key_id, limit.period)
         if len(self._cap_done) > MEMO_LIMIT:  # a memo only: the claims in the database decide
             self._cap_done.clear()
         done = self._cap_done.setdefault((key_id, limit.window, limit.period, limit.limit_uc), set())
@@ -227,7 +234,7 @@ class AlertMonitor:
     async def _check_windows(self, key_id: str, account_id: int, refused: Window | None) -> None:
         key = self.key_of(key_id)
         await check_windows(
-            self.store,
+            self.store.ledger,
             self._claim_and_send,
             key_id,
             account_id,
@@ -254,12 +261,12 @@ class AlertMonitor:
 
     async def scan(self) -> None:
         await self._scan_upstreams()
-        accounts = await self.store.list_accounts()
+        accounts = await self.store.accounts.list_accounts()
         self.thresholds = {a.id: a.low_balance_uc for a in accounts if a.low_balance_uc is not None}
         self.account_caps = {
             a.id: a.window_caps for a in accounts if any(c is not None for c in a.window_caps)
         }
-        changed = await self.store.keys_changed_since(self._key_version)
+        changed = await self.store.keys.keys_changed_since(self._key_version)
         now = self.clock.time()
         for record in changed:
             self._key_version = max(self._key_version, record.version)

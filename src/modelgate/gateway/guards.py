@@ -5,9 +5,8 @@ the key, ``limit_tickets.take_requests``; a model call takes all its limits at o
 hold instead) → the handler. One implementation of each, used by the model pipeline
 (``gateway.pipeline``), the stored-state endpoints (``gateway.state.http``) and the model list
 (``gateway.models``); a refusal is a ``GatewayError`` raised to the route table's one boundary
-(``server.app``), which renders it in the route's wire format. The model routes' refusals are
-rendered by ``pipeline.run`` in their endpoint's format, because it records each with its usage
-and metrics before the answer leaves.
+(``server.app``), which renders it in the route's wire format. The model routes' refusals reach
+it the same way, once ``pipeline.run`` has recorded each with its usage and metrics.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ lifecycle rule of a request: once money is held, the hold ends exactly once (``H
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import logging
 from collections.abc import Callable, Coroutine, Mapping
@@ -48,7 +49,7 @@ from modelgate.gateway.observe import AttemptLog, refused, settled
 from modelgate.gateway.output_tokens import attempt_max_tokens, held_default
 from modelgate.gateway.refusals import record_refusal
 from modelgate.gateway.relay import StreamResponse, relay_whole
-from modelgate.gateway.replies import error_reply, json_reply
+from modelgate.gateway.replies import json_reply
 from modelgate.gateway.streams import estimate_input, open_stream
 from modelgate.gateway.translate import Built, HostedToolPolicy, build_body, choose_dialect
 from modelgate.services import Services
@@ -95,28 +96,24 @@ def open_exchange(
 
 
 async def run(services: Services, exchange: Exchange, work: Coroutine[Any, Any, Response]) -> Response:
-    """Run ``work`` (the request's steps) as one request: it holds an in-flight slot, and every
-    way it ends is an answer in the endpoint's wire format (a stream finishes when it ends). The
-    one place the request path turns storage failures into 503s and surprises into 500s."""
+    """Run ``work`` (the request's steps) as one request holding an in-flight slot: it ends in an
+    answer (a stream when it ends) or a refusal, recorded here and raised with the request's
+    headers for the boundary (``server.app``'s, the WebSocket session's) to render."""
     early = guards.admission_refusal(services)
     if early is not None:
         work.close()  # never started
-        refusal = render_error(exchange, early)
-        finish_exchange(services, exchange, refusal, slot=False)
-        return refusal
+        raise refusal(services, exchange, early, slot=False) from None
     response: Response
     try:
         response = await work
     except errors.GatewayError as error:
-        response = render_error(exchange, error)
-        record_refusal(services, exchange.record, exchange.started, response.status_code)
+        raise refusal(services, exchange, error, usage=True) from None
     except ClientDisconnect:  # gone while sending its body: nothing reserved, nobody to answer
         response = client_gone(exchange)
     except Exception as exc:
         # A storage failure (a reservation made before it is released by the sweeper once it
-        # expires) or a surprise: the refusal it is (``gateway.boundary``), rendered here because
-        # the exchange records its answer before it leaves.
-        response = render_error(exchange, refusal_of(exc))
+        # expires) or a surprise: the refusal it is (``gateway.boundary``).
+        raise refusal(services, exchange, refusal_of(exc)) from None
     except BaseException:  # cancelled (the server's shutdown gave up on it): still give back its slots
         finish_exchange(services, exchange, None)
         raise
@@ -125,8 +122,36 @@ async def run(services: Services, exchange: Exchange, work: Coroutine[Any, Any, 
     return response
 
 
+def refusal(
+    services: Services,
+    exchange: Exchange,
+    error: errors.GatewayError,
+    *,
+    slot: bool = True,
+    usage: bool = False,
+) -> errors.GatewayError:
+    """The request ends refused: recorded from ``error`` (with ``usage``, its usage record where one
+    belongs) and finished; returned with the request's headers, for the boundary to render."""
+    status = exchange.endpoint.codec.http_status(error)
+    refused(exchange.record, error, status)
+    if usage:
+        record_refusal(services, exchange.record, exchange.started, status)
+    finish_exchange(services, exchange, error, slot=slot)
+    headers = exchange.reply_headers()
+    if not exchange.body_read:  # close instead of reading (or keeping) what the client still sends
+        headers["connection"] = "close"
+    # A copy: a refusal raised twice (a shared instance) must not carry this request's headers.
+    answer = copy.copy(error)
+    answer.headers = {**headers, **error.headers}
+    return answer
+
+
 def finish_exchange(
-    services: Services, exchange: Exchange, response: Response | None, *, slot: bool = True
+    services: Services,
+    exchange: Exchange,
+    response: Response | errors.GatewayError | None,
+    *,
+    slot: bool = True,
 ) -> None:
     """The request is over: give back what it held in this instance (its in-flight and
     large-body slots), then count, log and close its trace."""
@@ -138,7 +163,7 @@ def finish_exchange(
     record = exchange.record
     if response is None:  # cancelled before an answer existed
         record.outcome = "cancelled"
-    elif not record.status:
+    elif not record.status and isinstance(response, Response):  # a refusal's is recorded already
         record.status = response.status_code
     services.telemetry.finish(record)
     if exchange.trace is not None:
@@ -561,14 +586,3 @@ async def _count(services: Services, admitted: Admitted, router: Router, model_i
 
     observer = AttemptLog(services.telemetry.metrics, exchange.record, exchange.trace)
     return await upstream_count(router, model_id, build, exchange.headers, observer)
-
-
-def render_error(exchange: Exchange, error: errors.GatewayError) -> Response:
-    headers = exchange.reply_headers()
-    if not exchange.body_read:
-        # Refused before its body was read: close the connection instead of reading (or
-        # keeping) what the client is still sending.
-        headers["connection"] = "close"
-    response = error_reply(exchange.endpoint.codec, error, headers)
-    refused(exchange.record, error, response.status_code)
-    return response

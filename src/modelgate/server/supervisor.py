@@ -321,9 +321,9 @@ def _describe_exit(code: int | None) -> str:
 async def _migrate(settings: Settings) -> None:
     store = open_store(settings.resolved_database_url, pool_size=settings.database_pool_size)
     try:
-        await store.migrate()
+        await store.database.migrate()
     finally:
-        await store.close()
+        await store.database.close()
 
 
 def _run_loop(main: Coroutine[Any, Any, int]) -> int:

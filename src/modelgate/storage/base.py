@@ -5,8 +5,9 @@ Each narrow protocol (``AccountStore``, ``KeyStore``, ``AdminTokenStore``, ``Led
 ``UsageStore``, ``UsageReports`` in ``storage.reports`` and ``ResponseStore`` in
 ``storage.responses``) is one repository per engine, composed over that engine's database object
 (``storage.sqlite_database``, ``storage.postgres_database``). Consumers take the repository they
-use from ``Services``; ``Store`` is all of them in one object (``storage.composed``), picked from
-the database URL by ``storage.open_store``. Money is integer micro-credits (µc) everywhere.
+use from ``Services``; ``storage.open_store`` builds them for the engine of the database URL
+(``storage.repositories``). ``Store`` is the sum of the protocols, the type of the whole-store test
+helper the contract suite runs against. Money is integer micro-credits (µc) everywhere.
 
 Ledger invariants (checked by the contract and property tests):
 - ``account.balance_uc >= account.reserved_uc >= 0``: a reservation never spends money that is
