@@ -31,7 +31,7 @@ from bench import load as lg
 from bench import modes
 from bench.procs import backends, cpu_ns, tree
 from bench.run import MARKER, Upstream
-from bench.targets import GATEWAY_CORE, ROOT, Target, start_modelgate
+from bench.targets import GATEWAY_CORE, KEY_LIMITS, ROOT, Target, start_modelgate
 
 
 @contextlib.contextmanager
@@ -59,18 +59,27 @@ class Side:
 
 
 async def start_side(
-    source: Path | None, upstream_port: int, workdir: Path, store: str, pool: int = 1
+    source: Path | None, upstream_port: int, workdir: Path, store: str, pool: int = 1, limits: str = "rpm"
 ) -> Side:
     """A gateway running the code under ``source`` (None: this tree) on ``store``."""
     if store == "sqlite":
-        return Side(await asyncio.to_thread(start_from, source, upstream_port, workdir, pool=pool))
+        return Side(
+            await asyncio.to_thread(start_from, source, upstream_port, workdir, pool=pool, limits=limits)
+        )
     admin_url, redis_url = modes.service_urls()
     database_url = await modes.create_database(admin_url)
     services = await modes.service_pids(database_url, redis_url)
     for pid in services.values():
         modes.pin_tree(pid, modes.SERVICE_CORE)
     target = await asyncio.to_thread(
-        start_from, source, upstream_port, workdir, database_url=database_url, redis_url=redis_url, pool=pool
+        start_from,
+        source,
+        upstream_port,
+        workdir,
+        database_url=database_url,
+        redis_url=redis_url,
+        pool=pool,
+        limits=limits,
     )
     return Side(target, (services["postgresql"], urlsplit(database_url).path.lstrip("/")))
 
@@ -83,6 +92,7 @@ def start_from(
     database_url: str | None = None,
     redis_url: str | None = None,
     pool: int = 1,
+    limits: str = "rpm",
 ) -> Target:
     """A gateway running the code under ``source`` (None: this tree)."""
     workdir.mkdir(parents=True)
@@ -91,7 +101,7 @@ def start_from(
         os.environ["PYTHONPATH"] = str(source)
     try:
         return start_modelgate(
-            upstream_port, workdir, database_url=database_url, redis_url=redis_url, pool=pool
+            upstream_port, workdir, database_url=database_url, redis_url=redis_url, pool=pool, limits=limits
         )
     finally:
         if saved is None:
@@ -159,9 +169,11 @@ async def main_async(args: argparse.Namespace) -> None:
         upstream = Upstream(work)
         started: list[Side] = []
         try:
-            ref_target = await start_side(ref_tree / "src", upstream.port, work / "a", args.store, args.pool)
+            ref_target = await start_side(
+                ref_tree / "src", upstream.port, work / "a", args.store, args.pool, args.limits
+            )
             started.append(ref_target)
-            ours = await start_side(this_tree, upstream.port, work / "b", args.store, args.pool)
+            ours = await start_side(this_tree, upstream.port, work / "b", args.store, args.pool, args.limits)
             started.append(ours)
             rows = await compare(ref_target, ours, upstream, args)
         finally:
@@ -187,6 +199,12 @@ def main() -> None:
         choices=range(1, 9),
         metavar="N",
         help="N credentials per provider (1-8): session affinity keys and pins every request",
+    )
+    parser.add_argument(
+        "--limits",
+        choices=sorted(KEY_LIMITS),
+        default="rpm",
+        help="the bench keys' limits (never reached): rpm, rpm-month, all (tpm, concurrency, the account's)",
     )
     parser.add_argument(
         "--store",

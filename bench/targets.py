@@ -140,6 +140,28 @@ def _cli(args: list[str], config: Path, data_dir: Path) -> dict[str, object]:
     return answer
 
 
+#: ``--limits`` of the benches: the bench keys' limits, none of them ever reached (what is measured
+#: is what checking them costs). ``rpm``: requests per minute only; ``rpm-month``: with a monthly
+#: cap; ``all``: with tokens per minute and requests in flight too, and the account's limits.
+KEY_LIMITS = {
+    "rpm": ["--rpm", "100000000"],
+    "rpm-month": ["--rpm", "100000000", "--monthly-cap", "1000000000"],
+    "all": [
+        *("--rpm", "100000000", "--monthly-cap", "1000000000"),
+        *("--tpm", "2000000000", "--concurrency", "100000"),
+    ],
+}
+ACCOUNT_LIMITS = ["--rpm", "100000000", "--tpm", "2000000000", "--concurrency", "100000"]
+
+
+def _cli_if_known(args: list[str], config: Path, data_dir: Path) -> None:
+    """``_cli`` for a command the tree under test may not have (then said, and skipped)."""
+    cmd = [sys.executable, "-m", "modelgate", *args, "--config", str(config), "--data-dir", str(data_dir)]
+    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, check=False)
+    if done.returncode:
+        print(f"bench: `modelgate {' '.join(args)}` is not known to this tree; skipped")
+
+
 def start_modelgate(
     upstream_port: int,
     workdir: Path,
@@ -150,11 +172,12 @@ def start_modelgate(
     database_url: str | None = None,
     redis_url: str | None = None,
     pool: int = 1,
+    limits: str = "rpm",
 ) -> Target:
     """The gateway with ``workers`` serving processes pinned to ``cores``; SQLite in a temp data
     dir unless ``database_url`` (then ``redis_url`` shares the rate-limit windows). ``pool`` > 1:
     each provider has that many credentials (the same key under several names), so session
-    affinity keys and pins every request."""
+    affinity keys and pins every request. ``limits``: what the bench keys carry (``KEY_LIMITS``)."""
     port = free_port()
     data_dir = workdir / f"{name}-data"
     config = workdir / f"{name}.toml"
@@ -178,9 +201,11 @@ def start_modelgate(
     keys = {}
     for family, group in (("aria", "Pro"), ("nova", "Nova")):
         issued = _cli(
-            ["keys", "create", "--account", "bench", "--group", group, "--rpm", "100000000"], config, data_dir
+            ["keys", "create", "--account", "bench", "--group", group, *KEY_LIMITS[limits]], config, data_dir
         )
         keys[family] = str(issued["secret"])
+    if limits == "all":  # the account's too, where the tree has them (a tree without: key limits only)
+        _cli_if_known(["accounts", "update", "bench", *ACCOUNT_LIMITS], config, data_dir)
     cmd = [sys.executable, "-m", "modelgate", "serve", "--config", str(config)]
     cmd += ["--data-dir", str(data_dir), "--no-bootstrap"]
     proc = Proc(name, pinned(cmd, cores), env=_env(), log=workdir / f"{name}.log")
@@ -188,6 +213,17 @@ def start_modelgate(
     if workers > 1:
         proc.wait_workers(f"http://127.0.0.1:{port}/health", workers, 60)
     return Target(name, proc, port, endpoints(keys))
+
+
+def restart_modelgate(target: Target, workdir: Path) -> Target:
+    """A stopped single-process gateway of ``start_modelgate`` started again on its own data."""
+    config, data_dir = workdir / f"{target.name}.toml", workdir / f"{target.name}-data"
+    cmd = [sys.executable, "-m", "modelgate", "serve", "--config", str(config)]
+    cmd += ["--data-dir", str(data_dir), "--no-bootstrap"]
+    log = workdir / f"{target.name}-restarted.log"
+    proc = Proc(target.name, pinned(cmd, GATEWAY_CORE), env=_env(), log=log)
+    proc.wait_http(f"http://127.0.0.1:{target.port}/healthz", 120)
+    return Target(target.name, proc, target.port, target.endpoints)
 
 
 # --- LiteLLM -------------------------------------------------------------------------------------

@@ -35,8 +35,8 @@ PAGE_KEYS = 2000
 #: Key records applied to the view between two yields to the event loop (each is a few
 #: dictionary updates: a slice is well under a millisecond).
 SLICE_KEYS = 250
-#: From this many keys loaded at start, the process's objects are frozen out of the cyclic
-#: garbage collector (``KeyView.start``).
+#: Each time the view has grown by this many keys (at start, or later by polls), the process's
+#: objects are frozen out of the cyclic garbage collector (``KeyView._freeze_if_grown``).
 FREEZE_AT_START_KEYS = 10_000
 
 _SEND_GATEWAY_KEY = (
@@ -69,6 +69,10 @@ class KeyView:
         #: compiled once per key version, never per request.
         self._networks: dict[str, tuple[int, Networks]] = {}
         self._version = 0
+        #: Keys in the view when its objects were last frozen out of the collector.
+        self._frozen_keys = 0
+        #: Growth (in keys) that freezes them again; 0 never does.
+        self._freeze_step = 0
         self._task: asyncio.Task[None] | None = None
         #: ``time.monotonic()`` of the last successful poll of the database (metrics: the age
         #: of what this view serves).
@@ -144,6 +148,22 @@ class KeyView:
                 break
             await asyncio.sleep(0)
         self.refreshed_at = time.monotonic()
+        self._freeze_if_grown()
+
+    def _freeze_if_grown(self) -> None:
+        """Move every object alive out of the cyclic collector's care once the view has grown by
+        ``_freeze_step`` keys since the last time (``gc.freeze``).
+
+        Each key is a few objects the collector tracks: 100,000 keys add about 27 ms to every full
+        collection (a million, about 0.3 s), paid by whatever request runs then. Frozen, they are
+        never traversed again, and a key replaced later is still freed by its reference count.
+        At start nothing else is alive yet; later (keys bulk-created while serving) the objects of
+        requests in flight are frozen too: those are freed by their reference counts as well, and
+        only garbage in reference cycles among them stays, once per ``_freeze_step`` new keys.
+        """
+        if self._freeze_step and len(self._by_id) - self._frozen_keys >= self._freeze_step:
+            gc.freeze()
+            self._frozen_keys = len(self._by_id)
 
     def apply(self, record: KeyRecord) -> None:
         """Take a change this process made without waiting for the next poll, and announce it.
@@ -156,14 +176,8 @@ class KeyView:
             self.on_local_change(record)
 
     async def start(self, interval: float, freeze_at: int = FREEZE_AT_START_KEYS) -> None:
+        self._freeze_step = freeze_at
         await self.refresh()
-        if len(self._by_id) >= freeze_at:
-            # Each key is a few objects the cyclic collector tracks: 100,000 keys add about 27 ms
-            # to every full collection (a million, about 0.3 s), paid by whatever request runs
-            # then. Loaded at start, before any request exists, everything alive is moved out of
-            # the collector's care (gc.freeze): nothing in flight is caught, and a key replaced
-            # later is still freed by its reference count.
-            gc.freeze()
         self._task = asyncio.create_task(self._poll(interval), name="modelgate-key-refresh")
 
     async def _poll(self, interval: float) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 import orjson
 from redis.exceptions import RedisError
 
-from modelgate.limits.redis_rpm import redis_client
+from modelgate.limits.redis_tickets import redis_client
 from modelgate.periodic import cancel_and_wait
 from modelgate.storage.base import KeyRecord
 

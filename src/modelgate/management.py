@@ -6,15 +6,12 @@ records; secrets are returned only by the calls that create them (shown once).
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
 
-from modelgate.addresses import AddressError, parse_networks
 from modelgate.audit import describe
 from modelgate.audit.actor import draft
-from modelgate.catalogue import Catalogue, credits_to_micro
+from modelgate.catalogue import Catalogue
 from modelgate.clock import Clock
 from modelgate.keys import (
     Digester,
@@ -25,10 +22,30 @@ from modelgate.keys import (
     new_key_id,
     random_base62,
 )
+from modelgate.management_values import (
+    FAMILY,
+    MAX_LIMIT,
+    MAX_TOKEN_LIFETIME,
+    MIN_TOKEN_LIFETIME,
+    ConflictError,
+    ManagementError,
+    NotFoundError,
+    bounded_micro,
+    check_limit,
+    checked_caps,
+    checked_expiry,
+    format_credits,
+    groups_of_family,
+    key_caps,
+    networks,
+    parse_credits,
+    parse_expiry,
+    parse_lifetime,
+)
 from modelgate.storage.base import (
     GROUPS,
-    MAX_UC,
     Account,
+    AccountLimits,
     AccountStore,
     AdminToken,
     AdminTokenStore,
@@ -39,76 +56,27 @@ from modelgate.storage.base import (
     KeyStore,
     NewKey,
 )
-from modelgate.storage.records import NEVER_EXPIRES
+from modelgate.storage.records import NEVER_EXPIRES, AccountCaps
+from modelgate.storage.spend_windows import WINDOWS, Window
 
-_FAMILY = {"Basic": "aria", "Pro": "aria", "Nova": "nova"}
-#: An admin token's optional lifetime: at least a minute, at most ten years.
-MIN_TOKEN_LIFETIME = 60
-MAX_TOKEN_LIFETIME = 3650 * 86400
-_DURATION = re.compile(r"([0-9]{1,10})([smhd]?)")
-#: RFC 3339 date-time with an offset: ``2027-01-31T12:00:00Z``, ``2027-01-31T12:00:00.5+02:00``.
-_RFC3339 = re.compile(
-    r"([0-9]{4}-[0-9]{2}-[0-9]{2})[Tt ]([0-9]{2}:[0-9]{2}:[0-9]{2})(\.[0-9]{1,9})?([Zz]|[+-][0-9]{2}:[0-9]{2})"
-)
-#: The latest expiry a key may have (the end of year 9998, so a day later is still a date).
-MAX_EXPIRES_AT = datetime(9999, 1, 1, tzinfo=UTC).timestamp()
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def groups_of_family(family: str) -> list[Group]:
-    """The key groups that may use models of ``family``."""
-    return [group for group in GROUPS if _FAMILY[group] == family]
-
-
-class ManagementError(ValueError):
-    """Bad input to a management operation; the message names the field."""
-
-
-class NotFoundError(ManagementError):
-    """No such account or key (or not visible to the caller)."""
-
-
-class ConflictError(ManagementError):
-    """The operation clashes with the current state (a taken name, a revoked key)."""
-
-
-#: Credits as typed by people: ASCII digits, optionally a point and up to six decimals.
-_CREDITS = re.compile(r"[0-9]+(?:\.[0-9]{1,6})?")
-
-
-def parse_credits(value: str | float | int | Decimal, field: str) -> int:
-    """Credits (ASCII digits, up to 6 decimals) as micro-credits, within ``MAX_UC``."""
-    text = str(value).strip()
-    if not _CREDITS.fullmatch(text):
-        raise ManagementError(
-            f"{field}: {text[:40]!r} is not an amount of credits (digits, up to 6 decimals)"
-        )
-    try:
-        micro = credits_to_micro(Decimal(text), what=field)
-    except (InvalidOperation, ValueError) as exc:
-        raise ManagementError(
-            f"{field}: {text[:40]!r} is not an amount of credits (up to 6 decimals)"
-        ) from exc
-    return bounded_micro(micro, field)
-
-
-def bounded_micro(micro: int, field: str) -> int:
-    """``micro`` if it is an amount the ledger can hold (0 to ``MAX_UC``), else a ManagementError."""
-    if micro < 0:
-        raise ManagementError(f"{field}: must not be negative")
-    if micro > MAX_UC:
-        raise ManagementError(f"{field}: at most {MAX_UC} micro-credits ({format_credits(MAX_UC)} credits)")
-    return micro
-
-
-def format_credits(micro: int | None) -> str:
-    if micro is None:
-        return "-"
-    return (
-        f"{Decimal(micro) / 1_000_000:.6f}".rstrip("0").rstrip(".")
-        if micro % 1_000_000
-        else str(micro // 1_000_000)
-    )
+# The input checks live in ``management_values``; callers import them from here as well.
+__all__ = [
+    "MAX_LIMIT",
+    "MAX_TOKEN_LIFETIME",
+    "MIN_TOKEN_LIFETIME",
+    "ConflictError",
+    "IssuedKey",
+    "IssuedToken",
+    "Management",
+    "ManagementError",
+    "NotFoundError",
+    "bounded_micro",
+    "format_credits",
+    "groups_of_family",
+    "parse_credits",
+    "parse_expiry",
+    "parse_lifetime",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +220,7 @@ class Management:
             model = self.catalogue.resolve(name.strip())
             if model is None:
                 raise ManagementError(f"models: unknown model {name!r}")
-            if model.family != _FAMILY[group]:
+            if model.family != FAMILY[group]:
                 raise ManagementError(f"models: {model.id} is not a model of group {group}")
             if model.id not in out:
                 out.append(model.id)
@@ -263,6 +231,39 @@ class Management:
         updated = await self.accounts.set_hide_balance(
             account.id,
             hide,
+            audit=draft("account.update", describe.account, self.clock.time(), before=account),
+        )
+        if updated is None:
+            raise NotFoundError(f"account {account.id} not found")
+        return updated
+
+    async def set_account_caps(self, account: Account, caps: Mapping[Window, int]) -> Account:
+        """Change the account's spend caps (by window, µc; ``-1`` removes one); an operator's
+        action. The caps apply to all the account's keys together."""
+        checked = checked_caps(caps, WINDOWS, clearable=True)
+        updated = await self.accounts.set_account_caps(
+            account.id,
+            AccountCaps(
+                cap_5h_uc=checked.get("5h"),
+                cap_day_uc=checked.get("day"),
+                cap_week_uc=checked.get("week"),
+                monthly_cap_uc=checked.get("month"),
+            ),
+            audit=draft("account.update", describe.account, self.clock.time(), before=account),
+        )
+        if updated is None:
+            raise NotFoundError(f"account {account.id} not found")
+        return updated
+
+    async def set_account_limits(self, account: Account, limits: AccountLimits) -> Account:
+        """The account's rate limits, shared by all its keys (None: no such limit); operators only
+        (the callers check). ``limits`` replaces all three."""
+        check_limit(limits.rpm, "rpm")
+        check_limit(limits.tpm, "tpm")
+        check_limit(limits.max_concurrency, "max_concurrency")
+        updated = await self.accounts.set_account_limits(
+            account.id,
+            limits,
             audit=draft("account.update", describe.account, self.clock.time(), before=account),
         )
         if updated is None:
@@ -282,7 +283,9 @@ class Management:
         max_concurrency: int | None = None,
         expires_at: float | None = None,
         allowed_ips: list[str] | None = None,
+        caps: Mapping[Window, int] | None = None,
     ) -> IssuedKey:
+        """``caps``: spend caps by window beside the month's (``5h``, ``day``, ``week``), in µc."""
         typed_group = next((g for g in GROUPS if g == group), None)
         if typed_group is None:
             raise ManagementError(f"group: must be one of {', '.join(GROUPS)}")
@@ -290,8 +293,8 @@ class Management:
             raise ManagementError("rpm: must be at least 1")
         if monthly_cap_uc is not None:
             bounded_micro(monthly_cap_uc, "monthly_cap")
-        _check_limit(tpm, "tpm")
-        _check_limit(max_concurrency, "max_concurrency")
+        check_limit(tpm, "tpm")
+        check_limit(max_concurrency, "max_concurrency")
         secret = new_api_key()
         display = display_of(secret)
         now = self.clock.time()
@@ -309,8 +312,9 @@ class Management:
                 last4=display.last4,
                 tpm=tpm,
                 max_concurrency=max_concurrency,
-                expires_at=_checked_expiry(expires_at),
-                allowed_ips=_networks(allowed_ips) or None,
+                expires_at=checked_expiry(expires_at),
+                allowed_ips=networks(allowed_ips) or None,
+                **key_caps(caps, clearable=False),
             ),
             now,
             audit=draft("key.create", describe.key, now),
@@ -337,14 +341,16 @@ class Management:
         expires_at: float | None = None,
         clear_expiry: bool = False,
         allowed_ips: list[str] | None = None,
+        caps: Mapping[Window, int] | None = None,
     ) -> KeyRecord:
-        """``tpm`` and ``max_concurrency``: a new limit, ``-1`` to remove it, ``None`` to keep it;
+        """``tpm``, ``max_concurrency`` and each of ``caps`` (by window: ``5h``, ``day``, ``week``;
+        µc): a new limit, ``-1`` to remove it, ``None`` (absent) to keep it;
         ``clear_expiry`` makes the key never expire and ``allowed_ips=[]`` lets it be used from
         anywhere."""
         if rpm is not None and rpm < 1:
             raise ManagementError("rpm: must be at least 1")
-        _check_limit(None if tpm == -1 else tpm, "tpm")
-        _check_limit(None if max_concurrency == -1 else max_concurrency, "max_concurrency")
+        check_limit(None if tpm == -1 else tpm, "tpm")
+        check_limit(None if max_concurrency == -1 else max_concurrency, "max_concurrency")
         if monthly_cap_uc is not None:
             bounded_micro(monthly_cap_uc, "monthly_cap")
         allowed = None
@@ -361,8 +367,9 @@ class Management:
                 monthly_cap_uc=cap,
                 tpm=tpm,
                 max_concurrency=max_concurrency,
-                expires_at=NEVER_EXPIRES if clear_expiry else _checked_expiry(expires_at),
-                allowed_ips=None if allowed_ips is None else _networks(allowed_ips),
+                expires_at=NEVER_EXPIRES if clear_expiry else checked_expiry(expires_at),
+                allowed_ips=None if allowed_ips is None else networks(allowed_ips),
+                **key_caps(caps, clearable=True),
             ),
             now,
             audit=draft("key.update", describe.key, now, before=record),
@@ -465,75 +472,3 @@ class Management:
         if revoked is None:
             raise NotFoundError(f"token {record.id} not found")
         return revoked
-
-
-def parse_lifetime(text: str, now: float) -> float:
-    """Seconds until an expiry given as a duration (``90d``, ``12h``, ``30m``, ``3600s``, ``3600``)
-    or as a UTC date or date-time (``2027-01-31``, ``2027-01-31T12:00:00Z``)."""
-    value = text.strip()
-    match = _DURATION.fullmatch(value)
-    if match:
-        seconds: float = int(match[1]) * _UNIT_SECONDS[match[2] or "s"]
-    else:
-        try:
-            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            raise ManagementError(
-                f"expires: {text!r} is neither a duration (90d, 12h, 30m, 3600s) nor a date (2027-01-31)"
-            ) from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        seconds = moment.timestamp() - now
-    if not MIN_TOKEN_LIFETIME <= seconds <= MAX_TOKEN_LIFETIME:
-        raise ManagementError(
-            f"expires: between {MIN_TOKEN_LIFETIME:g} seconds and {MAX_TOKEN_LIFETIME // 86400} days from now"
-        )
-    return float(seconds)
-
-
-#: The largest token or concurrency limit (fits every engine's INTEGER column).
-MAX_LIMIT = 2**31 - 1
-
-
-def _check_limit(value: int | None, name: str) -> None:
-    """A token or concurrency limit one can set: an integer in 1 ..= ``MAX_LIMIT``."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ManagementError(f"{name}: must be an integer")
-    if not 1 <= value <= MAX_LIMIT:
-        raise ManagementError(f"{name}: must be between 1 and {MAX_LIMIT}")
-
-
-def _checked_expiry(expires_at: float | None) -> float | None:
-    if expires_at is not None and not 0 <= expires_at < MAX_EXPIRES_AT:
-        raise ManagementError("expires_at: a date-time from 1970 to 9998")
-    return expires_at
-
-
-def _networks(texts: list[str] | None) -> tuple[str, ...]:
-    try:
-        return parse_networks(texts or ())
-    except AddressError as exc:
-        raise ManagementError(f"allowed_ips: {exc}") from None
-
-
-def parse_expiry(text: str) -> float:
-    """A key's ``expires_at`` as RFC 3339 gives it (a date-time with ``Z`` or an offset), as a
-    timestamp. A past instant is accepted: the key is then refused as expired from now on."""
-    value = text.strip() if isinstance(text, str) else ""
-    match = _RFC3339.fullmatch(value)
-    if match is None:
-        raise ManagementError(
-            f"expires_at: {value[:40]!r} is not an RFC 3339 date-time with an offset, e.g. 2027-01-31T00:00:00Z"
-        )
-    day, clock, fraction, offset = match.groups()
-    fraction = (fraction or "")[:7]  # Python reads at most microseconds
-    zone = "+00:00" if offset in ("Z", "z") else offset
-    try:
-        timestamp = datetime.fromisoformat(f"{day}T{clock}{fraction}{zone}").timestamp()
-    except (ValueError, OverflowError):
-        raise ManagementError(f"expires_at: {value[:40]!r} is not a valid date-time") from None
-    if not 0 <= timestamp < MAX_EXPIRES_AT:
-        raise ManagementError("expires_at: a date-time from 1970 to 9998")
-    return timestamp

@@ -41,6 +41,11 @@ log = logging.getLogger("modelgate.offload")
 #: niceness of 10 on a busy machine the workers starved, and a large request never finished.
 WORKER_NICENESS = 3
 
+#: Bodies up to this size are written into shared memory on the event loop itself: copying into
+#: tmpfs runs at memory speed (a fraction of a millisecond per MiB), less than the hop to a thread
+#: and back costs while the loop is busy. Larger ones are written from a thread.
+INLINE_WRITE_BYTES = 2 << 20
+
 #: Results of a body function larger than this come back through shared memory too.
 SPILL_BYTES = 1 << 20
 
@@ -185,14 +190,7 @@ class Offload:
 
     async def run_on_body(self, fn: Callable[..., T], body: bytes, *args: Any) -> T:
         """``fn(body, *args)`` in a worker, the body handed over through shared memory."""
-        # Shielded: a caller cancelled mid-write (a disconnect, shutdown) leaves the thread to
-        # finish, and what it wrote is removed then instead of staying in memory for good.
-        write = asyncio.ensure_future(asyncio.to_thread(_write_shared, body))
-        try:
-            path = await asyncio.shield(write)
-        except asyncio.CancelledError:
-            write.add_done_callback(_unlink_written)
-            raise
+        path = _write_shared(body) if len(body) <= INLINE_WRITE_BYTES else await _written(body)
         try:
             future = self._executor().submit(_on_body, fn, path, args)
         except BaseException:  # a broken pool (a worker killed): the body file is nobody's
@@ -217,6 +215,18 @@ class Offload:
         pool, self._pool = self._pool, None
         if pool is not None:
             await asyncio.get_running_loop().run_in_executor(None, _shutdown, pool)
+
+
+async def _written(body: bytes) -> str:
+    """``body`` written into shared memory from a thread; the file's path."""
+    # Shielded: a caller cancelled mid-write (a disconnect, shutdown) leaves the thread to
+    # finish, and what it wrote is removed then instead of staying in memory for good.
+    write = asyncio.ensure_future(asyncio.to_thread(_write_shared, body))
+    try:
+        return await asyncio.shield(write)
+    except asyncio.CancelledError:
+        write.add_done_callback(_unlink_written)
+        raise
 
 
 def _shutdown(pool: ProcessPoolExecutor) -> None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from modelgate.alerts.delivery import Deliverer
-from modelgate.alerts.monitor import AlertMonitor
+from modelgate.alerts.monitor import AlertMonitor, AlertRepositories
 from modelgate.auth import KeyView
 from modelgate.billing.ledger import Ledger, Settlements
 from modelgate.billing.settle_journal import SettleJournal
@@ -24,10 +24,10 @@ from modelgate.clock import Clock, SystemClock
 from modelgate.config import ConfigError, Settings
 from modelgate.keys import Digester
 from modelgate.lifecycle import Drain
+from modelgate.limits.account_view import AccountLimitsView
 from modelgate.limits.edge import EdgeStats
 from modelgate.limits.inflight import InFlightLimiter
-from modelgate.limits.redis_rpm import RedisRateLimiter
-from modelgate.limits.rpm import RateLimiter, RollingWindowLimiter
+from modelgate.limits.redis_tickets import RedisTickets
 from modelgate.limits.stored_room import StoredRoom
 from modelgate.limits.tickets import LocalTickets, TicketLimiter
 from modelgate.liveconfig.live import LiveRouting
@@ -40,10 +40,10 @@ from modelgate.retention import StateSweeper, UsageSweeper
 from modelgate.secret_file import load_secret
 from modelgate.storage import open_store
 from modelgate.storage.audit import AuditStore
-from modelgate.storage.base import AccountStore, AdminTokenStore, KeyStore, LedgerStore, Store, UsageStore
-from modelgate.storage.composed import Database
+from modelgate.storage.base import AccountStore, AdminTokenStore, KeyStore, LedgerStore, UsageStore
 from modelgate.storage.people import PeopleStore
 from modelgate.storage.reports import UsageReports
+from modelgate.storage.repositories import Database
 from modelgate.storage.responses import ResponseStore
 from modelgate.storage.upstream_store import upstream_store
 from modelgate.telemetry import Telemetry
@@ -77,9 +77,7 @@ class Services:
     settings: Settings
     clock: Clock
     catalogue: Catalogue
-    #: Every repository in one object, for the tools that use them all (the CLI, tests); each
-    #: consumer on the request path takes only the narrow repository below that it uses.
-    store: Store
+    #: Each consumer takes only the narrow repository below that it uses.
     #: The database itself: migrations, health, the connection pool.
     database: Database
     accounts: AccountStore
@@ -103,9 +101,8 @@ class Services:
     offload: Offload
     #: Accounts' stored byte counts, as recent as ``responses.room_check_max_age_seconds``.
     stored_room: StoredRoom
-    rate_limiter: RateLimiter = field(default_factory=RollingWindowLimiter)
-    #: Tokens per minute and requests in flight per key (``limits.tickets``); over the worker link
-    #: with ``server.workers`` above 1.
+    #: Every rate limit of keys (``limits.tickets``): requests and tokens per minute, requests in
+    #: flight; over the worker link with ``server.workers`` above 1, in Redis with ``redis_url``.
     tickets: TicketLimiter = field(default_factory=LocalTickets)
     inflight: InFlightLimiter = field(default_factory=lambda: InFlightLimiter(2048))
     #: Large bodies (above ``server.offload_body_bytes``) held in memory at once.
@@ -132,6 +129,8 @@ class Services:
     live: LiveRouting | None = None
     #: Alert webhooks (``[alerts]``): None when no webhook is configured (nothing on the request path).
     alerts: AlertMonitor | None = None
+    #: Accounts' rate limits, claimed with every ticket of their keys (``limits.account_view``).
+    account_limits: AccountLimitsView = field(default_factory=lambda: AccountLimitsView(None))
 
     @classmethod
     def build(
@@ -156,7 +155,6 @@ class Services:
             settings=settings,
             clock=clock,
             catalogue=catalogue,
-            store=store,
             database=store.database,
             accounts=store.accounts,
             key_records=store.keys,
@@ -186,13 +184,14 @@ class Services:
             stored_room=StoredRoom(store.responses, settings.responses.room_check_max_age_seconds),
             inflight=InFlightLimiter(settings.server.max_in_flight),
             large_bodies=InFlightLimiter(settings.server.max_large_bodies),
-            # Redis (several instances): shared rate-limit windows, falling back to the
-            # in-process window per instance while Redis is unreachable; key-change broadcast.
-            rate_limiter=RedisRateLimiter(settings.redis_url)
+            # Redis (several instances): shared rate-limit buckets, falling back to the
+            # in-process buckets per instance while Redis is unreachable; key-change broadcast.
+            tickets=RedisTickets(settings.redis_url, lease=settings.billing.reservation_ttl_seconds)
             if settings.redis_url
-            else RollingWindowLimiter(),
+            else LocalTickets(),
             key_broadcast=KeyChangeBroadcast(settings.redis_url) if settings.redis_url else None,
             telemetry=telemetry,
+            account_limits=AccountLimitsView(store.accounts),
         )
         services.live = LiveRouting(
             services,
@@ -210,7 +209,7 @@ class Services:
         if self.settings.alerts.webhooks and self.alerts is None:
             self.alerts = AlertMonitor(
                 self.settings.alerts,
-                self.store,
+                AlertRepositories(self.audit, self.accounts, self.key_records, self.ledger_store),
                 self.keys.get,
                 self.clock,
                 Deliverer(self.settings.alerts),
@@ -221,13 +220,31 @@ class Services:
                 ),
             )
 
+    def start_alerts(self) -> None:
+        """Build, wire and start the alert monitor when ``[[alerts.webhooks]]`` are configured."""
+        self.build_alerts()
+        if self.alerts is not None:
+            self.ledger.watch = self.alerts
+            self.telemetry.metrics.collect_from(self.alerts.deliverer.collect)
+            self.alerts.start()
+
+    async def reload_alerts(self) -> None:
+        """``[alerts]`` changed by a reload (SIGHUP): the monitor follows the running section; it is
+        built on the first webhook, and keeps its delivery counters and pending deliveries after."""
+        if self.alerts is None:
+            self.start_alerts()
+            return
+        await self.alerts.reconfigure(self.settings.alerts)
+        self.ledger.watch = self.alerts if self.alerts.enabled else None
+
     async def start(self) -> None:
         await self.database.migrate()
         if self.live is not None:
             await self.live.start()
         await self.keys.start(self.settings.keys.refresh_interval)
-        if isinstance(self.rate_limiter, RedisRateLimiter):
-            await self.rate_limiter.start()
+        if isinstance(self.tickets, RedisTickets):
+            await self.tickets.start()
+        await self.account_limits.start(self.settings.keys.refresh_interval)
         if self.key_broadcast is not None:
             self.keys.on_local_change = self.key_broadcast.publish_soon
             self.key_broadcast.start(self.keys.refresh)
@@ -243,11 +260,7 @@ class Services:
             spared=self.ledger.holds,
         )
         self.sweeper.start()
-        self.build_alerts()
-        if self.alerts is not None:
-            self.ledger.watch = self.alerts
-            self.telemetry.metrics.collect_from(self.alerts.deliverer.collect)
-            self.alerts.start()
+        self.start_alerts()
         responses = self.settings.responses
         if responses.store == "on":
             self.state_sweeper = StateSweeper(self.responses, self.clock, responses.sweep_interval_seconds)
@@ -282,8 +295,9 @@ class Services:
         if self.key_broadcast is not None:
             self.keys.on_local_change = None
             await self.key_broadcast.stop()
-        if isinstance(self.rate_limiter, RedisRateLimiter):
-            await self.rate_limiter.aclose()
+        await self.account_limits.stop()
+        if isinstance(self.tickets, RedisTickets):
+            await self.tickets.aclose()
         await self.offload.stop()
         await self.database.close()
         self.telemetry.shutdown()

@@ -7,6 +7,7 @@ configuration and the admin layer both read it without touching each other.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from typing import Literal
 from urllib.parse import urlsplit
 
@@ -121,3 +122,18 @@ class SsoConfig(BaseModel):
                 "redirect_url: required with sso.issuer: https://<this gateway>/admin/api/sso/callback"
             )
         return self
+
+
+def client_secret(config: SsoConfig, env: Mapping[str, str]) -> str | None:
+    """The client secret, from the environment variable ``client_secret_env`` names (None: off, or
+    a public client); ValueError when it names a variable that is not set. Checked at start and
+    by every reload that changes ``[sso]``."""
+    if not config.enabled or not config.client_secret_env:
+        return None
+    secret = env.get(config.client_secret_env)
+    if not secret:
+        raise ValueError(
+            f"sso.client_secret_env: the environment variable {config.client_secret_env} is not set "
+            "(it must hold the client secret registered at the provider)"
+        )
+    return secret

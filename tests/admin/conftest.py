@@ -63,10 +63,10 @@ class Admin:
         return Tenant(account, self.caller(token.secret), key, token.record.id)
 
     def stored_key(self, key_id: str) -> KeyRecord | None:
-        return self.gateway.call(self.gateway.services.store.get_key(key_id))
+        return self.gateway.call(self.gateway.services.key_records.get_key(key_id))
 
     def stored_account(self, account_id: int) -> Account | None:
-        return self.gateway.call(self.gateway.services.store.get_account(account_id))
+        return self.gateway.call(self.gateway.services.accounts.get_account(account_id))
 
     def chat(self, secret: str, model: str = "aria-haiku-4.5") -> httpx.Response:
         return self.client.post(

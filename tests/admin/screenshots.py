@@ -49,6 +49,7 @@ NAMES = (
     "accounts",
     "accounts-rename-dialog",
     "tokens",
+    "history",
     "overview-phone",
     "keys-phone",
     "usage-phone",
@@ -122,6 +123,12 @@ def shots(seeded: Seeded) -> list[Shot]:
             caption="Renaming an account (operator)",
         ),
         Shot("tokens", "operator", "#/tokens", caption="Admin tokens: scope, last use, expiry, revoke"),
+        Shot(
+            "history",
+            "operator",
+            f"#/audit?account={acme}",
+            caption="History of one account: the audit log, the monthly statement, top-ups and adjustments",
+        ),
         Shot("overview-phone", "owner", "#/overview", size=PHONE, caption="Overview at phone width"),
         Shot("keys-phone", "owner", "#/keys", size=PHONE, full_page=False, caption="Keys at phone width"),
         Shot(

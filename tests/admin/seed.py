@@ -107,7 +107,7 @@ def seed(gateway: GatewayServer, clock: ManualClock, *, days: int = DAYS) -> See
     # Caps that the month's spend fills to different degrees, so the cap bars say something.
     for key_name, share in (("ci-pipeline", 0.55), ("notebook", 0.9), ("agents", 0.3)):
         record = acme.keys[key_name].record
-        spent, _ = gateway.call(gateway.services.store.month_spend(record.id, MONTH))
+        spent, _ = gateway.call(gateway.services.ledger_store.month_spend(record.id, MONTH))
         gateway.call(m.update_key(record, monthly_cap_uc=max(1, round(spent / share))))
     # A rotation whose old secret still works for a day, and a retired key.
     rotated = gateway.call(m.rotate_key(acme.keys["ci-pipeline"].record, 86_400))

@@ -39,7 +39,7 @@ def test_operator_manages_accounts_topups_and_account_tokens(admin: Admin) -> No
     assert topped["balance_uc"] == 12_500_001 and topped["balance"] == "12.500001"
     topped = op.ok("POST", f"/accounts/{account_id}/topups", {"amount_uc": 7_499_999})
     assert topped["balance_uc"] == 20_000_000 and topped["balance"] == "20"
-    assert admin.gateway.call(admin.gateway.services.store.topups_total(account_id)) == 20_000_000
+    assert admin.gateway.call(admin.gateway.services.accounts.topups_total(account_id)) == 20_000_000
 
     issued = op.ok("POST", f"/accounts/{account_id}/tokens", status=201)
     assert issued["scope"] == "account" and issued["account_id"] == account_id
@@ -257,7 +257,7 @@ def test_operator_only_operations_are_403_for_account_tokens(admin: Admin) -> No
         assert response.status_code == 403, (method, path)
         assert response.json()["error"]["type"] == "permission_error"
     assert admin.stored_account(own) == tenant.account
-    assert admin.gateway.call(admin.gateway.services.store.find_account("sneaky")) is None
+    assert admin.gateway.call(admin.gateway.services.accounts.find_account("sneaky")) is None
     # What an owner may read about their own account.
     assert owner.ok("GET", f"/accounts/{own}")["balance_uc"] == tenant.account.balance_uc
 

@@ -16,6 +16,7 @@ import pytest
 from modelgate.audit import describe
 from modelgate.audit.actor import Actor, acting, draft
 from tests.admin.conftest import Admin
+from tests.whole_store import whole_store
 
 SECRET_MARKERS = ("digest", "secret':")
 
@@ -150,7 +151,7 @@ def test_the_recorder_is_callable_by_other_modules(admin: Admin) -> None:
     ``record`` for an entry of its own, by whoever is acting."""
     gateway = admin.gateway
     account = gateway.account("recorded", 1)
-    store = gateway.services.store
+    store = whole_store(gateway.services)
 
     async def change() -> None:
         with acting(Actor("tok_colleague", "req_x", "10.0.0.1")):

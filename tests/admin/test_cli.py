@@ -57,7 +57,7 @@ def server_follows(gateway: GatewayServer, key_id: str) -> None:
     """Wait until the running server's key view holds the key as the CLI left it (its own refresh
     loads it, every 0.25 s); tests then assert what the first request after that sees. Waiting on
     the view, not by polling with requests, leaves the key's rate-limit window untouched."""
-    record = gateway.call(gateway.services.store.get_key(key_id))
+    record = gateway.call(gateway.services.key_records.get_key(key_id))
     assert record is not None
     gateway.wait_for_key_version(key_id, record.version)
 
@@ -127,7 +127,7 @@ def test_usage_per_key_and_account_per_month(cli_gateway: GatewayServer) -> None
     assert per_key["input_tokens"] > 0 and per_key["output_tokens"] > 0
     assert per_key["by_model_uc"] == {"aria-haiku-4.5": per_key["charged_uc"]}
     month = per_key["month"]
-    stored = cli_gateway.call(cli_gateway.services.store.usage_summary(month, key_id=first.record.id))
+    stored = cli_gateway.call(cli_gateway.services.usage.usage_summary(month, key_id=first.record.id))
     assert per_key["charged_uc"] == stored.charged_uc
 
     per_account = as_json(
@@ -156,7 +156,7 @@ def test_cli_writes_are_in_the_audit_log_as_cli(cli_gateway: GatewayServer) -> N
     modelgate(cli_gateway, "keys", "update", key.record.id, "--rpm", "7", "--json")
     modelgate(cli_gateway, "keys", "revoke", key.record.id)
     entries = cli_gateway.call(
-        cli_gateway.services.store.audit_page(AuditFilter(target=f"key:{key.record.id}"), limit=10)
+        cli_gateway.services.audit.audit_page(AuditFilter(target=f"key:{key.record.id}"), limit=10)
     )
     assert [(e.action, e.actor) for e in reversed(entries)] == [
         ("key.create", "cli"),

@@ -37,5 +37,5 @@ def test_create_and_update_token_and_concurrency_limits(cli_gateway: GatewayServ
         cli_gateway, "keys", "create", "--account", "cli-limits", "--group", "Pro", "--tpm", "none", ok=False
     )
     assert "tpm" in create_bad.stderr
-    record = cli_gateway.call(cli_gateway.services.store.get_key(key_id))
+    record = cli_gateway.call(cli_gateway.services.key_records.get_key(key_id))
     assert record is not None and record.tpm is None and record.max_concurrency == 3

@@ -32,6 +32,9 @@ TARGETED: list[tuple[str, str, Any]] = [
     ("PATCH", "/keys/{key}", {"expires_at": "2020-01-01T00:00:00Z", "allowed_ips": ["203.0.113.0/24"]}),
     ("POST", "/keys/{key}/rotate", {"grace_seconds": 0}),
     ("POST", "/keys/{key}/revoke", None),
+    ("GET", "/keys/{key}/windows", None),
+    ("PATCH", "/keys/{key}", {"caps": {"day": "1"}, "caps_uc": {"5h": 1}}),
+    ("PATCH", "/accounts/{account}", {"caps": {"week": "1"}}),
     ("GET", "/usage?key_id={key}", None),
     ("GET", "/usage?account_id={account}", None),
     ("GET", "/usage/records?account_id={account}", None),
@@ -142,7 +145,7 @@ def test_other_accounts_ids_are_indistinguishable_from_missing_ids(
     mallory, victim = admin.tenant(), admin.tenant()
     before_key = admin.stored_key(victim.key.record.id)
     before_account = admin.stored_account(victim.account.id)
-    tokens_before = admin.gateway.call(admin.gateway.services.store.count_admin_tokens())
+    tokens_before = admin.gateway.call(admin.gateway.services.tokens.count_admin_tokens())
     keys_before = admin.operator.ok("GET", "/keys")["data"]
 
     tokens_of_victim = admin.operator.ok("GET", f"/tokens?account_id={victim.account.id}")["data"]
@@ -161,7 +164,7 @@ def test_other_accounts_ids_are_indistinguishable_from_missing_ids(
     # Nothing of the victim changed, and its key still works.
     assert admin.stored_key(victim.key.record.id) == before_key
     assert admin.stored_account(victim.account.id) == before_account
-    assert admin.gateway.call(admin.gateway.services.store.count_admin_tokens()) == tokens_before
+    assert admin.gateway.call(admin.gateway.services.tokens.count_admin_tokens()) == tokens_before
     assert admin.operator.ok("GET", "/keys")["data"] == keys_before
     assert admin.chat(victim.key.secret).status_code == 200
     assert admin.operator.ok("GET", f"/tokens?account_id={victim.account.id}")["data"] == tokens_of_victim

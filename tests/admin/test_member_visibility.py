@@ -183,9 +183,9 @@ def test_a_member_sees_no_audit_log_ledger_or_statement(team: Team) -> None:
         assert team.owner.get(path).status_code == 200, path
 
 
-def test_a_members_top_keys_and_records_are_their_own(sso: SsoSetup, team: Team) -> None:
+def _spend(sso: SsoSetup, team: Team, counts: tuple[tuple[str, int], ...]) -> None:
     with httpx.Client(base_url=sso.gateway.base_url, timeout=30) as client:
-        for name, count in (("olivia-ci", 3), ("nina-notebook", 2), ("mark-beta", 2), ("mark-gamma", 1)):
+        for name, count in counts:
             for _ in range(count):
                 sent = client.post(
                     "/v1/chat/completions",
@@ -197,6 +197,10 @@ def test_a_members_top_keys_and_records_are_their_own(sso: SsoSetup, team: Team)
                     },
                 )
                 assert sent.status_code == 200, sent.text
+
+
+def test_a_members_top_keys_and_records_are_their_own(sso: SsoSetup, team: Team) -> None:
+    _spend(sso, team, (("olivia-ci", 3), ("nina-notebook", 2), ("mark-beta", 2), ("mark-gamma", 1)))
     top = ok(team.mark.get("/admin/api/usage/top-keys", params={"limit": 50}))["data"]
     assert [t["key_id"] for t in top] == [team.keys["mark-beta"]["id"], team.keys["mark-gamma"]["id"]]
     assert [t["requests"] for t in top] == [2, 1] and all(
@@ -209,13 +213,51 @@ def test_a_members_top_keys_and_records_are_their_own(sso: SsoSetup, team: Team)
     }
     assert len(everyone) == 4 and all(everyone[t["key_id"]] == t for t in top)
     assert ok(team.mark.get("/admin/api/usage/top-keys", params={"limit": 1}))["data"] == top[:1]
-    # Latest records: only their own keys'; the record listing needs one of their keys.
+    # Latest records: only their own keys'.
     records = ok(team.mark.get("/admin/api/usage"))["records"]
     assert {r["key_id"] for r in records} == {t["key_id"] for t in top} and len(records) == 3
-    assert team.mark.get("/admin/api/usage/records").status_code == 403
     own = ok(team.mark.get("/admin/api/usage/records", params={"key_id": team.keys["mark-beta"]["id"]}))
     assert len(own["data"]) == 2
     nina = team.keys["nina-notebook"]["id"]
     assert team.mark.get("/admin/api/usage/records", params={"key_id": nina}).status_code == 404
     for path in ("/admin/api/usage", "/admin/api/usage/top-keys", "/admin/api/usage/daily"):
         assert not any(other in team.mark.get(path).text for other in _others(team)), path
+
+
+def test_a_members_usage_log_without_a_key_is_their_own_keys(sso: SsoSetup, team: Team) -> None:
+    """The dashboard's usage log opens without a key: a member gets all of their own keys'
+    records (pages, count, facets, CSV, quality), never a record of another key."""
+    _spend(sso, team, (("nina-secret-project", 2), ("mark-alpha", 1), ("olivia-batch", 1), ("mark-gamma", 1)))
+    marks = {team.keys[n]["id"] for n in ("mark-alpha", "mark-beta", "mark-gamma")}
+    everyone = ok(team.owner.get("/admin/api/usage/records", params={"limit": 500}))
+    theirs = [r for r in everyone["data"] if r["key_id"] in marks]
+    assert len(theirs) >= 3 and len(everyone["data"]) > len(theirs)  # the owner's log holds others
+    seen: list[dict[str, Any]] = []
+    cursor: str | None = None
+    first = ok(team.mark.get("/admin/api/usage/records", params={"limit": 1}))
+    assert first["total"] == len(theirs)
+    page = first
+    while True:
+        seen += page["data"]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+        page = ok(team.mark.get("/admin/api/usage/records", params={"limit": 1, "cursor": cursor}))
+        assert len(seen) < 20
+    assert [r["request_id"] for r in seen] == [r["request_id"] for r in theirs]
+    csv = team.mark.get("/admin/api/usage/records.csv")
+    assert csv.status_code == 200 and len(csv.text.strip().splitlines()) == 1 + len(theirs)
+    quality = team.mark.get("/admin/api/usage/quality")
+    assert quality.status_code == 200, quality.text
+    # Filters and an account id narrow within their own keys; another account is not found.
+    filtered = ok(team.mark.get("/admin/api/usage/records", params={"account_id": team.account.id}))
+    assert {r["key_id"] for r in filtered["data"]} <= marks and filtered["total"] == len(theirs)
+    assert set(first["facets"]["models"]) == {r["model"] for r in theirs}
+    for answer in (first, filtered):
+        assert not any(other in str(answer) for other in _others(team))
+    assert not any(other in csv.text + quality.text for other in _others(team))
+    # The latest records of the summary: as many of their own as asked for, though the owner's
+    # key spent in between (the newest two of theirs, not their share of the newest two).
+    latest = ok(team.mark.get("/admin/api/usage", params={"limit": 2}))["records"]
+    assert [r["request_id"] for r in latest] == [r["request_id"] for r in theirs[:2]]
+    assert ok(team.mark.get("/admin/api/usage", params={"limit": 0}))["records"] == []

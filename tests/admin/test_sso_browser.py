@@ -174,3 +174,50 @@ def test_an_owner_invites_a_member_from_the_people_view(sso: SsoSetup, page: Pag
         assert browser.get("/admin/api/me").json()["role"] == "member"
     page.js("location.hash = '#/members?refresh=1'; true")
     settle(page, "document.querySelectorAll('#members-rows [data-person]').length === 2")
+
+
+def test_a_members_usage_log_opens_on_their_own_keys(sso: SsoSetup, page: Page) -> None:
+    """The Usage log needs no key picked: a member sees their own keys' records, and no other's."""
+    token = sso.gateway.call(sso.gateway.management.create_admin_token(None))
+    account = sso.gateway.account("browser-usage")
+    with httpx.Client(
+        base_url=sso.gateway.base_url, headers={"authorization": f"Bearer {token}"}
+    ) as operator:
+        invite = operator.post("/admin/api/invites", json={"account_id": account.id, "role": "member"}).json()
+    mia = sso.provider.add_user(person("Mia"))
+    with sso.browser() as mias_api:  # Mia's keys, made by her (another session of hers)
+        assert sso.sign_in(mias_api, mia.sub, path=invite["link"]).status_code == 303
+        made = sso.write(mias_api, "POST", "/keys", {"group": "Basic", "name": "mia-notebook"})
+        assert made.status_code == 201, made.text
+    theirs = sso.gateway.key(account, "Basic", name="someone-elses")
+    with httpx.Client(base_url=sso.gateway.base_url, timeout=30) as client:
+        for secret, count in ((made.json()["secret"], 2), (theirs.secret, 3)):
+            for _ in range(count):
+                sent = client.post(
+                    "/v1/chat/completions",
+                    headers={"authorization": f"Bearer {secret}"},
+                    json={
+                        "model": "aria-haiku-4.5",
+                        "max_tokens": 20,
+                        "messages": [{"role": "user", "content": "hi"}],
+                    },
+                )
+                assert sent.status_code == 200, sent.text
+    sso.gateway.call(sso.gateway.services.settlements.drain())
+    through_provider_page(page, sso, mia.sub)
+    page.js("location.hash = '#/usage'; true")
+    settle(
+        page,
+        "document.body.dataset.ready === 'usage' && document.querySelectorAll('#usage-rows tr').length === 2",
+    )
+    rows = page.js("[...document.querySelectorAll('#usage-rows tr')].map(tr => tr.innerText).join('\\n')")
+    assert rows.count("mia-notebook") == 2 and theirs.record.id not in rows, rows
+    assert page.js("document.getElementById('usage-count').textContent") == "2 records match"
+    assert page.js("document.getElementById('status').textContent") == ""
+
+
+def through_provider_page(page: Page, sso: SsoSetup, username: str) -> None:
+    """Signed in to the dashboard in Chromium, from its sign-in page through the provider."""
+    page.send("Page.navigate", {"url": sso.gateway.base_url + "/dashboard"}, True)
+    through_provider(page, sso, username)
+    settle(page, "document.body.dataset.ready === 'overview'")

@@ -160,14 +160,14 @@ def test_last_use_is_recorded_at_most_once_a_minute(timed: Admin, clock: ManualC
     ids=repr,
 )
 def test_malformed_token_requests_are_400_and_issue_nothing(timed: Admin, body: object) -> None:
-    before = timed.gateway.call(timed.gateway.services.store.count_admin_tokens())
+    before = timed.gateway.call(timed.gateway.services.tokens.count_admin_tokens())
     response = timed.operator.request("POST", "/tokens", body)
     assert response.status_code in (400, 404), response.text
     assert set(response.json()) == {"error"} and response.json()["error"]["type"] in (
         "invalid_request_error",
         "not_found_error",
     )
-    assert timed.gateway.call(timed.gateway.services.store.count_admin_tokens()) == before
+    assert timed.gateway.call(timed.gateway.services.tokens.count_admin_tokens()) == before
 
 
 @pytest.mark.parametrize(

@@ -102,7 +102,7 @@ def delivered_output_tokens(fmt: str, events: list[tuple[str, Any]]) -> int:
 
 def records_of(gateway: GatewayServer, key_id: str, limit: int = 100_000) -> list[UsageRecord]:
     return gateway.call(
-        gateway.services.store.usage_records(
+        gateway.services.usage.usage_records(
             month_of(gateway.services.clock.time()), key_id=key_id, limit=limit
         )
     )

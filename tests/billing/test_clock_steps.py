@@ -19,6 +19,7 @@ from modelgate.clock import month_of
 from tests.billing.helpers import body_for, headers_for, send
 from tests.gateway_server import GatewayServer, ManualClock, running_gateway
 from tests.polling import wait_until
+from tests.whole_store import whole_store
 
 START = datetime(2026, 7, 14, 9, tzinfo=UTC).timestamp()
 TWO_HOURS = 7200.0
@@ -75,7 +76,7 @@ def _in_flight(client: httpx.AsyncClient, secret: str, count: int) -> list[async
 
 
 def _ends_of(gateway: GatewayServer, ids: list[str]) -> dict[str, tuple[str, int]]:
-    store = gateway.services.store
+    store = whole_store(gateway.services)
     months = {month_of(START), month_of(START + TWO_HOURS), month_of(START - TWO_HOURS)}
     records = [r for m in months for r in gateway.call(store.usage_records(m, limit=1000))]
     return {r.request_id: (r.status, r.charged_uc) for r in records if r.request_id in ids}
@@ -85,7 +86,7 @@ def test_wall_clock_stepped_forward_releases_no_live_hold(tmp_path: Path) -> Non
     clock = ManualClock(START)
     with running_gateway(tmp_path / "data", clock=clock, billing=BILLING, simulator=SIMULATOR) as gateway:
         issued = gateway.key(gateway.account("acme"), "Pro", rpm=10_000)
-        store = gateway.services.store
+        store = whole_store(gateway.services)
 
         async def run() -> list[str]:
             async with httpx.AsyncClient(base_url=gateway.base_url, timeout=60) as client:
@@ -121,7 +122,7 @@ def test_another_instance_stepped_forward_releases_no_live_hold(tmp_path: Path) 
         running_gateway(tmp_path / "b", clock=sweeping, billing=BILLING, database_url=database) as other,
     ):
         issued = gateway.key(gateway.account("acme"), "Pro", rpm=10_000)
-        store = gateway.services.store
+        store = whole_store(gateway.services)
 
         async def run() -> list[str]:
             async with httpx.AsyncClient(base_url=gateway.base_url, timeout=60) as client:

@@ -15,6 +15,7 @@ from modelgate.clock import month_of
 from modelgate.storage.base import Reservation, ReserveRequest, UsageRecord
 from tests.billing.helpers import Seen, error_shape_ok, records_of, send
 from tests.gateway_server import GatewayServer, running_gateway
+from tests.whole_store import whole_store
 
 IN_FLIGHT = 200
 #: A stream's normal end (a Responses stream clamped to few tokens ends ``incomplete``).
@@ -59,7 +60,7 @@ async def _race(
 
 def _prespend(gateway: GatewayServer, key_id: str, account_id: int, amount: int) -> None:
     """Spend part of the cap before the race, as earlier requests this month would have."""
-    store, now = gateway.services.store, gateway.services.clock.time()
+    store, now = whole_store(gateway.services), gateway.services.clock.time()
     month = month_of(now)
     held = gateway.call(
         store.reserve(
@@ -130,7 +131,7 @@ def test_monthly_cap_is_never_overshot_by_a_thousand_concurrent_requests(
     seen = asyncio.run(_race(gateway, plan))
 
     records = _check_outcomes(gateway, issued.record.id, seen, "monthly_cap_reached")
-    store = gateway.services.store
+    store = whole_store(gateway.services)
     spent, held = gateway.call(store.month_spend(issued.record.id, month_of(gateway.services.clock.time())))
     assert held == 0 and gateway.call(store.pending_reservations()) == 0
     assert spent <= cap
@@ -161,7 +162,7 @@ def test_keys_of_one_account_share_its_balance_without_overdraft(gateway: Gatewa
     for fmt, _, s in seen:
         if s.status == 402:
             assert error_shape_ok(fmt, s.body, "insufficient_balance"), s.body
-    store = gateway.services.store
+    store = whole_store(gateway.services)
     gateway.call(gateway.services.settlements.drain())  # the refusals' records, written after them
     after = gateway.call(store.get_account(account.id))
     assert after is not None and after.reserved_uc == 0

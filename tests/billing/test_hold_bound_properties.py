@@ -22,7 +22,7 @@ from modelgate.billing.pricing import bound_uc, cost_uc
 from modelgate.catalogue import Model, build_catalogue
 from modelgate.ir import Usage
 from modelgate.storage.base import NewKey, Store
-from modelgate.storage.sqlite import SqliteStore
+from tests.whole_store import SqliteStore
 
 NOW = 1_780_000_000.0
 MODELS = list(build_catalogue().models.values())

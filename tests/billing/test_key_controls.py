@@ -17,6 +17,7 @@ from modelgate.clock import month_of
 from modelgate.management import IssuedKey
 from tests.billing.helpers import Seen, body_for, headers_for, records_of, send
 from tests.gateway_server import GatewayServer, ManualClock, running_gateway
+from tests.whole_store import whole_store
 
 T = TypeVar("T")
 
@@ -43,7 +44,7 @@ def test_rotation_under_traffic_loses_no_request_and_carries_spend_over(tmp_path
     with running_gateway(tmp_path / "data", clock=clock) as gateway:
         cap = 10_000_000
         issued = gateway.key(gateway.account("acme"), "Pro", rpm=100_000, monthly_cap_uc=cap)
-        store, month = gateway.services.store, month_of(clock.time())
+        store, month = whole_store(gateway.services), month_of(clock.time())
         seen: list[tuple[str, Seen]] = []
         state = {"secret": issued.secret}
 
@@ -222,8 +223,8 @@ def test_upstream_failure_releases_the_hold_and_the_error_shows_the_figures_afte
             headers=headers_for("messages", issued.secret),
         )
         assert failed.status_code >= 500
-        assert failed.headers["ratelimit"].startswith("limit=50, remaining=49")
-        assert failed.headers["ratelimit-policy"] == "50;w=60"
+        assert failed.headers["ratelimit"].startswith("rpm;r=49;")
+        assert failed.headers["ratelimit-policy"] == "rpm;q=50;w=60"
         # Nothing was charged and nothing is held any more.
         assert int(failed.headers["x-modelgate-balance-remaining"]) == 7_000_000
         assert int(failed.headers["x-modelgate-cap-remaining"]) == cap

@@ -51,7 +51,7 @@ def _assert_limit_refusal(fmt: str, seen: Seen, limit: str) -> None:
     assert seen.status == 429, seen.body
     assert seen.headers["x-modelgate-limit"] == limit
     assert seen.headers["retry-after"].isdigit() and int(seen.headers["retry-after"]) >= 1
-    assert seen.headers["ratelimit"].endswith(f"remaining=0, reset={seen.headers['retry-after']}")
+    assert seen.headers["ratelimit"] == f"{limit};r=0;t={seen.headers['retry-after']}"
     if fmt == "messages":  # each endpoint's own error shape
         assert seen.body["type"] == "error" and seen.body["error"]["type"] == "rate_limit_error"
     else:
@@ -158,7 +158,7 @@ def test_tokens_per_rolling_minute_never_pass_tpm(tmp_path: Path) -> None:
         assert refused and len(ok) >= 20
         for _, fmt, seen in refused:
             _assert_limit_refusal(fmt, seen, "tpm")
-            assert seen.headers["ratelimit-policy"] == "2500;w=60"
+            assert seen.headers["ratelimit-policy"] == "rpm;q=100000;w=60, tpm;q=2500;w=60"
         # A client that waits its retry-after is served (the window has room by then).
         at, fmt, seen = refused[-1]
         clock.set(max(at, START + 89 * 2) + int(seen.headers["retry-after"]))

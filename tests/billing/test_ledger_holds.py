@@ -18,8 +18,8 @@ from modelgate.billing.pricing import cost_uc
 from modelgate.catalogue import build_catalogue
 from modelgate.clock import month_of
 from modelgate.storage.base import Account, NewKey, Refusal
-from modelgate.storage.sqlite import SqliteStore
 from tests.gateway_server import ManualClock
+from tests.whole_store import SqliteStore
 
 NOW = 1_780_000_000.0  # 2026-05-28
 MODEL = build_catalogue().models["aria-haiku-4.5"]

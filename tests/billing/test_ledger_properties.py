@@ -27,10 +27,9 @@ from hypothesis.stateful import (
 
 from modelgate.billing.sweeper import ABANDONED, Sweeper
 from modelgate.clock import month_of
-from modelgate.storage import open_store
 from modelgate.storage.base import NewKey, Refusal, Reservation, ReserveRequest, Store, UsageRecord
-from modelgate.storage.sqlite import SqliteStore
 from tests.storage.engines import create_database, database_url, drop_database
+from tests.whole_store import SqliteStore, open_store
 
 T = TypeVar("T")
 START = datetime(2026, 1, 31, 22, 0, tzinfo=UTC).timestamp()

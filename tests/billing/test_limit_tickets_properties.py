@@ -1,7 +1,8 @@
 """The ticket buckets (``limits.tickets``) against a plain model of the rules, on random sequences
-of admissions, settlements and releases: a claim is admitted exactly when every bucket has room
-for its minimum, elastic grants are the room left, no rolling 60 s window ever holds more tokens
-than the limit, in-flight never exceeds the concurrency limit, and ending a ticket twice changes
+of admissions, settlements and refunds: a claim is admitted exactly when every bucket has room
+for its minimum (requests first), elastic grants are the room left, no rolling 60 s window ever
+holds more requests or tokens than the limits, in-flight never exceeds the concurrency limit, a
+refund gives the request unit back and a settle keeps it, and ending a ticket twice changes
 nothing."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from modelgate.limits.tickets import BucketStore, Refused, Ticket
 TPM = st.integers(1, 5000)
 STEP = st.tuples(
     st.floats(0, 30),  # seconds since the previous step
-    st.sampled_from(["take", "settle", "release", "settle-again"]),
+    st.sampled_from(["take", "settle", "refund", "settle-again"]),
     st.integers(0, 3000),  # worst-case tokens asked
     st.integers(0, 3000),  # tokens really used (settle)
     st.integers(0, 50),  # which live ticket
@@ -25,14 +26,16 @@ STEP = st.tuples(
 
 
 @settings(max_examples=300, deadline=None)
-@given(TPM, st.integers(1, 6), st.lists(STEP, max_size=120))
+@given(TPM, st.integers(1, 6), st.integers(1, 12), st.lists(STEP, max_size=120))
 def test_buckets_follow_the_rules(
-    tpm: int, concurrency: int, steps: list[tuple[float, str, int, int, int]]
+    tpm: int, concurrency: int, rpm: int, steps: list[tuple[float, str, int, int, int]]
 ) -> None:
     store = BucketStore()
-    limits = KeyLimits(tpm=tpm, max_concurrency=concurrency)
-    # The model: (admission time, tokens counted) per ticket, and the live tickets.
+    limits = KeyLimits(tpm=tpm, max_concurrency=concurrency, rpm=rpm)
+    # The model: (admission time, tokens counted) per ticket, the admission times of the request
+    # units kept, and the live tickets.
     counted: dict[str, tuple[float, int]] = {}
+    units: dict[str, float] = {}
     live: list[Ticket] = []
     now = 1000.0
     for n, (dt, action, asked, used, pick) in enumerate(steps):
@@ -41,7 +44,13 @@ def test_buckets_follow_the_rules(
             least = min(asked, 1 + asked // 2)
             in_window = sum(t for at, t in counted.values() if now - 60 < at <= now)
             room = tpm - in_window
+            requests = sum(1 for at in units.values() if now - 60 < at <= now)
             outcome = store.admit(limits.claims("k:a", asked, least), now, f"t{n}")
+            if requests >= rpm:  # requests are claimed first
+                assert isinstance(outcome, Refused) and outcome.resource is Resource.RPM
+                later = now + outcome.retry_after
+                assert sum(1 for at in units.values() if later - 60 < at <= now) < rpm
+                continue
             if room >= least and len(live) >= concurrency:
                 assert isinstance(outcome, Refused) and outcome.resource is Resource.CONCURRENCY
                 continue
@@ -56,12 +65,14 @@ def test_buckets_follow_the_rules(
             assert isinstance(outcome, Ticket)
             assert outcome.tokens == min(asked, room)
             counted[outcome.id] = (now, outcome.tokens)
+            units[outcome.id] = now
             live.append(outcome)
         else:
             ticket = live[pick % len(live)]
-            if action == "release":
-                store.release(ticket)
+            if action == "refund":
+                store.refund(ticket)
                 counted[ticket.id] = (counted[ticket.id][0], 0)
+                del units[ticket.id]
             else:
                 store.settle(ticket, used)
                 counted[ticket.id] = (counted[ticket.id][0], min(used, ticket.tokens))
@@ -71,6 +82,7 @@ def test_buckets_follow_the_rules(
         assert store.in_flight("k:a") == len(live) <= concurrency
         window = sum(t for at, t in counted.values() if now - 60 < at <= now)
         assert store.tokens_in_window("k:a", now) == window <= tpm
+        assert sum(1 for at in units.values() if now - 60 < at <= now) <= rpm
 
 
 @given(st.lists(st.integers(1, 10), min_size=1, max_size=30), st.integers(1, 20))
@@ -90,4 +102,5 @@ def test_a_refused_claim_takes_nothing_from_any_bucket(asks: list[int], tpm: int
 
 def test_claims_of_no_limits_are_empty() -> None:
     assert KeyLimits().claims("k:a", 100, 1) == ()
+    assert KeyLimits(rpm=5).claims("k:a", 100, 1) == (Claim("k:a", Resource.RPM, 5, 1, 1),)
     assert KeyLimits(tpm=10).claims("k:a", 100, 1) == (Claim("k:a", Resource.TPM, 10, 100, 1),)

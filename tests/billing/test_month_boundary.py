@@ -19,6 +19,7 @@ from modelgate.storage.base import Reservation, ReserveRequest, UsageRecord
 from tests.billing.helpers import body_for, headers_for
 from tests.gateway_server import GatewayServer, ManualClock, running_gateway
 from tests.polling import wait_until
+from tests.whole_store import whole_store
 
 CAP = 50_000
 
@@ -42,7 +43,7 @@ def far_from_utc() -> Iterator[None]:
 
 def _fill_cap(gateway: GatewayServer, key_id: str, account_id: int, now: float, tag: str) -> None:
     """Spend what is left of the key's cap this month, as earlier requests would have."""
-    store, month = gateway.services.store, month_of(now)
+    store, month = whole_store(gateway.services), month_of(now)
     amount = CAP - gateway.call(store.month_spend(key_id, month))[0]
     rid = f"req_fill_{tag}"
     held = gateway.call(
@@ -81,7 +82,9 @@ def test_cap_resets_at_midnight_utc_of_the_first_for_every_month_length(
             assert next_first - last_day == 1.0  # `days` really is the month's last day
             clock.set(last_day - 3600)
             _fill_cap(gateway, key_id, account.id, clock.time(), f"{year}{month}")
-            assert gateway.call(gateway.services.store.month_spend(key_id, month_of(clock.time()))) == (
+            assert gateway.call(
+                gateway.services.ledger_store.month_spend(key_id, month_of(clock.time()))
+            ) == (
                 CAP,
                 0,
             )
@@ -97,7 +100,7 @@ def test_cap_resets_at_midnight_utc_of_the_first_for_every_month_length(
             charged = int(admitted.headers["x-modelgate-credits-charged"])
             assert int(admitted.headers["x-modelgate-cap-remaining"]) == CAP - charged
             new_month = month_of(next_first + 0.1)
-            assert gateway.call(gateway.services.store.month_spend(key_id, new_month)) == (charged, 0)
+            assert gateway.call(gateway.services.ledger_store.month_spend(key_id, new_month)) == (charged, 0)
 
 
 def test_a_request_spanning_midnight_counts_in_the_month_it_started(
@@ -120,13 +123,13 @@ def test_a_request_spanning_midnight_counts_in_the_month_it_started(
             clock.set(datetime(2026, 5, 1, 0, 0, 1, tzinfo=UTC).timestamp())  # now it is May
             rest = list(lines)
         assert any("message_stop" in line for line in rest)
-        store = gateway.services.store
+        store = whole_store(gateway.services)
         april = wait_until(
             lambda: gateway.call(store.usage_records("2026-04", key_id=issued.record.id)),
             "the stream's settlement",
         )
         assert [r.request_id for r in april] == [response.headers["request-id"]]
         assert gateway.call(store.usage_records("2026-05", key_id=issued.record.id)) == []
-        spent, held = gateway.call(gateway.services.store.month_spend(issued.record.id, "2026-04"))
+        spent, held = gateway.call(gateway.services.ledger_store.month_spend(issued.record.id, "2026-04"))
         assert spent == april[0].charged_uc > 0 and held == 0
-        assert gateway.call(gateway.services.store.month_spend(issued.record.id, "2026-05")) == (0, 0)
+        assert gateway.call(gateway.services.ledger_store.month_spend(issued.record.id, "2026-05")) == (0, 0)

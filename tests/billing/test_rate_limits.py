@@ -25,7 +25,7 @@ START = datetime(2026, 3, 10, 12, tzinfo=UTC).timestamp()
 def _rate_headers_ok(headers: httpx.Headers, limit: int) -> bool:
     policy = headers.get("ratelimit-policy")
     state = headers.get("ratelimit")
-    return policy == f"{limit};w=60" and state is not None and state.startswith(f"limit={limit}, remaining=")
+    return policy == f"rpm;q={limit};w=60" and state is not None and state.startswith("rpm;r=")
 
 
 def test_sixty_per_minute_under_tenfold_load_for_three_simulated_minutes(tmp_path: Path) -> None:
@@ -33,7 +33,7 @@ def test_sixty_per_minute_under_tenfold_load_for_three_simulated_minutes(tmp_pat
     with running_gateway(tmp_path / "data", clock=clock) as gateway:
         account = gateway.account("acme", credits=100)
         issued = gateway.key(account, "Basic", rpm=60)
-        before = gateway.call(gateway.services.store.get_account(account.id))
+        before = gateway.call(gateway.services.accounts.get_account(account.id))
         admitted: list[float] = []
         refused: list[tuple[float, Seen]] = []
 
@@ -79,7 +79,7 @@ def test_sixty_per_minute_under_tenfold_load_for_three_simulated_minutes(tmp_pat
         refusals = [r for r in every if r.status != "ok"]
         assert {r.status for r in refusals} == {"refused_429"} and len(refusals) == len(refused)
         assert sum(r.charged_uc for r in refusals) == 0
-        after = gateway.call(gateway.services.store.get_account(account.id))
+        after = gateway.call(gateway.services.accounts.get_account(account.id))
         assert before is not None and after is not None
         assert before.balance_uc - after.balance_uc == sum(r.charged_uc for r in records)
 
@@ -147,11 +147,11 @@ def test_rate_limit_headers_are_on_success_and_on_402_and_429(tmp_path: Path) ->
         assert [s.status for s in seen] == [200, 200, 402, 402, 200, 200, 429]
         for s in seen:
             assert _rate_headers_ok(s.headers, 4), (s.status, s.headers)
-        assert seen[0].headers["ratelimit"].startswith("limit=4, remaining=3")
+        assert seen[0].headers["ratelimit"].startswith("rpm;r=3;")
         # Refused for money, the capped key's two requests gave their units back.
-        assert seen[2].headers["ratelimit"].startswith("limit=4, remaining=4")
-        assert seen[3].headers["ratelimit"].startswith("limit=4, remaining=4")
-        assert seen[6].headers["ratelimit"].startswith("limit=4, remaining=0")
+        assert seen[2].headers["ratelimit"].startswith("rpm;r=4;")
+        assert seen[3].headers["ratelimit"].startswith("rpm;r=4;")
+        assert seen[6].headers["ratelimit"].startswith("rpm;r=0;")
         assert seen[2].headers["x-should-retry"] == "false"
         assert int(seen[6].headers["retry-after"]) in range(1, 61)
 
@@ -185,11 +185,7 @@ def test_protective_limiter_answers_429_at_once_without_queueing(tmp_path: Path)
         assert slow == [200, 200, 200]
         # The refusal cost nothing: three usage records, and the key's RPM window holds three.
         assert len(records_of(gateway, issued.record.id)) == 3
-        assert (
-            httpx.post(url, json=body, headers=headers)
-            .headers["ratelimit"]
-            .startswith("limit=1000, remaining=996")
-        )
+        assert httpx.post(url, json=body, headers=headers).headers["ratelimit"].startswith("rpm;r=996;")
 
 
 @pytest.mark.parametrize("grace", [0.0, 30.0])

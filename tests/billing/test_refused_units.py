@@ -9,8 +9,9 @@ from pathlib import Path
 
 import httpx
 
-from modelgate.limits.redis_rpm import RedisRateLimiter
-from modelgate.limits.rpm import RollingWindowLimiter
+from modelgate.limits.key_limits import KeyLimits
+from modelgate.limits.redis_tickets import RedisTickets
+from modelgate.limits.tickets import LocalTickets, Ticket, TicketLimiter
 from tests.gateway_server import running_gateway
 from tests.storage.engines import redis_url
 
@@ -26,34 +27,39 @@ def test_a_402_gives_its_rate_limit_unit_back(tmp_path: Path) -> None:
             for _ in range(6):  # twice the limit, all refused for money
                 refused = client.post("/v1/messages", json=BODY)
                 assert refused.status_code == 402
-                assert refused.headers["ratelimit"].startswith("limit=3, remaining=3")
+                assert refused.headers["ratelimit"].startswith("rpm;r=3;")
             gateway.call(gateway.management.add_credits(account, 10_000_000))
             statuses = [client.post("/v1/messages", json=BODY).status_code for _ in range(4)]
         # The six 402s used no units: the full limit of three is still there, then 429.
         assert statuses == [200, 200, 200, 429]
 
 
-async def _refund_round_trip(limiter: RollingWindowLimiter | RedisRateLimiter, key: str) -> None:
+async def _refund_round_trip(limiter: TicketLimiter, key: str) -> None:
     now = time.time()
-    first = await limiter.admit(key, 2, now)
-    second = await limiter.admit(key, 2, now)
-    assert first.admitted and second.admitted
-    assert not (await limiter.admit(key, 2, now + 1)).admitted
-    await limiter.refund(key, second)
-    again = await limiter.admit(key, 2, now + 2)
-    assert again.admitted and again.remaining == 0
-    assert not (await limiter.admit(key, 2, now + 3)).admitted
+    claims = KeyLimits(rpm=2).claims(key, 0, 0)
+    first = await limiter.take(claims, now, uuid.uuid4().hex)
+    second = await limiter.take(claims, now, uuid.uuid4().hex)
+    assert isinstance(first, Ticket) and isinstance(second, Ticket)
+    assert not isinstance(await limiter.take(claims, now + 1, uuid.uuid4().hex), Ticket)
+    limiter.settle(first, 0)  # a request that ran keeps its unit
+    limiter.refund(second)
+    limiter.refund(second)  # once: a second refund changes nothing
+    if isinstance(limiter, RedisTickets):
+        await limiter.ended()  # a shared backend sends ends in the background
+    again = await limiter.take(claims, now + 2, uuid.uuid4().hex)
+    assert isinstance(again, Ticket) and again.standing[0].remaining == 0
+    assert not isinstance(await limiter.take(claims, now + 3, uuid.uuid4().hex), Ticket)
 
 
 async def test_refund_in_process() -> None:
-    await _refund_round_trip(RollingWindowLimiter(), "key_local")
+    await _refund_round_trip(LocalTickets(), "k:key_local")
 
 
 async def test_refund_on_redis() -> None:
-    limiter = RedisRateLimiter(redis_url())
+    limiter = RedisTickets(redis_url())
     await limiter.start()
     try:
-        await _refund_round_trip(limiter, f"key_{uuid.uuid4().hex}")
+        await _refund_round_trip(limiter, f"k:key_{uuid.uuid4().hex}")
         assert limiter.fallback_decisions == 0  # the shared path was used, not the fallback
     finally:
         await limiter.aclose()

@@ -28,11 +28,12 @@ import httpx
 import orjson
 
 from modelgate.clock import month_of
-from modelgate.storage.sqlite import SqliteStore
+from modelgate.storage.sqlite_database import SqliteDatabase
 from tests.billing.helpers import PATHS, body_for, headers_for
 from tests.gateway_server import GatewayServer, running_gateway
 from tests.polling import wait_until
 from tests.storage.engines import create_database, database_url, drop_database
+from tests.whole_store import whole_store
 
 #: About two seconds per answer: the fault lands while every request is at the upstream.
 SIMULATOR = {"tokens_per_second": 20, "reply_words": 40}
@@ -62,7 +63,7 @@ def _serve_through_fault(gateway: GatewayServer, cut: Step, restore: Step) -> li
     """Send ``REQUESTS`` requests; once all hold a reservation, ``cut`` the database; when all are
     answered, check ``/health`` shows settles waiting, then ``restore`` it."""
     issued = gateway.key(gateway.account("acme", credits=1000), "Pro", rpm=100_000)
-    store = gateway.services.store
+    store = whole_store(gateway.services)
 
     async def run() -> list[tuple[int, str, bool]]:
         async with httpx.AsyncClient(base_url=gateway.base_url, timeout=60) as client:
@@ -119,13 +120,13 @@ def test_answers_delivered_while_postgres_refuses_connections_are_charged_once(t
 
 def test_answers_delivered_while_sqlite_is_full_are_charged_once(tmp_path: Path) -> None:
     with running_gateway(tmp_path / "data", simulator=SIMULATOR) as gateway:
-        store = gateway.services.store
-        assert isinstance(store, SqliteStore)
+        database = gateway.services.database
+        assert isinstance(database, SqliteDatabase)
 
         def set_room(pages: int | None) -> None:
             # The serving loop's connection is the one the ledger writes on.
             async def on_loop() -> None:
-                db: sqlite3.Connection = store.database.db()
+                db: sqlite3.Connection = database.db()
                 count = db.execute("PRAGMA page_count").fetchone()[0]
                 db.execute(f"PRAGMA max_page_count = {count if pages is None else pages}")
 
@@ -146,7 +147,7 @@ def _check(gateway: GatewayServer, answers: list[tuple[int, str, bool]]) -> None
     journal = gateway.services.ledger.journal
     assert journal.kept_total > 0, "the fault met no settle"
     wait_until(lambda: journal.waiting == 0, "every kept settle landing", timeout=30)
-    store = gateway.services.store
+    store = whole_store(gateway.services)
     ids = {request_id for _, request_id, _ in answers}
     month = month_of(gateway.services.clock.time())
     records = [r for r in gateway.call(store.usage_records(month, limit=1000)) if r.request_id in ids]

@@ -15,9 +15,9 @@ import orjson
 from modelgate.billing.settle_journal import SettleJournal
 from modelgate.clock import month_of
 from modelgate.storage.base import NewKey, Reservation, ReserveRequest, UsageRecord
-from modelgate.storage.sqlite import SqliteStore
 from tests.gateway_server import running_gateway
 from tests.polling import wait_until
+from tests.whole_store import SqliteStore, whole_store
 
 NOW = 1_780_000_000.0
 MONTH = month_of(NOW)
@@ -30,7 +30,7 @@ _KEEP_AND_DIE = textwrap.dedent(
     import orjson
     from modelgate.billing.settle_journal import SettleJournal
     from modelgate.storage.base import UsageRecord
-    from modelgate.storage.sqlite import SqliteStore
+    from tests.whole_store import SqliteStore
 
     async def main() -> None:
         unreachable = SqliteStore(Path("/proc/no-such-place/modelgate.db"))
@@ -92,7 +92,7 @@ def test_a_settle_kept_by_a_process_that_died_is_written_at_the_next_start(tmp_p
     with running_gateway(data) as gateway:
         kept = gateway.services.ledger.journal
         wait_until(lambda: kept.landed_total == 1 and kept.waiting == 0, "the replayed settle landing")
-        store = gateway.services.store
+        store = whole_store(gateway.services)
         records = gateway.call(store.usage_records(MONTH))
         assert [(r.request_id, r.status, r.charged_uc) for r in records] == [("req_kept", "ok", 123_456)]
         assert gateway.call(store.pending_reservations()) == 0
@@ -103,7 +103,7 @@ def test_a_settle_kept_by_a_process_that_died_is_written_at_the_next_start(tmp_p
     assert all(path.stat().st_size == 0 for path in journal.iterdir())
     with running_gateway(data) as gateway:
         assert gateway.services.ledger.journal.waiting == 0
-        records = gateway.call(gateway.services.store.usage_records(MONTH))
+        records = gateway.call(gateway.services.usage.usage_records(MONTH))
         assert [r.request_id for r in records] == ["req_kept"]
 
 
@@ -169,7 +169,7 @@ _REPLAY_WITHOUT_ROOM = textwrap.dedent(
     import asyncio, resource, signal, sys
     from pathlib import Path
     from modelgate.billing.settle_journal import SettleJournal
-    from modelgate.storage.sqlite import SqliteStore
+    from tests.whole_store import SqliteStore
 
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))

@@ -21,8 +21,8 @@ from modelgate.billing.settle_journal import SettleJournal
 from modelgate.catalogue import build_catalogue
 from modelgate.clock import month_of
 from modelgate.storage.base import NewKey, Refusal, Settlement, UsageRecord
-from modelgate.storage.sqlite import SqliteStore
 from tests.gateway_server import ManualClock
+from tests.whole_store import SqliteStore
 
 NOW = 1_780_000_000.0
 MODEL = build_catalogue().models["aria-haiku-4.5"]

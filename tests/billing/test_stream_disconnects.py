@@ -91,8 +91,8 @@ def test_streams_cut_at_random_points_bill_between_delivered_and_generated(
         assert record.status in {"client_disconnected", "ok"}
     # Exactly one usage record per request, and nothing left reserved.
     assert len(records_of(gateway, issued.record.id)) == 1 + len(cut)
-    assert gateway.call(gateway.services.store.pending_reservations()) == 0
-    account = gateway.call(gateway.services.store.get_account(issued.record.account_id))
+    assert gateway.call(gateway.services.ledger_store.pending_reservations()) == 0
+    account = gateway.call(gateway.services.accounts.get_account(issued.record.account_id))
     assert account is not None and account.reserved_uc == 0
 
 

@@ -14,10 +14,10 @@ import pytest
 from modelgate.billing.sweeper import ABANDONED, Sweeper
 from modelgate.clock import month_of
 from modelgate.storage.base import NewKey, Reservation, ReserveRequest, Settlement, StorageError, UsageRecord
-from modelgate.storage.sqlite import SqliteStore
 from tests.billing.helpers import body_for, headers_for
 from tests.gateway_server import ManualClock, running_gateway
 from tests.polling import wait_until
+from tests.whole_store import SqliteStore, whole_store
 
 START = datetime(2026, 6, 15, 8, tzinfo=UTC).timestamp()
 
@@ -28,7 +28,7 @@ def test_gateway_releases_a_crashed_requests_hold_after_its_ttl(tmp_path: Path) 
     with running_gateway(tmp_path / "data", clock=clock, billing=billing) as gateway:
         account = gateway.account("acme", credits=1)
         issued = gateway.key(account, "Basic", rpm=1000, monthly_cap_uc=600_000)
-        store, month = gateway.services.store, month_of(START)
+        store, month = whole_store(gateway.services), month_of(START)
         # A request reserved 0.5 credit, then its process died before settling.
         crashed = ReserveRequest(
             "req_crashed",

@@ -105,4 +105,4 @@ def test_whole_request_abandoned_after_the_headers_bills_the_input(
         assert record.status == "client_disconnected"
         assert record.input_tokens == 3 and record.output_tokens == 0  # "count to ten", estimated
         assert record.charged_uc == 3  # 3 input tokens x 1 µc (aria-haiku-4.5 input price)
-        assert gateway.call(gateway.services.store.pending_reservations()) == 0
+        assert gateway.call(gateway.services.ledger_store.pending_reservations()) == 0

@@ -236,7 +236,7 @@ def test_a_refused_beta_is_a_400_in_messages_format_and_costs_nothing(
     assert not fresh.clouds.bedrock.requests and not fresh.clouds.vertex.requests
     (record,) = usage_records(fresh.gateway, key_id)
     assert record.charged_uc == 0
-    account = fresh.gateway.call(fresh.gateway.services.store.get_account(record.account_id))
+    account = fresh.gateway.call(fresh.gateway.services.accounts.get_account(record.account_id))
     assert account is not None and (account.balance_uc, account.reserved_uc) == (100_000_000, 0)
 
 

@@ -140,7 +140,7 @@ def usage_records(
     last byte, so a client can finish reading before the record is written)."""
     deadline = time.monotonic() + timeout
     while True:
-        records = gateway.call(gateway.services.store.usage_records(month_of(time.time()), key_id=key_id))
+        records = gateway.call(gateway.services.usage.usage_records(month_of(time.time()), key_id=key_id))
         if len(records) >= count or time.monotonic() > deadline:
             return sorted(records, key=lambda r: r.created_at)
         time.sleep(0.02)

@@ -58,7 +58,7 @@ def gemini(wired: Wired) -> Iterator[Gemini]:
 
 
 def balance(wired: Wired, account_id: int) -> tuple[int, int]:
-    account = wired.gateway.call(wired.gateway.services.store.get_account(account_id))
+    account = wired.gateway.call(wired.gateway.services.accounts.get_account(account_id))
     assert account is not None
     return account.balance_uc, account.reserved_uc
 
@@ -276,7 +276,7 @@ def test_count_tokens_answers_total_tokens_and_spends_nothing(wired: Wired, gemi
         )
     assert wrapped.status_code == 200 and wrapped.json() == {"totalTokens": short.total_tokens}
     assert wired.fake.count == 0
-    account = wired.gateway.call(wired.gateway.services.store.get_key(key_id))
+    account = wired.gateway.call(wired.gateway.services.key_records.get_key(key_id))
     assert account is not None
     assert balance(wired, account.account_id) == (100_000_000, 0)
     assert all(r.charged_uc == 0 for r in usage_records(wired.gateway, key_id, count=0, timeout=0))
@@ -363,7 +363,7 @@ def test_refusals_are_in_googles_shape(wired: Wired, gemini: Gemini) -> None:
         google_error(unknown_v1, 404, "NOT_FOUND")
     assert wired.fake.count == 0
     # The refusals of a known key are recorded at 0 µc; nothing was charged.
-    account = wired.gateway.call(wired.gateway.services.store.get_key(key_id))
+    account = wired.gateway.call(wired.gateway.services.key_records.get_key(key_id))
     assert account is not None and balance(wired, account.account_id) == (100_000_000, 0)
 
 
@@ -418,5 +418,5 @@ def test_a_body_too_large_is_refused_in_googles_shape(tmp_path: Path) -> None:
             )
         assert "1024" in google_error(declared, 413, "INVALID_ARGUMENT")
         google_error(chunked, 413, "INVALID_ARGUMENT")
-        stored = gateway.call(gateway.services.store.get_account(account.id))
+        stored = gateway.call(gateway.services.accounts.get_account(account.id))
         assert stored is not None and (stored.balance_uc, stored.reserved_uc) == (10_000_000, 0)

@@ -157,7 +157,7 @@ def test_a_tool_choice_forcing_an_unavailable_hosted_tool_is_a_400(
     assert wired.fake.count == 0
     (record,) = usage_records(wired.gateway, key_id)
     assert record.status == "refused" and record.charged_uc == 0
-    account = wired.gateway.call(wired.gateway.services.store.get_account(record.account_id))
+    account = wired.gateway.call(wired.gateway.services.accounts.get_account(record.account_id))
     assert account is not None and (account.balance_uc, account.reserved_uc) == (100_000_000, 0)
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from modelgate.billing.settle_journal import SettleJournal
 from modelgate.storage.base import NewKey, Reservation, ReserveRequest
-from modelgate.storage.sqlite import SqliteStore
 from tests.fuzz.hostile import ODD_VALUES
+from tests.whole_store import SqliteStore
 
 NOW = 1_780_000_000.0
 MONTH = "2026-05"

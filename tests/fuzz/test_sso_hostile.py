@@ -107,3 +107,80 @@ def test_hostile_csrf_headers_are_refused(sso: SsoSetup) -> None:
         assert not [
             a for a in sso.gateway.call(sso.gateway.services.accounts.list_accounts()) if a.name == "never"
         ]
+
+
+#: A member's usage log and key list (their own keys only, filtered in the database): the
+#: parameters hostile values go into.
+MEMBER_PATHS = (
+    "/admin/api/usage",
+    "/admin/api/usage/records",
+    "/admin/api/usage/records.csv",
+    "/admin/api/usage/quality",
+    "/admin/api/keys",
+)
+MEMBER_PARAMS = (
+    "key_id",
+    "account_id",
+    "cursor",
+    "from",
+    "to",
+    "model",
+    "endpoint",
+    "status",
+    "limit",
+    "q",
+    "after",
+    "month",
+)
+
+
+def test_hostile_queries_of_a_members_own_usage_and_keys(sso: SsoSetup) -> None:
+    """Whatever a member puts in the query, the answer is theirs or a 4xx: never a 5xx, and never
+    a record or key of someone else in the account."""
+    rng = random.Random(SEED + 3)
+    account = sso.gateway.account("fuzz-members")
+    token = sso.gateway.call(sso.gateway.management.create_admin_token(None))
+    with httpx.Client(
+        base_url=sso.gateway.base_url, headers={"authorization": f"Bearer {token}"}
+    ) as operator:
+        link = operator.post("/admin/api/invites", json={"account_id": account.id}).json()["link"]
+    other = sso.gateway.key(account, "Basic", name="not-the-members")
+    with sso.browser() as member, httpx.Client(base_url=sso.gateway.base_url, timeout=30) as api:
+        user = sso.provider.add_user(person("Member Fuzz"))
+        assert sso.sign_in(member, user.sub, path=link).status_code == 303
+        own = sso.write(member, "POST", "/keys", {"group": "Basic", "name": "members-own"}).json()
+        for secret in (own["secret"], other.secret):
+            sent = api.post(
+                "/v1/chat/completions",
+                headers={"authorization": f"Bearer {secret}"},
+                json={
+                    "model": "aria-haiku-4.5",
+                    "max_tokens": 8,
+                    "messages": [{"role": "user", "content": "x"}],
+                },
+            )
+            assert sent.status_code == 200, sent.text
+        sso.gateway.call(sso.gateway.services.settlements.drain())
+        values = [
+            other.record.id,
+            own["id"],
+            str(account.id),
+            "0",
+            "-1",
+            "99999999999999999999",
+            "0000-01",
+            "9999-12",
+        ]
+        for _ in range(COUNT):
+            path = rng.choice(MEMBER_PATHS)
+            params = {
+                name: rng.choice([*values, garbage(rng)])
+                for name in rng.sample(MEMBER_PARAMS, rng.randrange(1, 4))
+            }
+            what = f"seed {SEED}: GET {path} {str(params)[:300]}"
+            response = member.get(path, params=params)
+            assert response.status_code < 500, (what, response.status_code, response.text[:300])
+            if response.status_code >= 400:
+                check_refusal(response, what)  # (it may echo what was sent, nothing more)
+            else:
+                assert other.record.id not in response.text, what

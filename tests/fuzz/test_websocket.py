@@ -215,7 +215,7 @@ def test_hostile_websocket_traffic_is_refused_in_format_and_never_charged(tmp_pa
         account = gateway.account("ws-fuzz", credits=10_000)
         keys = [gateway.key(account, "Nova", rpm=100_000) for _ in range(3)]
         secrets = [k.secret for k in keys]
-        before = gateway.call(gateway.services.store.get_account(account.id))
+        before = gateway.call(gateway.services.accounts.get_account(account.id))
         assert before is not None
         upgrades = hostile_upgrades(gateway, secrets, rng)
         outcomes = Outcomes()
@@ -229,16 +229,18 @@ def test_hostile_websocket_traffic_is_refused_in_format_and_never_charged(tmp_pa
         wait_until(lambda: stats.open == 0, "every socket counted closed")
         assert sum(stats.closed.values()) == stats.accepted
         deadline = time.monotonic() + 15
-        while gateway.call(gateway.services.store.reservation_stats())[0] and time.monotonic() < deadline:
+        while (
+            gateway.call(gateway.services.ledger_store.reservation_stats())[0] and time.monotonic() < deadline
+        ):
             time.sleep(0.05)
         month = month_of(gateway.services.clock.time())
         records = gateway.call(
-            gateway.services.store.usage_records(month, account_id=account.id, limit=100_000)
+            gateway.services.usage.usage_records(month, account_id=account.id, limit=100_000)
         )
-        after = gateway.call(gateway.services.store.get_account(account.id))
+        after = gateway.call(gateway.services.accounts.get_account(account.id))
         assert after is not None
         assert outcomes.completed > 0 and outcomes.statuses and outcomes.closes
         charged = {r.request_id for r in records if r.charged_uc > 0}
         assert not outcomes.refused_ids & charged, outcomes.refused_ids & charged
-        assert gateway.call(gateway.services.store.reservation_stats())[0] == 0
+        assert gateway.call(gateway.services.ledger_store.reservation_stats())[0] == 0
         assert after.available_uc == before.available_uc - sum(r.charged_uc for r in records)

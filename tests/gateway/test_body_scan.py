@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from modelgate.gateway.body import duplicate_key, splice_top_level, too_deep, top_level_members
-from modelgate.gateway.body_scan import decoded_key, quick_spans, scan_object
+from modelgate.gateway.body_scan import QUICK_KEYS, decoded_key, quick_spans, scan_object
 
 scalars = (
     st.none()
@@ -129,3 +129,17 @@ def test_quick_spans_find_a_huge_members_end_without_scanning_it() -> None:
     assert spans is not None and spans == scan_object(raw, 10).spans()
     start, end = spans["messages"]
     assert raw[start:end].startswith(b"[{") and raw[start:end].endswith(b"1]")
+
+
+def test_quick_spans_refuse_a_key_in_another_spelling_beside_a_key_written_twice() -> None:
+    # "a/b" written with the short escape \/ is not found as "a/b", while "m" is found twice (once
+    # nested): as many occurrences as keys, but not one of each.
+    raw = b'{"a\\/b":1,"x":{"m":1},"m":2}'
+    assert quick_spans(raw, orjson.loads(raw)) is None
+    assert scan_object(raw, 10).spans() == {"a/b": (8, 9), "x": (14, 21), "m": (26, 27)}
+
+
+def test_quick_spans_leave_a_body_of_very_many_keys_to_the_scan() -> None:
+    raw = orjson.dumps({f"k{i}": i for i in range(QUICK_KEYS + 1)})
+    assert quick_spans(raw, orjson.loads(raw)) is None
+    assert len(scan_object(raw, 10).spans()) == QUICK_KEYS + 1

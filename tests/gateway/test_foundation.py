@@ -20,9 +20,10 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from modelgate.catalogue import build_catalogue
 from modelgate.clock import month_of
-from modelgate.storage.sqlite import SqliteStore
+from modelgate.storage.sqlite_database import SqliteDatabase
 from tests.gateway.clients import SdkClients
 from tests.gateway_server import GatewayServer, running_gateway
+from tests.whole_store import whole_store
 
 CATALOGUE = build_catalogue()
 ARIA = sorted(m.id for m in CATALOGUE.in_family("aria"))
@@ -169,7 +170,7 @@ def test_alias_resolves_before_the_allowed_models_check(gateway: GatewayServer, 
             model="haiku", max_tokens=5, messages=CLAUDE_HELLO
         )
     gateway.call(gateway.services.settlements.drain())  # a refusal is recorded after its answer
-    records = gateway.call(gateway.services.store.usage_records(month_of(time.time())))
+    records = gateway.call(gateway.services.usage.usage_records(month_of(time.time())))
     # The refusal is in the usage log too, under no model name of the client's.
     assert {(r.model, r.status) for r in records} == {("aria-sonnet-4.6", "ok"), ("unknown", "refused_404")}
 
@@ -263,8 +264,8 @@ def test_health_endpoints(gateway: GatewayServer, sdk: SdkClients) -> None:
     assert "secret" not in httpx.get(f"{gateway.base_url}/health").text
     assert httpx.head(f"{gateway.base_url}/").status_code == 200
     # Database gone: /health says so with 503; /healthz still answers without touching it.
-    store = gateway.services.store
-    assert isinstance(store, SqliteStore)
+    store = whole_store(gateway.services)
+    assert isinstance(store.database, SqliteDatabase)
     # The path first: a background task (the key refresh) reconnecting between the two steps
     # would otherwise open the old file again.
     store.database.path = Path("/proc/no-such-dir/db.sqlite")
@@ -327,7 +328,7 @@ def test_cli_revocation_is_honoured_by_the_running_server_after_its_key_refresh(
     issued = json.loads(made.stdout)
     client = sdk.anthropic(gateway.base_url, issued["secret"])
     # The running server learns of keys the CLI made through its key view's own refresh.
-    created_record = gateway.call(gateway.services.store.get_key(issued["id"]))
+    created_record = gateway.call(gateway.services.key_records.get_key(issued["id"]))
     assert created_record is not None
     gateway.wait_for_key_version(issued["id"], created_record.version)
     client.messages.create(model="haiku", max_tokens=5, messages=CLAUDE_HELLO)
@@ -337,7 +338,7 @@ def test_cli_revocation_is_honoured_by_the_running_server_after_its_key_refresh(
         capture_output=True,
         env=_cli_env(gateway),
     )
-    revoked = gateway.call(gateway.services.store.get_key(issued["id"]))
+    revoked = gateway.call(gateway.services.key_records.get_key(issued["id"]))
     assert revoked is not None and revoked.state == "disabled"
     gateway.wait_for_key_version(issued["id"], revoked.version)
     # Refused on the first request after the refresh that loaded the revocation.

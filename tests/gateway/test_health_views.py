@@ -166,12 +166,13 @@ def test_redis_answering_is_ok(tmp_path: Path) -> None:
 def test_the_database_down_is_down_with_503(tmp_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from modelgate.storage.sqlite import SqliteStore
+    from modelgate.storage.sqlite_database import SqliteDatabase
+    from tests.whole_store import whole_store
 
     with running_gateway(tmp_path / "data") as gateway:
         headers = operator(gateway)
-        store = gateway.services.store
-        assert isinstance(store, SqliteStore)
+        store = whole_store(gateway.services)
+        assert isinstance(store.database, SqliteDatabase)
         store.database.path = Path("/proc/no-such-dir/db.sqlite")
         gateway.call(store.close())
         store.database._executor = ThreadPoolExecutor(1)

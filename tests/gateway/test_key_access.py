@@ -124,7 +124,7 @@ def test_a_key_is_refused_from_its_expiry_on_in_every_format(
     for request in (messages(aria), count_tokens(aria), chat(aria), responses(nova)):
         assert send(http, request).status_code == 200
     assert http.get("/v1/key", headers={"authorization": f"Bearer {aria}"}).json()["expires_at"] == at
-    charged_before = gw.call(gw.services.store.usage_summary("2026-11")).charged_uc
+    charged_before = gw.call(gw.services.usage.usage_summary("2026-11")).charged_uc
 
     clock.advance(3600)
     assert_messages_error(send(http, messages(aria)), 401, "authentication_error", f"expired at {at}")
@@ -148,7 +148,7 @@ def test_a_key_is_refused_from_its_expiry_on_in_every_format(
         },
     )
     assert_openai_error(upgrade, 401, "key_expired", "expired")
-    assert gw.call(gw.services.store.usage_summary("2026-11")).charged_uc == charged_before
+    assert gw.call(gw.services.usage.usage_summary("2026-11")).charged_uc == charged_before
     assert op.call("GET", f"/keys/{nova_id}", None)["expired"] is True
     assert refusals(http, "expired") == 7
 

@@ -61,7 +61,7 @@ def chat(http: httpx.Client, secret: str, model: str = "aria-haiku-4.5") -> http
 
 
 def usage_records(gw: GatewayServer, key_id: str) -> list[Any]:
-    return gw.call(gw.services.store.usage_records("2026-11", key_id=key_id, limit=1000))
+    return gw.call(gw.services.usage.usage_records("2026-11", key_id=key_id, limit=1000))
 
 
 @pytest.mark.parametrize(("group", "family"), [("Basic", "aria"), ("Pro", "aria"), ("Nova", "nova")], ids=str)
@@ -113,7 +113,7 @@ def test_asking_spends_nothing_and_takes_no_rate_limit_unit(gw: GatewayServer, h
     for _ in range(5):
         assert http.get("/v1/key", headers=as_bearer(issued.secret)).status_code == 200
         assert http.get("/v1/key/usage", headers=as_x_api_key(issued.secret)).status_code == 200
-    assert gw.call(gw.services.store.get_account(acct.id)) == acct  # balance and holds untouched
+    assert gw.call(gw.services.accounts.get_account(acct.id)) == acct  # balance and holds untouched
     assert usage_records(gw, issued.record.id) == []
     # The one unit of this minute is still there for a model request, and only one.
     assert chat(http, issued.secret).status_code == 200

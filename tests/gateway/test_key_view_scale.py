@@ -15,23 +15,27 @@ import httpx
 
 from modelgate.auth import SLICE_KEYS, KeyView
 from modelgate.keys import Digester
-from modelgate.storage.sqlite import SqliteStore
 from tests.gateway_server import running_gateway
 from tests.polling import wait_until
+from tests.whole_store import SqliteStore
 
 MANY = 20_000
 #: A created or revoked key is honoured within this (issue #34's budget at a million keys).
 HONOURED_WITHIN = 1.0
 
 
-def write_keys(db: Path, account_id: int, n: int) -> None:
-    """``n`` keys straight into the database, as another process (or the CLI) would add them."""
+def write_keys(db: Path, account_id: int, n: int, first: int = 0) -> None:
+    """``n`` keys straight into the database, as another process (or the CLI) would add them
+    (numbered from ``first``, so a second call adds other keys)."""
     with sqlite3.connect(db, timeout=30) as conn:
         (version,) = conn.execute("SELECT COALESCE(MAX(version), 0) FROM api_keys").fetchone()
         conn.executemany(
             "INSERT INTO api_keys (id, account_id, name, grp, rpm, digest, prefix, last4, created_at, version) "
             "VALUES (?, ?, ?, 'Basic', 60, randomblob(32), 'sk-cs4-many', '0000', 0, ?)",
-            ((f"key_many{i:08d}", account_id, f"many {i}", version + 1 + i) for i in range(n)),
+            (
+                (f"key_many{i:08d}", account_id, f"many {i}", version + 1 + i - first)
+                for i in range(first, first + n)
+            ),
         )
 
 
@@ -75,7 +79,7 @@ def test_keys_created_and_revoked_are_honoured_within_a_second_with_many_keys(tm
 
                 revoked_at = time.monotonic()
                 gateway.call(
-                    gateway.services.store.revoke_key(doomed.record.id, gateway.services.clock.time())
+                    gateway.services.key_records.revoke_key(doomed.record.id, gateway.services.clock.time())
                 )
                 wait_until(
                     lambda: chat(client, doomed.secret) == 401, "the revoked key being refused", interval=0.02

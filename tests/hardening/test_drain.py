@@ -42,7 +42,7 @@ def test_draining_is_reported_and_new_requests_get_a_503_in_their_format(tmp_pat
             headers={"authorization": f"Bearer {nova}"},
         )
         assert chat.status_code == 503 and chat.json()["error"]["code"] == "service_unavailable"
-        assert gateway.call(gateway.services.store.pending_reservations()) == 0
+        assert gateway.call(gateway.services.ledger_store.pending_reservations()) == 0
 
 
 def test_every_api_route_is_refused_while_draining_in_its_own_format(tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ def test_group_and_version_are_checked_on_the_head(edge: GatewayServer) -> None:
             reply = read_reply(sock)
             assert (reply.status, reply.json()["error"]["type"]) == (status, kind)
             assert reply.closed
-    assert edge.call(edge.services.store.pending_reservations()) == 0
+    assert edge.call(edge.services.ledger_store.pending_reservations()) == 0
 
 
 def test_a_trickled_head_ends_with_a_json_408(edge: GatewayServer) -> None:
@@ -91,7 +91,21 @@ def test_a_trickled_body_ends_with_a_json_408_in_the_paths_format(edge: GatewayS
         body = reply.json()
         assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
         assert edge.services.edge.body_timeouts == 1
-        assert edge.call(edge.services.store.pending_reservations()) == 0
+        assert edge.call(edge.services.ledger_store.pending_reservations()) == 0
+
+
+def test_a_trickled_body_on_an_admin_path_ends_with_a_408_in_the_admin_shape(edge: GatewayServer) -> None:
+    # The HTTP layer asks the route table how a refusal on the path reads: the admin shape here.
+    token = edge.call(edge.management.create_admin_token(None))
+    headers = {"authorization": f"Bearer {token}", "content-type": "application/json"}
+    with connect(edge.port) as sock:
+        sock.sendall(request_head("POST", "/admin/api/accounts", {**headers, "content-length": "100"}) + b"{")
+        reply = read_reply(sock)
+        assert reply.status == 408 and reply.closed
+        assert reply.headers["cache-control"] == "no-store" and reply.headers["x-request-id"]
+        error = reply.json()["error"]
+        assert set(error) == {"type", "message"} and "did not arrive in time" in error["message"]
+        assert edge.services.edge.body_timeouts == 1
 
 
 def test_the_connection_cap_refuses_in_json_and_recovers(tmp_path: Path) -> None:

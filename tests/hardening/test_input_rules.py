@@ -35,10 +35,10 @@ def post(gateway: GatewayServer, path: str, key: str, raw: bytes) -> httpx.Respo
 
 
 def assert_nothing_spent(gateway: GatewayServer, account_id: int, balance: int) -> None:
-    account = gateway.call(gateway.services.store.get_account(account_id))
+    account = gateway.call(gateway.services.accounts.get_account(account_id))
     assert account is not None and account.balance_uc == balance and account.reserved_uc == 0
     month = month_of(gateway.services.clock.time())
-    assert gateway.call(gateway.services.store.usage_records(month, account_id=account_id)) == []
+    assert gateway.call(gateway.services.usage.usage_records(month, account_id=account_id)) == []
 
 
 DUPLICATES = [

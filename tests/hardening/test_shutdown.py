@@ -5,6 +5,7 @@ ledger. A real ``modelgate serve`` process each time."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import orjson
 import pytest
 
 from tests.hardening.process import GatewayProcess, assert_ledger_invariant, run
+from tests.storage.rollup_scan import sqlite_rollups_and_scan
 
 GRACE = 3
 #: The simulator emits 20 tokens a second: a 400-word answer takes about 20 s.
@@ -217,8 +219,10 @@ def test_kill_9_under_load_never_breaks_the_ledger(tmp_path: Path, rounds: int) 
                     await asyncio.gather(*tasks, return_exceptions=True)
 
             run(load())
-            # Holds of the killed requests stay until the sweeper's TTL; money still adds up.
+            # Holds of the killed requests stay until the sweeper's TTL; money still adds up, and
+            # the usage rollups (kept per group commit) still equal the records.
             assert_ledger_invariant(gateway.ledger(seeded.account_id))
+            assert_rollups_exact(gateway)
         # A restart serves again, and the invariant still holds after it.
         gateway.start()
         response = httpx.post(
@@ -230,3 +234,11 @@ def test_kill_9_under_load_never_breaks_the_ledger(tmp_path: Path, rounds: int) 
         assert response.status_code == 200
         gateway.kill()
         assert_ledger_invariant(gateway.ledger(seeded.account_id))
+        assert gateway.ledger(seeded.account_id)["records"] > 0
+        assert_rollups_exact(gateway)
+
+
+def assert_rollups_exact(gateway: GatewayProcess) -> None:
+    with contextlib.closing(gateway.db()) as db:
+        for kept, scanned in sqlite_rollups_and_scan(db):
+            assert kept == scanned

@@ -11,6 +11,8 @@ import httpx
 from modelgate.clock import month_of
 from modelgate.gateway import headers as hdr
 from tests.multi.conftest import NOW, Cluster, post_chat, run
+from tests.storage.rollup_scan import postgres_rollups_and_scan
+from tests.whole_store import whole_store
 
 REQUESTS = 300
 IN_FLIGHT = 100
@@ -86,7 +88,7 @@ def test_cap_and_shared_balance_races_across_three_instances(make_cluster: Any) 
         def on(index: int, method: str, *args: Any, **kwargs: Any) -> Any:
             """Ask instance ``index``'s own store (each store lives on its instance's loop)."""
             server = cluster[index]
-            return server.call(getattr(server.services.store, method)(*args, **kwargs))
+            return server.call(getattr(whole_store(server.services), method)(*args, **kwargs))
 
         for index in range(3):  # the refusals' records, written after their answers
             cluster[index].call(cluster[index].services.settlements.drain())
@@ -109,3 +111,13 @@ def test_cap_and_shared_balance_races_across_three_instances(make_cluster: Any) 
         # What clients were told they were charged is what the ledger holds.
         assert sum(int(r.headers[hdr.CHARGED]) for r in ok) == sum(u.charged_uc for u in usage)
         assert sum(u.charged_uc for u in usage if u.key_id == capped_id) == spent
+        # The usage rollups the three instances kept per ledger batch equal the records.
+        assert all(kept == scanned and kept for kept, scanned in run(_rollups(cluster.database_url)))
+
+
+async def _rollups(url: str) -> list[tuple[list[Any], list[Any]]]:
+    conn = await asyncpg.connect(url)
+    try:
+        return await postgres_rollups_and_scan(conn)
+    finally:
+        await conn.close()

@@ -8,7 +8,9 @@ import secrets
 
 import redis.asyncio as aioredis
 
-from modelgate.limits.redis_rpm import RedisRateLimiter
+from modelgate.limits.key_limits import KeyLimits
+from modelgate.limits.redis_tickets import RedisTickets
+from modelgate.limits.tickets import Ticket
 from tests.multi.conftest import NOW
 from tests.storage.engines import redis_url
 
@@ -16,14 +18,14 @@ from tests.storage.engines import redis_url
 async def test_admissions_of_one_turn_share_one_connection_and_decide_exactly() -> None:
     admin = aioredis.Redis.from_url(redis_url())
     before = {c["id"] for c in await admin.client_list()}
-    limiter = RedisRateLimiter(redis_url())
-    key = f"key_{secrets.token_hex(6)}"
+    limiter = RedisTickets(redis_url())
+    claims = KeyLimits(rpm=50).claims(f"k:key_{secrets.token_hex(6)}", 0, 0)
     try:
         await limiter.start()
-        decisions = await asyncio.gather(*(limiter.admit(key, 50, NOW) for _ in range(200)))
-        assert sum(d.admitted for d in decisions) == 50 and limiter.fallback_decisions == 0
+        taken = await asyncio.gather(*(limiter.take(claims, NOW, f"t{i}") for i in range(200)))
+        assert sum(isinstance(t, Ticket) for t in taken) == 50 and limiter.fallback_decisions == 0
         opened = [c for c in await admin.client_list() if c["id"] not in before]
-        # The pool's one connection (it loaded the script at start) and the admissions' one.
+        # The pool's one connection (it loaded the scripts at start) and the admissions' one.
         assert len(opened) == 2, opened
     finally:
         await limiter.aclose()
@@ -31,15 +33,15 @@ async def test_admissions_of_one_turn_share_one_connection_and_decide_exactly() 
 
 
 async def test_a_script_redis_lost_is_loaded_again() -> None:
-    limiter = RedisRateLimiter(redis_url())
+    limiter = RedisTickets(redis_url())
     admin = aioredis.Redis.from_url(redis_url())
-    key = f"key_{secrets.token_hex(6)}"
+    claims = KeyLimits(rpm=3).claims(f"k:key_{secrets.token_hex(6)}", 0, 0)
     try:
         await limiter.start()
-        assert (await limiter.admit(key, 3, NOW)).admitted
+        assert isinstance(await limiter.take(claims, NOW, "first"), Ticket)
         await admin.script_flush()  # what a restarted Redis looks like to the script
-        decisions = await asyncio.gather(*(limiter.admit(key, 3, NOW + 1) for _ in range(4)))
-        assert [d.admitted for d in decisions].count(True) == 2
+        taken = await asyncio.gather(*(limiter.take(claims, NOW + 1, f"t{i}") for i in range(4)))
+        assert [isinstance(t, Ticket) for t in taken].count(True) == 2
         assert limiter.fallback_decisions == 0 and not limiter.degraded
     finally:
         await limiter.aclose()

@@ -19,19 +19,20 @@ import httpx
 
 from modelgate.clock import month_of
 from modelgate.gateway import headers as hdr
-from modelgate.limits.redis_rpm import RedisRateLimiter
+from modelgate.limits.redis_tickets import RedisTickets
 from tests.multi.conftest import NOW, Cluster, RedisProcess, cluster_of, post_chat, run
 from tests.polling import wait_until
+from tests.whole_store import whole_store
 
 LIMIT = 30
 #: Rounds of traffic while Redis is dead, 0.3 s apart (about 5 s of outage in all).
 OUTAGE_ROUNDS = 12
 
 
-def limiter(cluster: Cluster, index: int) -> RedisRateLimiter:
-    rate_limiter = cluster[index].services.rate_limiter
-    assert isinstance(rate_limiter, RedisRateLimiter)
-    return rate_limiter
+def limiter(cluster: Cluster, index: int) -> RedisTickets:
+    tickets = cluster[index].services.tickets
+    assert isinstance(tickets, RedisTickets)
+    return tickets
 
 
 class Traffic:
@@ -116,7 +117,7 @@ def test_redis_outage_degrades_to_per_instance_limits_keeps_money_exact_and_reco
         for index in range(3):  # the refusals' records, written after their answers
             cluster[index].call(cluster[index].services.settlements.drain())
         server = cluster[1]
-        store = server.services.store
+        store = whole_store(server.services)
         current = server.call(store.get_account(account.id))
         assert month_of(cluster.clock.time()) == month_of(NOW)  # minutes passed, not a month
         every = server.call(store.usage_records(month_of(NOW), account_id=account.id, limit=100_000))

@@ -77,7 +77,7 @@ def test_a_change_on_one_instance_serves_the_next_requests_of_the_other(
             assert priced.json()["current"]["input"] == "2"
 
             def balance() -> tuple[int, int]:
-                found = cluster[1].call(cluster[1].services.store.get_account(account.id))
+                found = cluster[1].call(cluster[1].services.accounts.get_account(account.id))
                 assert found is not None
                 return found.balance_uc, found.reserved_uc
 

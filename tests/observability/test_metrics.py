@@ -112,7 +112,7 @@ def families_of(found: Scrape) -> dict[str, tuple[str, frozenset[str]]]:
 
 def usage_records(gateway: GatewayServer) -> list[UsageRecord]:
     month = month_of(gateway.services.clock.time())
-    return gateway.call(gateway.services.store.usage_records(month, limit=10_000))
+    return gateway.call(gateway.services.usage.usage_records(month, limit=10_000))
 
 
 @pytest.fixture

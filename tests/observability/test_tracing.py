@@ -53,7 +53,7 @@ class World:
 
     def usage(self, request_id: str) -> UsageRecord:
         month = month_of(self.gateway.services.clock.time())
-        records = self.gateway.call(self.gateway.services.store.usage_records(month, limit=1000))
+        records = self.gateway.call(self.gateway.services.usage.usage_records(month, limit=1000))
         return next(r for r in records if r.request_id == request_id)
 
 

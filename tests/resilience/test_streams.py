@@ -29,7 +29,7 @@ def _record(env: Env, key_id: str, timeout: float = POLL_TIMEOUT) -> UsageRecord
     deadline = time.monotonic() + timeout
     while True:
         records = env.gateway.call(
-            env.gateway.services.store.usage_records(month_of(time.time()), key_id=key_id)
+            env.gateway.services.usage.usage_records(month_of(time.time()), key_id=key_id)
         )
         if records or time.monotonic() > deadline:
             assert len(records) == 1, records

@@ -80,7 +80,7 @@ class Stateful:
         return issued.secret, issued.record.id
 
     def account_id(self, key_id: str) -> int:
-        record = self.gateway.call(self.gateway.services.store.get_key(key_id))
+        record = self.gateway.call(self.gateway.services.key_records.get_key(key_id))
         assert record is not None
         return record.account_id
 
@@ -93,7 +93,7 @@ class Stateful:
         deadline = time.monotonic() + timeout
         while True:
             records = self.gateway.call(
-                self.gateway.services.store.usage_records(month_of(self.clock.time()), key_id=key_id)
+                self.gateway.services.usage.usage_records(month_of(self.clock.time()), key_id=key_id)
             )
             if len(records) >= count or time.monotonic() > deadline:
                 return sorted(records, key=lambda r: r.created_at)

@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from tests.gateway.clients import SdkClients
 from tests.gateway_server import GatewayServer, running_gateway
+from tests.whole_store import whole_store
 
 from modelgate.storage.responses import NewResponse, StoredItem
-from modelgate.storage.sqlite import SqliteStore
+from modelgate.storage.sqlite_database import SqliteDatabase
 
 #: Items of the big conversation; the small one has ``SMALL``.
 BIG = 4_000
@@ -46,8 +47,8 @@ def _items(prefix: str, count: int, section: str = "input") -> list[StoredItem]:
 
 def _reader_steps(gateway: GatewayServer, work: Callable[[], object]) -> int:
     """VM steps (in units of ``STEP``) the store's reader connection ran during ``work``."""
-    store = gateway.services.store
-    assert isinstance(store, SqliteStore)
+    store = whole_store(gateway.services)
+    assert isinstance(store.database, SqliteDatabase)
     steps = [0]
 
     def count() -> int:

@@ -41,11 +41,11 @@ def new_account(gateway: GatewayServer, sdk: SdkClients) -> tuple[int, openai.Op
 
 
 def used(gateway: GatewayServer, account_id: int) -> int:
-    return gateway.call(gateway.services.store.state_bytes(account_id))
+    return gateway.call(gateway.services.responses.state_bytes(account_id))
 
 
 def balance(gateway: GatewayServer, account_id: int) -> int:
-    account = gateway.call(gateway.services.store.get_account(account_id))
+    account = gateway.call(gateway.services.accounts.get_account(account_id))
     assert account is not None
     return account.balance_uc
 
@@ -58,7 +58,7 @@ def fill_elsewhere(gateway: GatewayServer, account_id: int, size: int) -> str:
     body = b"x" * (size - object_bytes(b"", items))
     now = time.time()
     response = NewResponse(ident, account_id, "k", body, [], items, None, None, "", now, now + 3600)
-    assert gateway.call(gateway.services.store.save_response(response, LIMIT))
+    assert gateway.call(gateway.services.responses.save_response(response, LIMIT))
     return ident
 
 
@@ -89,7 +89,7 @@ def test_a_refusal_reads_the_count_again_so_room_made_elsewhere_counts_at_once(
     account_id, client = new_account(gateway, sdk)
     other = fill_elsewhere(gateway, account_id, LIMIT)
     assert refused_for_room(client).code == "stored_state_limit_reached"  # now remembered as full
-    assert gateway.call(gateway.services.store.delete_response(account_id, other))
+    assert gateway.call(gateway.services.responses.delete_response(account_id, other))
     kept = client.responses.create(model=SIMULATED, input="Room again.")
     assert client.responses.retrieve(kept.id).id == kept.id
 

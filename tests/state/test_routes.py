@@ -92,10 +92,10 @@ def test_stored_history_counts_toward_the_hold_like_history_sent_inline(
     assert model is not None
     # Leave the account room for ~20k input tokens: the new turn fits, the history does not.
     account_id = stateful.account_id(key_id)
-    account = gateway.call(gateway.services.store.get_account(account_id))
+    account = gateway.call(gateway.services.accounts.get_account(account_id))
     assert account is not None
     room = bound_uc(20_000, 1, model.price)
-    gateway.call(gateway.services.store.top_up(account_id, room - account.available_uc, "test", 0))
+    gateway.call(gateway.services.accounts.top_up(account_id, room - account.available_uc, "test", 0))
     assert client.responses.create(model=SIMULATED, input="short").status == "completed"
     with pytest.raises(openai.APIStatusError) as chained:
         client.responses.create(model=SIMULATED, input="short", previous_response_id=first.id)
@@ -160,7 +160,7 @@ def test_expired_state_reads_as_missing_and_is_swept(stateful: Stateful, sdk: Sd
     assert services.state_sweeper is not None
     swept = stateful.gateway.call(services.state_sweeper.sweep())
     assert swept >= 2
-    assert stateful.gateway.call(services.store.state_bytes(stateful.account_id(key_id))) == 0
+    assert stateful.gateway.call(services.responses.state_bytes(stateful.account_id(key_id))) == 0
 
 
 def test_with_stored_responses_off_nothing_is_kept_and_stateful_fields_are_refused(

@@ -6,9 +6,8 @@ from pathlib import Path
 import pytest
 
 from modelgate.storage.base import Store
-from modelgate.storage.postgres import PostgresStore
-from modelgate.storage.sqlite import SqliteStore
 from tests.storage.engines import fresh_database
+from tests.whole_store import PostgresStore, SqliteStore
 
 #: Makes another Store on the same database, as a second gateway instance would.
 StoreFactory = Callable[[], Awaitable[Store]]

@@ -30,10 +30,10 @@ from modelgate.storage.base import (
     Store,
     UsageRecord,
 )
-from modelgate.storage.postgres import PostgresStore
 from tests.ports import unused_port
 from tests.storage.conftest import StoreFactory
 from tests.storage.engines import fresh_database
+from tests.whole_store import PostgresStore
 
 NOW = 1_780_000_000.0  # 2026-05-28
 MONTH = "2026-05"

@@ -14,10 +14,9 @@ from modelgate.audit import describe
 from modelgate.audit.actor import Actor, acting, draft
 from modelgate.storage.audit import AuditFilter
 from modelgate.storage.base import Conflict, KeyControls, Store
-from modelgate.storage.postgres import PostgresStore
-from modelgate.storage.sqlite import SqliteStore
 from tests.storage.conftest import StoreFactory
 from tests.storage.test_contract import MONTH, NOW, hold, new_key, usage_of
+from tests.whole_store import PostgresStore, SqliteStore
 
 JULY = NOW + 40 * 86400  # 2026-07-07: after MONTH
 

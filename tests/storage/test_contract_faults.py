@@ -27,11 +27,10 @@ import asyncpg
 import pytest
 
 from modelgate.storage.base import Refusal, Reservation, Settlement, StorageError, Store, UsageRecord
-from modelgate.storage.postgres import PostgresStore
 from modelgate.storage.postgres_ledger import ACCOUNT, RESERVATION, _lock_key
-from modelgate.storage.sqlite import SqliteStore
 from tests.storage.engines import database_url
 from tests.storage.test_contract import MONTH, assert_ledger_invariants, hold, setup_key, usage_of
+from tests.whole_store import PostgresStore, SqliteStore
 
 T = TypeVar("T")
 

@@ -6,14 +6,14 @@ import pytest
 
 from modelgate.storage.audit import AuditDraft, AuditFilter, Subject
 from modelgate.storage.base import Store
-from modelgate.storage.composed import ComposedStore
 from modelgate.storage.people import Invite, Member, PeopleStore
+from tests.whole_store import WholeStore
 
 ISSUER = "https://idp.example.com"
 
 
 def people_of(store: Store) -> PeopleStore:
-    assert isinstance(store, ComposedStore)
+    assert isinstance(store, WholeStore)
     return store.people
 
 
@@ -65,6 +65,10 @@ async def test_sessions_are_found_by_digest_touched_and_pruned(store: Store) -> 
     await people.touch_session(b"d1", 500.0)
     touched = await people.find_session(b"d1")
     assert touched is not None and touched.last_seen_at == 500.0
+    # Alive: used since the idle cut and before the absolute end.
+    assert await people.count_sessions(idle_before=10.0, now=600.0) == 2
+    assert await people.count_sessions(idle_before=100.0, now=600.0) == 1  # d2 idle since 10
+    assert await people.count_sessions(idle_before=100.0, now=1000.0) == 0  # both at their end
     assert await people.prune_sessions(idle_before=100.0, now=600.0) == 1  # d2 idle since 10
     assert await people.find_session(b"d2") is None
     await people.delete_session(b"d1")
@@ -200,3 +204,40 @@ async def test_invitations_are_audited_in_their_own_transaction(store: Store) ->
 
 def _broken_invite(invite: Invite) -> Subject:
     raise RuntimeError("the audit entry could not be made")
+
+
+def _joined(invite: Invite) -> Subject:
+    return Subject(f"person:{invite.used_by}", invite.account_id, {"role": invite.role, "invite": invite.id})
+
+
+async def test_joining_with_an_invitation_is_audited_in_its_own_transaction(store: Store) -> None:
+    people = people_of(store)
+    account = await store.create_account("join-audited", 0, 0.0)
+    person = await people.upsert_person("person_jn", ISSUER, "sub-jn", "jn@example.com", "Jn", 0.0)
+    await people.create_invite("inv_jn", b"inv-jn", account.id, "member", "", "owner-z", 1.0, 100.0)
+    # An entry that cannot be written takes the join with it: the invitation stays unused and
+    # the person is no member.
+    broken = AuditDraft(2.0, "Jn <jn@example.com>", "member.join", _broken_invite)
+    with pytest.raises(RuntimeError):
+        await people.use_invite(b"inv-jn", person.id, 2.0, audit=broken)
+    assert await people.member(account.id, person.id) is None
+    unused = await people.get_invite("inv_jn")
+    assert unused is not None and unused.used_at is None and unused.used_by is None
+    assert await store.audit_page(AuditFilter(account_id=account.id), limit=10) == []
+    joined = AuditDraft(3.0, "Jn <jn@example.com>", "member.join", _joined)
+    used = await people.use_invite(b"inv-jn", person.id, 3.0, audit=joined)
+    assert used is not None and used.used_by == person.id
+    member = await people.member(account.id, person.id)
+    assert member is not None and member.role == "member"
+    assert await people.use_invite(b"inv-jn", person.id, 4.0, audit=joined) is None  # no second entry
+    entries = await store.audit_page(AuditFilter(account_id=account.id), limit=10)
+    assert [(e.at, e.action, e.actor, e.target, e.before, e.after) for e in entries] == [
+        (
+            3.0,
+            "member.join",
+            "Jn <jn@example.com>",
+            f"person:{person.id}",
+            None,
+            {"role": "member", "invite": "inv_jn"},
+        )
+    ]

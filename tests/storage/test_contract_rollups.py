@@ -17,11 +17,10 @@ from modelgate.clock import month_of
 from modelgate.retention import UsageSweeper
 from modelgate.storage import reports
 from modelgate.storage.base import KeyRecord, Store
-from modelgate.storage.postgres import PostgresStore
 from modelgate.storage.reports import Params, UsageFilter
-from modelgate.storage.sqlite import SqliteStore
 from tests.gateway_server import ManualClock
 from tests.storage.test_contract import hold, new_key, setup_key, usage_of
+from tests.whole_store import PostgresStore, SqliteStore
 
 DAY = 86_400.0
 MAY_1 = datetime(2026, 5, 1, tzinfo=UTC).timestamp()

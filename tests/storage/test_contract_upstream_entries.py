@@ -4,16 +4,16 @@ not there changes nothing, and a second instance sees the first one's writes."""
 
 from __future__ import annotations
 
-from modelgate.storage.composed import ComposedStore
 from modelgate.storage.upstream_entries import StoredEntry, StoredPrice, UpstreamStore
 from modelgate.storage.upstream_store import upstream_store
 from tests.storage.conftest import StoreFactory
 from tests.storage.test_contract import NOW
+from tests.whole_store import WholeStore
 
 
 async def _store(engine: StoreFactory) -> UpstreamStore:
     opened = await engine()
-    assert isinstance(opened, ComposedStore)
+    assert isinstance(opened, WholeStore)
     return upstream_store(opened.database)
 
 

@@ -10,10 +10,10 @@ import asyncpg
 import orjson
 
 from modelgate.storage.base import Store
-from modelgate.storage.postgres import PostgresStore
 from modelgate.storage.reports import UsageFilter
 from tests.storage.engines import fresh_database
 from tests.storage.test_contract import MONTH, hold, setup_key, usage_of
+from tests.whole_store import PostgresStore
 
 
 async def test_settle_records_one_hour_writes_and_web_searches(store: Store) -> None:

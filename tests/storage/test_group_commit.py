@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from modelgate.storage.base import Conflict, NewKey, Reservation, ReserveRequest, Settlement, UsageRecord
-from modelgate.storage.sqlite import SqliteStore
+from tests.whole_store import SqliteStore
 
 MONTH = "2026-11"
 

@@ -14,7 +14,6 @@ import asyncpg
 import pytest
 
 from modelgate.config import ConfigError, load_settings
-from modelgate.storage import open_store
 from modelgate.storage.base import (
     Conflict,
     ConnectionUse,
@@ -25,8 +24,8 @@ from modelgate.storage.base import (
     StorageError,
     UsageRecord,
 )
-from modelgate.storage.postgres import PostgresStore
 from tests.storage.engines import fresh_database
+from tests.whole_store import PostgresStore, open_store
 
 MONTH = "2026-11"
 

@@ -13,9 +13,9 @@ import pydantic
 import pytest
 
 from modelgate.config import ResponsesConfig
-from modelgate.storage.postgres import PostgresStore
 from modelgate.storage.postgres_batches import connection_lost
 from tests.storage.engines import fresh_database
+from tests.whole_store import PostgresStore
 
 
 def test_arguments_the_driver_refuses_are_no_lost_connection() -> None:

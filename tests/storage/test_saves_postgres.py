@@ -11,7 +11,6 @@ import asyncpg
 import pytest
 
 from modelgate.storage.base import Conflict, StorageError
-from modelgate.storage.postgres import PostgresStore
 from modelgate.storage.postgres_saves import _CALL, _Save, arguments
 from modelgate.storage.responses import StoredConversation, appended_bytes, object_bytes
 from tests.ports import unused_port
@@ -20,6 +19,7 @@ from tests.storage.test_contract import NOW
 from tests.storage.test_contract_responses import DAY, LIMIT, item, response
 from tests.storage.test_group_commit import BatchSizes
 from tests.storage.test_group_commit_postgres import _hold, _next_xid, _waiting_backend
+from tests.whole_store import PostgresStore
 
 
 @pytest.fixture

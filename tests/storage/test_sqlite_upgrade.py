@@ -8,7 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 from modelgate.storage.base import UsageRecord
-from modelgate.storage.sqlite import SqliteStore
+from tests.whole_store import SqliteStore
 
 
 async def test_upgrade_keeps_pending_holds_and_month_spend(tmp_path: Path) -> None:

@@ -10,10 +10,9 @@ from pathlib import Path
 import asyncpg
 
 from modelgate.storage.base import Store
-from modelgate.storage.postgres import PostgresStore
 from modelgate.storage.reports import UsageFilter
-from modelgate.storage.sqlite import SqliteStore
 from tests.storage.engines import fresh_database
+from tests.whole_store import PostgresStore, SqliteStore
 
 OLD = ("0001_initial", "0002_lean_ledger")
 ROWS = [

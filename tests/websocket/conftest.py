@@ -94,13 +94,13 @@ class Suite:
         deadline = time.monotonic() + timeout
         while True:
             month = month_of(self.gateway.services.clock.time())
-            records = self.gateway.call(self.gateway.services.store.usage_records(month, key_id=key_id))
+            records = self.gateway.call(self.gateway.services.usage.usage_records(month, key_id=key_id))
             if len(records) >= count or time.monotonic() > deadline:
                 return sorted(records, key=lambda r: r.created_at)
             time.sleep(0.02)
 
     def available(self, account_id: int) -> int:
-        account = self.gateway.call(self.gateway.services.store.get_account(account_id))
+        account = self.gateway.call(self.gateway.services.accounts.get_account(account_id))
         assert account is not None
         return account.available_uc
 

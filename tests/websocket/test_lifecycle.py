@@ -158,7 +158,7 @@ def test_a_drain_closes_the_socket_with_1001_after_the_response_in_flight(tmp_pa
         assert text == "draining answer"
         assert close_code(busy) == 1001
         month = month_of(gateway.services.clock.time())
-        (record,) = gateway.call(gateway.services.store.usage_records(month, key_id=key.record.id))
+        (record,) = gateway.call(gateway.services.usage.usage_records(month, key_id=key.record.id))
         assert record.status == "ok" and record.output_tokens > 0
 
 

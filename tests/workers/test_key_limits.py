@@ -1,6 +1,6 @@
 """A key's requests in flight and tokens per minute across the workers of one instance (no Redis):
 the supervisor holds the one set of buckets. Unit tests connect ticket takers the way workers do
-(a socket pair each to one ``WindowService``); the gateway test drives ``modelgate serve --workers
+(a socket pair each to one ``TicketService``); the gateway test drives ``modelgate serve --workers
 2`` in front of a fake upstream that measures how many requests it answers at once."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import httpx
 
 from modelgate.cli.context import Options, with_management
 from modelgate.limits.key_limits import KeyLimits, Resource
-from modelgate.limits.shared_rpm import WindowService
+from modelgate.limits.shared_tickets import TicketService
 from modelgate.limits.tickets import Refused, Ticket
 from modelgate.management import Management
 from tests.billing.helpers import body_for, headers_for
@@ -26,7 +26,7 @@ LIMITS = KeyLimits(tpm=1000, max_concurrency=4)
 
 
 async def test_two_workers_share_one_set_of_buckets() -> None:
-    async with workers_of(WindowService(), 2) as workers:
+    async with workers_of(TicketService(), 2) as workers:
         taken = await asyncio.gather(
             *(workers[i % 2].take(LIMITS.claims("k:key", 100, 100), NOW, f"t{i}") for i in range(20))
         )
@@ -48,13 +48,13 @@ async def test_two_workers_share_one_set_of_buckets() -> None:
         assert isinstance(full, Refused) and full.resource is Resource.TPM
         for i, taken_now in enumerate(more):
             assert isinstance(taken_now, Ticket)
-            workers[i % 2].release(taken_now)
+            workers[i % 2].refund(taken_now)
         again = await workers[1].take(LIMITS.claims("k:key", 900, 1), NOW + 2, "w")
         assert isinstance(again, Ticket) and again.tokens == 800  # 200 settled before stay counted
 
 
 async def test_a_dead_workers_tickets_are_released() -> None:
-    service = WindowService()
+    service = TicketService()
     async with workers_of(service, 2) as (first, second):
         held = [await first.take(LIMITS.claims("k:key", 10, 10), NOW, f"t{i}") for i in range(4)]
         assert all(isinstance(t, Ticket) for t in held)

@@ -5,6 +5,7 @@ a third process meanwhile, and ``kill -9`` of one worker under load."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 import time
@@ -21,6 +22,7 @@ from tests.billing.helpers import PATHS, body_for, headers_for
 from tests.hardening.process import assert_ledger_invariant, run
 from tests.hardening.test_shutdown import all_admitted
 from tests.polling import wait_until
+from tests.storage.rollup_scan import sqlite_rollups_and_scan
 from tests.workers.harness import WorkersGateway, pinned_clients
 
 REQUESTS = 300
@@ -175,6 +177,10 @@ def test_kill_9_of_one_worker_under_load_restarts_it_and_keeps_the_ledger(tmp_pa
         outcomes = [a.status_code if isinstance(a, httpx.Response) else type(a).__name__ for a in answers]
         assert sum(1 for a in survivors if a.status_code == 200) >= 15, outcomes
         assert_ledger_invariant(gateway.ledger(seeded.account_id))
+        # The usage rollups (kept per group commit by both workers) equal the records.
+        with contextlib.closing(gateway.db()) as db:
+            for kept, scanned in sqlite_rollups_and_scan(db):
+                assert kept == scanned and kept
 
         # The parent restarted worker 0 (a new process); the instance serves on both again.
         deadline = time.monotonic() + 30

@@ -1,6 +1,7 @@
 """Per-key requests per minute across the workers of one instance (no Redis): one exact window.
 
-The unit tests connect limiters the way workers do (a socket pair each to one ``WindowService``);
+The unit tests connect ticket takers the way workers do (a socket pair each to one
+``TicketService``);
 the gateway tests drive ``modelgate serve --workers 2`` with a shared clock moved by the test."""
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from pathlib import Path
 import httpx
 
 from modelgate.cli.context import Options, with_management
-from modelgate.limits.rpm import RollingWindowLimiter
-from modelgate.limits.shared_rpm import SharedWindowLimiter, WindowService
+from modelgate.limits.key_limits import KeyLimits
+from modelgate.limits.shared_tickets import SharedTickets, TicketService
+from modelgate.limits.tickets import BucketStore, Refused, Ticket
 from modelgate.management import Management
 from tests.billing.helpers import body_for, headers_for
 from tests.hardening.process import run
@@ -29,12 +31,12 @@ NOW = 1_790_000_000.123456
 
 
 @asynccontextmanager
-async def workers_of(service: WindowService, count: int) -> AsyncIterator[list[SharedWindowLimiter]]:
+async def workers_of(service: TicketService, count: int) -> AsyncIterator[list[SharedTickets]]:
     limiters = []
     for _ in range(count):
         ours, theirs = socket.socketpair()
         await service.serve(ours)
-        limiter = SharedWindowLimiter(theirs)
+        limiter = SharedTickets(theirs)
         await limiter.connect()
         limiters.append(limiter)
     try:
@@ -46,46 +48,49 @@ async def workers_of(service: WindowService, count: int) -> AsyncIterator[list[S
 
 async def test_shared_window_decides_exactly_like_one_process() -> None:
     """Random traffic (bursts, ties, gaps, a lowered limit, refunds) from two workers: the same
-    decisions, remaining counts and retry-after as one in-process limiter."""
-    local = RollingWindowLimiter()
+    decisions, remaining counts and retry-after as one in-process set of buckets."""
+    local = BucketStore()
     rng = random.Random(5)
     now = NOW
-    async with workers_of(WindowService(), 2) as limiters:
+    async with workers_of(TicketService(), 2) as limiters:
         for step in range(2_000):
             now += rng.choice([0.0, 0.0, 0.001, 0.25, 1.7, 13.0, 59.999, 60.0])
             key = rng.choice(["key_a", "key_b", "key_c"])
             limit = 4 if key == "key_a" and step > 1_000 else rng.choice([5, 5, 8])
-            expected = local.admit_now(key, limit, now)
-            got = await limiters[step % 2].admit(key, limit, now)
-            assert (got.admitted, got.limit, got.remaining) == (
-                expected.admitted,
-                expected.limit,
-                expected.remaining,
-            )
-            assert got.reset_after == expected.reset_after and got.retry_after == expected.retry_after
-            if got.admitted and rng.random() < 0.1:  # a later step refused it: the unit goes back
-                local.refund_now(key, expected)
-                await limiters[(step + 1) % 2].refund(key, got)
+            claims = KeyLimits(rpm=limit).claims(f"k:{key}", 0, 0)
+            expected = local.admit(claims, now, f"e{step}")
+            got = await limiters[step % 2].take(claims, now, f"g{step}")
+            if isinstance(expected, Refused):
+                assert isinstance(got, Refused)
+                assert got.wait == expected.wait and got.retry_after == expected.retry_after
+                continue
+            assert isinstance(got, Ticket) and got.standing == expected.standing
+            if rng.random() < 0.1:  # a later step refused it: the unit goes back
+                local.refund(expected)
+                limiters[(step + 1) % 2].refund(got)
+                await asyncio.sleep(0)  # the refund's line leaves before the next request
         assert all(limiter.connected for limiter in limiters)
 
 
 async def test_two_workers_admit_exactly_the_limit_together() -> None:
-    async with workers_of(WindowService(), 2) as limiters:
-        decisions = await asyncio.gather(*(limiters[i % 2].admit("key", 120, NOW) for i in range(300)))
-        assert sum(d.admitted for d in decisions) == 120
-        assert all(d.retry_after == 60 for d in decisions if not d.admitted)
-        later = await asyncio.gather(*(limiters[i % 2].admit("key", 120, NOW + 60) for i in range(300)))
-        assert sum(d.admitted for d in later) == 120
+    claims = KeyLimits(rpm=120).claims("k:key", 0, 0)
+    async with workers_of(TicketService(), 2) as limiters:
+        taken = await asyncio.gather(*(limiters[i % 2].take(claims, NOW, f"t{i}") for i in range(300)))
+        assert sum(isinstance(t, Ticket) for t in taken) == 120
+        assert all(t.retry_after == 60 for t in taken if isinstance(t, Refused))
+        later = await asyncio.gather(*(limiters[i % 2].take(claims, NOW + 60, f"u{i}") for i in range(300)))
+        assert sum(isinstance(t, Ticket) for t in later) == 120
 
 
 async def test_a_worker_whose_link_is_gone_limits_on_its_own() -> None:
-    service = WindowService()
+    claims = KeyLimits(rpm=2).claims("k:key", 0, 0)
+    service = TicketService()
     async with workers_of(service, 1) as (limiter,):
-        assert (await limiter.admit("key", 2, NOW)).admitted
+        assert isinstance(await limiter.take(claims, NOW, "a"), Ticket)
         await limiter.aclose()  # what a worker sees when its parent dies
         limiter.lost()
-        decisions = [await limiter.admit("key", 2, NOW + 1) for _ in range(3)]
-        assert [d.admitted for d in decisions] == [True, True, False]
+        taken = [await limiter.take(claims, NOW + 1, f"b{i}") for i in range(3)]
+        assert [isinstance(t, Ticket) for t in taken] == [True, True, False]
 
 
 async def wait_for_key(client: httpx.AsyncClient, headers: dict[str, str]) -> None:

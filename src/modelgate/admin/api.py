@@ -29,12 +29,19 @@ from modelgate.admin.http import (
     query_int,
     route,
 )
-from modelgate.admin.key_limits import held_limit_changes, member_lowers_only, member_new_key_rpm
+from modelgate.admin.key_limits import (
+    account_limit_changes,
+    held_limit_changes,
+    member_lowers_only,
+    member_new_key_rpm,
+)
 from modelgate.admin.key_pages import key_page_query, next_cursor
+from modelgate.admin.key_windows import KeyWindowEndpoints
 from modelgate.admin.ledger import LedgerEndpoints
 from modelgate.admin.members import MemberEndpoints
 from modelgate.admin.openapi import openapi_document
 from modelgate.admin.sessions import Sessions
+from modelgate.admin.spend_caps import cap_changes, key_cap_changes
 from modelgate.admin.sso import SsoEndpoints
 from modelgate.admin.tokens import TokenEndpoints
 from modelgate.admin.upstream_routes import upstream_routes
@@ -52,6 +59,7 @@ from modelgate.management import (
 )
 from modelgate.services import Services
 from modelgate.storage.base import Conflict, KeyRecord
+from modelgate.storage.spend_windows import KEY_WINDOWS
 
 PREFIX = "/admin/api"
 MAX_ACCOUNTS = 1000
@@ -80,7 +88,9 @@ class AdminAPI:
         self.usage = UsageEndpoints(self.context)
         self.tokens = TokenEndpoints(self.context)
         self.quality = QualityEndpoints(self.context, self.usage)
-        self.sessions = Sessions(services.people, services.digester, services.clock, services.settings.sso)
+        self.sessions = Sessions(
+            services.people, services.digester, services.clock, lambda: services.settings.sso
+        )
         self.sso = SsoEndpoints(self.context, self.sessions)
         self.members = MemberEndpoints(self.context, self.sessions)
         self.audit = AuditEndpoints(self.context)
@@ -190,17 +200,24 @@ class AdminAPI:
         return json_response(schemas.account_view(account))
 
     async def account_rename(self, request: Request, principal: Principal) -> Response:
-        """``PATCH /accounts/{id}``: a new name and/or ``hide_balance`` (operators only; keys,
-        tokens and usage stay)."""
+        """``PATCH /accounts/{id}``: a new name, ``hide_balance`` and/or the account's rate limits
+        (operators only; keys, tokens and usage stay)."""
         account = await self.context.account(principal, path_int(request, "account_id", "account"))
         principal.require_operator()
         body = await parse_body(request, schemas.AccountRename)
-        if body.name is None and body.hide_balance is None:
-            raise bad_request("give name and/or hide_balance")
+        caps = cap_changes(body.caps, body.caps_uc)
+        limits = account_limit_changes(account, body)
+        if body.name is None and body.hide_balance is None and not caps and limits is None:
+            raise bad_request("give name, hide_balance, caps and/or rpm, tpm, max_concurrency")
         if body.name is not None:
             account = await self.management.rename_account(account, body.name)
         if body.hide_balance is not None:
             account = await self.management.set_hide_balance(account, body.hide_balance)
+        if caps:
+            account = await self.management.set_account_caps(account, caps)
+        if limits is not None:
+            account = await self.management.set_account_limits(account, limits)
+            self.services.account_limits.changed(account)
         return json_response(schemas.account_view(account))
 
     async def topup_create(self, request: Request, principal: Principal) -> Response:
@@ -221,14 +238,15 @@ class AdminAPI:
             account_id = (await self.context.account(principal, account_id)).id
         month = self.context.month(request)
         page = key_page_query(request)
-        if principal.is_member:
-            # A member pages over their own keys only: neither the page, its cursor nor whether
-            # there is more depends on a key they cannot see.
-            records = await self.context.member_key_page(principal, page)
-        else:
-            records = await self.key_records.key_page(
-                account_id, limit=page.limit + 1, after=page.after, search=page.search
-            )
+        # A member pages over their own keys only: neither the page, its cursor nor whether
+        # there is more depends on a key they cannot see.
+        records = await self.key_records.key_page(
+            account_id,
+            limit=page.limit + 1,
+            after=page.after,
+            search=page.search,
+            owner=self.context.member_owner(principal),
+        )
         return json_response(
             {
                 "month": month,
@@ -257,6 +275,7 @@ class AdminAPI:
             max_concurrency=body.max_concurrency,
             expires_at=None if body.expires_at is None else parse_expiry(body.expires_at),
             allowed_ips=body.allowed_ips,
+            caps=cap_changes(body.caps, body.caps_uc, KEY_WINDOWS),
         )
         record = self._applied(issued.record)
         if principal.person is not None:  # a person's key: theirs to manage even as a member
@@ -284,7 +303,9 @@ class AdminAPI:
             raise bad_request("rpm: must be an integer")
         if principal.is_member:
             member_lowers_only(record, body.rpm, cap_given, cap)
-        limits = held_limit_changes(record, body, given, principal.is_operator)
+        account_limits = self.services.account_limits.get(record.account_id)
+        limits = held_limit_changes(record, body, given, principal.is_operator, account_limits)
+        caps = key_cap_changes(record, body.caps, body.caps_uc, principal.is_operator)
         updated = await self.management.update_key(
             record,
             name=body.name,
@@ -292,10 +313,12 @@ class AdminAPI:
             models=models if "allowed_models" in given else None,
             monthly_cap_uc=cap,
             clear_cap=cap_given and cap is None,
-            **limits,
+            tpm=limits.get("tpm"),
+            max_concurrency=limits.get("max_concurrency"),
             expires_at=None if body.expires_at is None else parse_expiry(body.expires_at),
             clear_expiry="expires_at" in given and body.expires_at is None,
             allowed_ips=(body.allowed_ips or []) if "allowed_ips" in given else None,
+            caps=caps,
         )
         return json_response(await self.context.key_view(self._applied(updated), self.context.month(request)))
 
@@ -373,6 +396,7 @@ class AdminAPI:
             *upstream_routes(self.services, PREFIX, a),
             *self.audit.routes(PREFIX, a),
             *self.ledger.routes(PREFIX, a),
+            *KeyWindowEndpoints(self.context).routes(PREFIX, a),
         ]
 
 

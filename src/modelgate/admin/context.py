@@ -12,9 +12,9 @@ from starlette.requests import Request
 
 from modelgate.admin import query, schemas
 from modelgate.admin.auth import Principal
-from modelgate.admin.http import not_found, query_int
-from modelgate.admin.key_pages import KeyPageQuery
+from modelgate.admin.http import forbidden, not_found, query_int
 from modelgate.clock import month_of
+from modelgate.config import Settings
 from modelgate.management import Management, NotFoundError
 from modelgate.services import Services
 from modelgate.storage.base import Account, AdminToken, KeyRecord
@@ -33,7 +33,11 @@ class AdminContext:
         self.accounts = services.accounts
         self.reports = services.reports
         self.clock = services.clock
-        self.settings = services.settings
+
+    @property
+    def settings(self) -> Settings:
+        """The running configuration: what a reload (SIGHUP) installed, at each use."""
+        return self.services.settings
 
     @property
     def management(self) -> Management:
@@ -88,20 +92,16 @@ class AdminContext:
                 found.append(record)
         return found
 
-    async def member_key_page(self, principal: Principal, page: KeyPageQuery) -> list[KeyRecord]:
-        """Up to ``page.limit + 1`` of the keys a member owns in ``(created_at, id)`` order after
-        ``page.after``, matching ``page.search`` as ``key_page`` does (name, id or display prefix,
-        any case)."""
-        needle = page.search.lower()
-        found: list[KeyRecord] = []
-        for record in await self.own_keys(principal):
-            if page.after is not None and (record.created_at, record.id) <= page.after:
-                continue
-            if needle and not any(needle in v.lower() for v in (record.name, record.id, record.prefix)):
-                continue
-            found.append(record)
-        found.sort(key=lambda r: (r.created_at, r.id))
-        return found[: page.limit + 1]
+    @staticmethod
+    def member_owner(principal: Principal) -> str | None:
+        """The owner filter of a member's listings (their person id): a member sees only the keys
+        they created, and the usage of those; None for everyone else (no filter)."""
+        if not principal.is_member:
+            return None
+        person = principal.person
+        if person is None:  # a member is always a signed-in person; never widen to the account
+            raise forbidden("a member's listings need their sign-in")
+        return person.id
 
     async def token(self, principal: Principal, token_id: str) -> AdminToken:
         try:

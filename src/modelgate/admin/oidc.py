@@ -19,7 +19,7 @@ import logging
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote, urlencode
 
 import aiohttp
@@ -42,14 +42,30 @@ MAX_PROVIDER_BYTES = 1024 * 1024
 LEEWAY_SECONDS = 60
 
 
+#: What an ``OidcError`` of each status means, for the sign-in metrics (``admin.sign_in_metrics``).
+REASONS: dict[int, Literal["code_refused", "invalid_id_token", "unverified_email"]] = {
+    400: "code_refused",
+    401: "invalid_id_token",
+    403: "unverified_email",
+}
+
+
 class OidcError(Exception):
     """The sign-in cannot go on; ``status`` is what the browser is answered (the message is safe to
-    show: it never carries a token, code or secret)."""
+    show: it never carries a token, code or secret): 400 the provider refused the code, 401 the ID
+    token failed verification, 403 the email address is not verified, 502 the provider could not
+    be used."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+
+    @property
+    def reason(
+        self,
+    ) -> Literal["code_refused", "invalid_id_token", "unverified_email", "provider_unavailable"]:
+        return REASONS.get(self.status, "provider_unavailable")
 
 
 @dataclass(frozen=True, slots=True)

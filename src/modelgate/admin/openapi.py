@@ -10,7 +10,7 @@ from functools import cache
 from typing import Any
 
 from modelgate import __version__
-from modelgate.admin import openapi_people, schemas
+from modelgate.admin import openapi_people, openapi_windows, schemas
 from modelgate.admin.openapi_schemas import RESPONSE_SCHEMAS, ref
 from modelgate.admin.openapi_sso import SSO_PATHS, SSO_SCHEMAS, sso_request_schemas
 from modelgate.admin.openapi_upstreams import upstream_components, upstream_paths
@@ -135,7 +135,8 @@ def openapi_document() -> dict[str, Any]:
             "get": _op("getAccount", "One account", ("200", "Account"), params=[_ACCOUNT_ID]),
             "patch": _op(
                 "renameAccount",
-                "Rename an account or hide its balance from key holders (operator); keys, tokens and usage stay",
+                "Rename an account, hide its balance from key holders or set its rate limits (operator); "
+                "keys, tokens and usage stay",
                 ("200", "Account"),
                 body="AccountRename",
                 params=[_ACCOUNT_ID],
@@ -338,6 +339,8 @@ def openapi_document() -> dict[str, Any]:
     paths.update(SSO_PATHS)
     paths.update(openapi_people.PATHS)
     components.update(openapi_people.SCHEMAS)
+    paths.update(openapi_windows.PATHS)
+    components.update(openapi_windows.SCHEMAS)
     return {
         "openapi": "3.1.0",
         "info": {

@@ -30,6 +30,17 @@ def _money(name: str, nullable: bool = False) -> dict[str, Any]:
     }
 
 
+#: Spend caps by window (admin/schemas.caps_view): credits strings and µc, null: no cap.
+_CAPS: dict[str, Any] = {
+    name: {
+        "type": "object",
+        "properties": {w: {"type": [kind, "null"]} for w in ("5h", "day", "week", "month")},
+        "required": ["5h", "day", "week", "month"],
+        "description": f"spend caps by window ({unit}): rolling 5 h, UTC day, UTC ISO week, UTC month; null: none",
+    }
+    for name, kind, unit in (("caps", "string", "credits"), ("caps_uc", "integer", "micro-credits"))
+}
+
 RESPONSE_SCHEMAS: dict[str, Any] = {
     "Error": _obj(
         {
@@ -63,6 +74,19 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
             **_money("available"),
             "created_at": _TIME,
             "hide_balance": {"type": "boolean", "description": "GET /v1/key does not show the balance"},
+            **_CAPS,
+            "rpm": {
+                "type": ["integer", "null"],
+                "description": "requests per minute of all the account's keys together; null: no limit",
+            },
+            "tpm": {
+                "type": ["integer", "null"],
+                "description": "input + output tokens per rolling minute of all its keys; null: no limit",
+            },
+            "max_concurrency": {
+                "type": ["integer", "null"],
+                "description": "requests in flight at once for all its keys; null: no limit",
+            },
         }
     ),
     "AccountList": _obj(
@@ -159,6 +183,7 @@ RESPONSE_SCHEMAS: dict[str, Any] = {
                 "items": _STR,
                 "description": "CIDRs the key may be used from (403 elsewhere); null: anywhere",
             },
+            **_CAPS,
         }
     ),
     "KeyWithSecret": {

@@ -11,7 +11,7 @@ Unknown fields are a 400 (``extra="forbid"``): a body that tries to set ``accoun
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -34,6 +34,14 @@ Expiry = Annotated[str, StringConstraints(max_length=64)]
 AddressRanges = Annotated[
     list[Annotated[str, StringConstraints(max_length=MAX_NETWORK_TEXT)]], Field(max_length=MAX_NETWORKS)
 ]
+#: Spend caps by window (``storage.spend_windows``): credits or µc per window, null removes one.
+WindowName = Literal["5h", "day", "week", "month"]
+CapsCredits = dict[WindowName, Credits | None]
+CapsMicro = dict[WindowName, Micro | None]
+_CAPS_DOC = (
+    'Spend caps by window ("5h" rolling, "day" UTC, "week" UTC ISO, "month" UTC) in credits; '
+    "null removes one, absent windows stay."
+)
 #: Ids every engine can store (SQLite and PostgreSQL integers are 64-bit).
 AccountId = Annotated[int, Field(ge=1, le=2**63 - 1)]
 
@@ -57,6 +65,20 @@ class AccountRename(Body):
     name: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = None
     hide_balance: bool | None = Field(
         default=None, description="true: GET /v1/key does not show the account's balance to key holders."
+    )
+    caps: CapsCredits | None = Field(
+        default=None, description=_CAPS_DOC + " All the account's keys together."
+    )
+    caps_uc: CapsMicro | None = Field(default=None, description="The same in micro-credits.")
+    #: The account's rate limits, shared by all its keys together; ``null`` removes one.
+    rpm: Annotated[int, Field(ge=1, le=MAX_RPM)] | None = Field(
+        default=None, description="Requests per minute of all the account's keys together; null: no limit."
+    )
+    tpm: Annotated[int, Field(ge=1, le=MAX_LIMIT)] | None = Field(
+        default=None, description="Input + output tokens per rolling minute of all its keys; null: no limit."
+    )
+    max_concurrency: Annotated[int, Field(ge=1, le=MAX_LIMIT)] | None = Field(
+        default=None, description="Requests in flight at once for all its keys; null: no limit."
     )
 
 
@@ -95,6 +117,8 @@ class KeyCreate(Body):
     allowed_ips: AddressRanges | None = Field(
         default=None, description="CIDRs the key may be used from; null or empty: from anywhere."
     )
+    caps: CapsCredits | None = Field(default=None, description=_CAPS_DOC + ' The month is "monthly_cap".')
+    caps_uc: CapsMicro | None = Field(default=None, description="The same in micro-credits.")
 
 
 class KeyUpdate(Body):
@@ -116,6 +140,9 @@ class KeyUpdate(Body):
     expires_at: Expiry | None = None
     #: null or []: the key may be used from anywhere.
     allowed_ips: AddressRanges | None = None
+    #: 5h, day, week (the month is ``monthly_cap``); an owner or member may only lower them.
+    caps: CapsCredits | None = Field(default=None, description=_CAPS_DOC + ' The month is "monthly_cap".')
+    caps_uc: CapsMicro | None = Field(default=None, description="The same in micro-credits.")
 
 
 class KeyRotate(Body):
@@ -180,6 +207,19 @@ def account_view(account: Account) -> dict[str, Any]:
         **money("available", account.available_uc),
         "created_at": when(account.created_at),
         "hide_balance": account.hide_balance,
+        **caps_view(account.window_caps),
+        "rpm": account.rpm,
+        "tpm": account.tpm,
+        "max_concurrency": account.max_concurrency,
+    }
+
+
+def caps_view(caps: tuple[int | None, ...]) -> dict[str, Any]:
+    """Spend caps by window (``5h``, ``day``, ``week``, ``month``), as credits and as µc."""
+    windows = ("5h", "day", "week", "month")
+    return {
+        "caps": {w: None if c is None else format_credits(c) for w, c in zip(windows, caps, strict=True)},
+        "caps_uc": dict(zip(windows, caps, strict=True)),
     }
 
 
@@ -217,6 +257,7 @@ def key_view(key: KeyRecord, month: str, activity: KeyActivity, now: float) -> d
         "expires_at": when(key.expires_at),
         "expired": key.expires_at is not None and now >= key.expires_at,
         "allowed_ips": list(key.allowed_ips) if key.allowed_ips else None,
+        **caps_view(key.window_caps),
     }
 
 

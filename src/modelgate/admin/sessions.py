@@ -22,12 +22,14 @@ from __future__ import annotations
 import hmac
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import replace
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from modelgate.admin.http import AdminError, forbidden
+from modelgate.admin.sign_in_metrics import SignInMetrics
 from modelgate.clock import Clock
 from modelgate.keys import Digester
 from modelgate.sso_config import SsoConfig
@@ -58,12 +60,23 @@ def kind_digest(digester: Digester, kind: str, value: str) -> bytes:
 
 
 class Sessions:
-    def __init__(self, store: PeopleStore, digester: Digester, clock: Clock, config: SsoConfig) -> None:
+    def __init__(
+        self, store: PeopleStore, digester: Digester, clock: Clock, config: Callable[[], SsoConfig]
+    ) -> None:
         self.store = store
         self.digester = digester
         self.clock = clock
-        self.config = config
-        self.touch_resolution = min(60.0, config.session_idle_seconds / 10)
+        #: The running ``[sso]`` section, read at each use: a reload (SIGHUP) applies at once.
+        self._config = config
+        self.metrics = SignInMetrics(store, clock, config)
+
+    @property
+    def config(self) -> SsoConfig:
+        return self._config()
+
+    @property
+    def touch_resolution(self) -> float:
+        return min(60.0, self.config.session_idle_seconds / 10)
 
     def digest(self, kind: str, value: str) -> bytes:
         return kind_digest(self.digester, kind, value)
@@ -113,19 +126,24 @@ class Sessions:
         if not value:
             return None
         if len(value) > MAX_COOKIE_CHARS:
+            self.metrics.session_refused("invalid")
             raise _unauthorized("invalid session: sign in again")
         session = await self.store.find_session(self.digest("session", value))
         if session is None:
+            self.metrics.session_refused("unknown")
             raise _unauthorized("no such session: sign in again")
         now = self.clock.time()
-        if now >= session.expires_at or now - session.last_seen_at >= self.config.session_idle_seconds:
+        expired = now >= session.expires_at
+        if expired or now - session.last_seen_at >= self.config.session_idle_seconds:
             await self.store.delete_session(session.digest)
+            self.metrics.session_refused("expired" if expired else "idle")
             raise _unauthorized("the session has ended: sign in again")
         if session.account_id is not None:
             # Membership is read on every request: a removed member is out, a new role applies now.
             member = await self.store.member(session.account_id, session.person.id)
             if member is None:
                 await self.store.delete_session(session.digest)
+                self.metrics.session_refused("not_member")
                 raise _unauthorized("no longer a member of this account: sign in again")
             session = replace(session, role=member.role)
         if now - session.last_seen_at >= self.touch_resolution:

@@ -28,10 +28,13 @@ from modelgate.admin.context import AdminContext
 from modelgate.admin.http import AdminError, ErrorType, bad_request, forbidden, json_response, not_found
 from modelgate.admin.oidc import Identity, OidcError, RelyingParty
 from modelgate.admin.sessions import Sessions
-from modelgate.audit.actor import Actor, acting, record
+from modelgate.admin.sign_in_metrics import SignInFailure
+from modelgate.audit.actor import Actor, acting, draft
 from modelgate.config import ConfigError
 from modelgate.keys import random_base62
-from modelgate.storage.people import Person, SessionRole
+from modelgate.sso_config import SsoConfig, client_secret
+from modelgate.storage.audit import Subject
+from modelgate.storage.people import Invite, Person, SessionRole
 
 log = logging.getLogger("modelgate.admin.sso")
 
@@ -53,6 +56,11 @@ def _param(request: Request, name: str) -> str | None:
     return value
 
 
+def _joined(invite: Invite) -> Subject:
+    """A person joining with an invitation (``member.join``): the role it gave, and which one."""
+    return Subject(f"person:{invite.used_by}", invite.account_id, {"role": invite.role, "invite": invite.id})
+
+
 def _oidc_error(exc: OidcError) -> AdminError:
     kind: dict[int, ErrorType] = {
         400: "invalid_request_error",
@@ -66,17 +74,32 @@ class SsoEndpoints:
     def __init__(self, context: AdminContext, sessions: Sessions) -> None:
         self.context = context
         self.sessions = sessions
-        self.config = context.settings.sso
+        self.metrics = sessions.metrics
         self.people = context.services.people
-        secret: str | None = None
-        if self.config.enabled and self.config.client_secret_env:
-            secret = os.environ.get(self.config.client_secret_env)
-            if not secret:
-                raise ConfigError(
-                    f"sso.client_secret_env: the environment variable {self.config.client_secret_env} "
-                    "is not set (it must hold the client secret registered at the provider)"
-                )
-        self.relying_party = RelyingParty(self.config, secret, context.clock)
+        self._relying_party: tuple[SsoConfig, RelyingParty] | None = None
+        _ = self.relying_party  # the client secret is checked at start (ConfigError)
+
+    @property
+    def config(self) -> SsoConfig:
+        """The running ``[sso]`` section: a reload (SIGHUP) applies to the next sign-in."""
+        return self.context.settings.sso
+
+    @property
+    def relying_party(self) -> RelyingParty:
+        """The relying party of the running ``[sso]`` section, made anew when a reload changed it
+        (the provider's discovery and keys are then read again)."""
+        config = self.config
+        if self._relying_party is None or self._relying_party[0] != config:
+            try:
+                secret = client_secret(config, os.environ)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+            self._relying_party = (config, RelyingParty(config, secret, self.context.clock))
+        return self._relying_party[1]
+
+    def _refused(self, reason: SignInFailure, error: AdminError) -> AdminError:
+        self.metrics.refused(reason)
+        return error
 
     def _require_enabled(self) -> None:
         if not self.config.enabled:
@@ -96,21 +119,26 @@ class SsoEndpoints:
             invite_digest = self.sessions.digest("invite", invite)
             found = await self.people.find_invite(invite_digest) if invite.startswith(INVITE_PREFIX) else None
             if found is None or found.used_at is not None or found.expires_at <= now:
-                raise bad_request("invite: this invitation is unknown, used or expired")
+                raise self._refused(
+                    "invite_invalid", bad_request("invite: this invitation is unknown, used or expired")
+                )
         try:
             auth = await self.relying_party.authorization_request()
         except OidcError as exc:
-            raise _oidc_error(exc) from None
+            raise self._refused(exc.reason, _oidc_error(exc)) from None
         browser = secrets.token_urlsafe(32)
         await self.people.prune_logins(now - self.config.login_timeout_seconds)
         await self.people.prune_sessions(now - self.config.session_idle_seconds, now)
         # Starting a sign-in needs no credential, so the rows it leaves are bounded.
         if await self.people.count_logins() >= self.config.max_pending_sign_ins:
-            raise AdminError(
-                429,
-                "rate_limit_error",
-                "too many sign-ins under way: try again in a minute",
-                {"retry-after": "60"},
+            raise self._refused(
+                "too_many_pending",
+                AdminError(
+                    429,
+                    "rate_limit_error",
+                    "too many sign-ins under way: try again in a minute",
+                    {"retry-after": "60"},
+                ),
             )
         await self.people.save_login(
             self.sessions.digest("state", auth.state),
@@ -128,29 +156,40 @@ class SsoEndpoints:
 
     async def callback(self, request: Request) -> Response:
         self._require_enabled()
-        error = _param(request, "error")
+        try:
+            error, state, code = (_param(request, name) for name in ("error", "state", "code"))
+        except AdminError as exc:
+            raise self._refused("malformed", exc) from None
         if error is not None:
-            raise AdminError(
-                401, "authentication_error", f"the sign-in provider refused the sign-in: {error[:80]}"
+            raise self._refused(
+                "provider_refused",
+                AdminError(
+                    401, "authentication_error", f"the sign-in provider refused the sign-in: {error[:80]}"
+                ),
             )
-        state, code = _param(request, "state"), _param(request, "code")
         if state is None or code is None:
-            raise bad_request("a sign-in callback needs code and state")
+            raise self._refused("missing_code", bad_request("a sign-in callback needs code and state"))
         pending = await self.people.take_login(self.sessions.digest("state", state))
         if pending is None:
-            raise bad_request("state: unknown or already used: start the sign-in again")
+            raise self._refused(
+                "unknown_state", bad_request("state: unknown or already used: start the sign-in again")
+            )
         browser = request.cookies.get(LOGIN_COOKIE, "")
-        if not browser or len(browser) > MAX_PARAM_CHARS:
-            raise bad_request("this sign-in was started in another browser: start it again")
-        if not hmac.compare_digest(self.sessions.digest("browser", browser), pending.browser_digest):
-            raise bad_request("this sign-in was started in another browser: start it again")
+        if (
+            not browser
+            or len(browser) > MAX_PARAM_CHARS
+            or not hmac.compare_digest(self.sessions.digest("browser", browser), pending.browser_digest)
+        ):
+            raise self._refused(
+                "other_browser", bad_request("this sign-in was started in another browser: start it again")
+            )
         now = self.context.now()
         if now - pending.created_at > self.config.login_timeout_seconds:
-            raise bad_request("this sign-in took too long: start it again")
+            raise self._refused("timed_out", bad_request("this sign-in took too long: start it again"))
         try:
             identity = await self.relying_party.exchange(code, pending.verifier, pending.nonce)
         except OidcError as exc:
-            raise _oidc_error(exc) from None
+            raise self._refused(exc.reason, _oidc_error(exc)) from None
         person = await self.people.upsert_person(
             "person_" + random_base62(16),
             identity.issuer,
@@ -163,6 +202,7 @@ class SsoEndpoints:
         response = RedirectResponse(AFTER_SIGN_IN, status_code=303, headers={"cache-control": "no-store"})
         await self.sessions.start(request, response, person, role, account_id)
         self.sessions.clear_cookie(response, LOGIN_COOKIE, LOGIN_PATH)
+        self.metrics.succeeded(role)
         log.info("%s signed in as %s (account %s)", person.id, role, account_id)
         return response
 
@@ -171,15 +211,15 @@ class SsoEndpoints:
     ) -> tuple[SessionRole, int | None]:
         invited = None
         if invite_digest is not None:
-            invited = await self.people.use_invite(invite_digest, person.id, now)
+            # The person joins by their own hand: they are the actor of the entry, written in the
+            # same transaction as the membership (no crash leaves an unaudited member).
+            with acting(Actor(Principal(f"person:{person.id}", None, person).actor)):
+                joined = draft("member.join", _joined, now)
+            invited = await self.people.use_invite(invite_digest, person.id, now, audit=joined)
             if invited is None:
-                raise bad_request("invite: this invitation is unknown, used or expired")
-            # The person joins by their own hand: they are the actor of this entry.
-            with acting(Actor(Principal(f"person:{person.id}", invited.account_id, person).actor)):
-                await record(
-                    self.context.services.audit, "member.join", f"person:{person.id}", now,
-                    account_id=invited.account_id, after={"role": invited.role, "invite": invited.id},
-                )  # fmt: skip
+                raise self._refused(
+                    "invite_invalid", bad_request("invite: this invitation is unknown, used or expired")
+                )
         groups = set(identity.groups)
         if groups & set(self.config.operator_groups):
             return "operator", None
@@ -194,9 +234,12 @@ class SsoEndpoints:
         memberships = await self.people.memberships(person.id)
         if memberships:
             return memberships[0].role, memberships[0].account_id
-        raise forbidden(
-            "signed in, but no role here: ask an operator to map one of your groups (sso.accounts, "
-            "sso.operator_groups) or an account owner to invite you"
+        raise self._refused(
+            "no_mapping",
+            forbidden(
+                "signed in, but no role here: ask an operator to map one of your groups (sso.accounts, "
+                "sso.operator_groups) or an account owner to invite you"
+            ),
         )
 
     async def session(self, request: Request, principal: Principal) -> Response:

@@ -2,7 +2,8 @@
 per-day totals by model, and the keys that spent most.
 
 Scope: an account token sees its own account; an operator sees one account (``account_id``),
-one key (``key_id``) or everything. Filters narrow within the scope.
+one key (``key_id``) or everything; a member sees the records of their own keys (all of them, or
+one with ``key_id``). Filters narrow within the scope.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import io
 import math
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
@@ -20,7 +22,7 @@ from starlette.responses import Response, StreamingResponse
 from modelgate.admin import query, schemas
 from modelgate.admin.auth import Principal
 from modelgate.admin.context import AdminContext
-from modelgate.admin.http import NO_STORE, bad_request, forbidden, json_response, query_int
+from modelgate.admin.http import NO_STORE, bad_request, json_response, query_int
 from modelgate.management import format_credits
 from modelgate.storage.base import UsageRecord
 from modelgate.storage.reports import KeySpend, UsageCursor, UsageFilter
@@ -109,11 +111,15 @@ class UsageEndpoints:
         else:
             scope = {"type": "all", "id": None}
         summary = await self.usage.usage_summary(month, account_id=account_id, key_id=key_id)
-        records = await self.usage.usage_records(month, account_id=account_id, key_id=key_id, limit=limit)
-        if principal.is_member and key_id is None:
-            # The account's totals, but only the member's own keys' records (others name keys).
-            own = {r.id for r in await self.context.own_keys(principal)}
-            records = [r for r in records if r.key_id in own]
+        owner = None if key_id is not None else self.context.member_owner(principal)
+        if owner is not None:
+            # The account's totals, but the latest records of the member's own keys only (others
+            # name keys): filtered in the database, so there are ``limit`` of them when there are.
+            since, until = _month_range(month)
+            where = UsageFilter(account_id=account_id, since=since, until=until, owner=owner)
+            records = (await self.reports.usage_page(where, limit=limit)).records if limit > 0 else []
+        else:
+            records = await self.usage.usage_records(month, account_id=account_id, key_id=key_id, limit=limit)
         return json_response(
             {
                 "month": month,
@@ -125,8 +131,6 @@ class UsageEndpoints:
 
     async def filter_of(self, request: Request, principal: Principal) -> UsageFilter:
         account_id, key_id = await self.context.scope(principal, request)
-        if principal.is_member and key_id is None:
-            raise forbidden("a member lists the usage records of one of their own keys: give key_id")
         since, until = query.date_range(request)
         return UsageFilter(
             account_id=account_id,
@@ -136,6 +140,9 @@ class UsageEndpoints:
             status=query.label(request, "status"),
             since=since,
             until=until,
+            # A member without key_id: their own keys' records, never another's (with key_id,
+            # ``scope`` has already refused a key that is not theirs).
+            owner=None if key_id is not None else self.context.member_owner(principal),
         )
 
     def retained(self, where: UsageFilter) -> UsageFilter:
@@ -237,6 +244,16 @@ class UsageEndpoints:
             found.append(KeySpend(key.id, key.account_id, key.name, total.requests, tokens, total.charged_uc))
         found.sort(key=lambda s: (-s.charged_uc, -s.requests, s.key_id))
         return found
+
+
+def _month_range(month: str) -> tuple[float, float]:
+    """``[start, end)`` of a UTC month ``YYYY-MM`` (already validated), in seconds."""
+    # Years 0000 and 9999 pass the pattern but not ``datetime``: no record is that old or new, so
+    # the range of a year within bounds finds the same (nothing).
+    year, number = min(max(int(month[:4]), 1), 9998), int(month[5:7])
+    start = datetime(year, number, 1, tzinfo=UTC)
+    end = datetime(year + number // 12, number % 12 + 1, 1, tzinfo=UTC)
+    return start.timestamp(), end.timestamp()
 
 
 def _filename(request: Request) -> str:

@@ -36,6 +36,12 @@ class Deliverer:
         self.given_up: Counter[str] = Counter()
         self.dropped: Counter[str] = Counter()
 
+    def reconfigure(self, config: AlertsConfig) -> None:
+        """New deliveries follow ``config`` (webhooks, attempts, backoff, timeout); those under way
+        keep the webhook they started with."""
+        self.config = config
+        self._client.timeout = httpx.Timeout(config.timeout_seconds)
+
     @property
     def pending(self) -> int:
         return len(self._tasks)

@@ -19,16 +19,18 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from modelgate.alerts.checks import Checks
 from modelgate.alerts.config import AlertsConfig, Event
 from modelgate.alerts.delivery import Deliverer
 from modelgate.alerts.events import Alert
+from modelgate.alerts.window_caps import REFUSED_WINDOW, check_windows
 from modelgate.clock import Clock
 from modelgate.periodic import cancel_and_wait
 from modelgate.storage.audit import AuditStore
 from modelgate.storage.base import AccountStore, KeyRecord, KeyStore, LedgerStore, Settlement
+from modelgate.storage.spend_windows import Window
 
 log = logging.getLogger("modelgate.alerts")
 #: Entries kept in a memo of alerts already sent before it is emptied (the database's claims
@@ -42,8 +44,15 @@ REVOKED_NEWS_SECONDS = 120.0
 UpstreamStatus = Callable[[], Iterable[tuple[str, float, int]]]
 
 
-class AlertStore(AuditStore, AccountStore, KeyStore, LedgerStore, Protocol):
-    """The repositories the monitor reads (``storage.composed.ComposedStore`` is all of them)."""
+@dataclass(frozen=True, slots=True)
+class AlertRepositories:
+    """The repositories the monitor reads: alert claims and the ledger's history (``audit``),
+    balances and thresholds (``accounts``), key changes (``keys``), spend per key (``ledger``)."""
+
+    audit: AuditStore
+    accounts: AccountStore
+    keys: KeyStore
+    ledger: LedgerStore
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +68,7 @@ class AlertMonitor:
     def __init__(
         self,
         config: AlertsConfig,
-        store: AlertStore,
+        store: AlertRepositories,
         key_of: Callable[[str], KeyRecord | None],
         clock: Clock,
         deliverer: Deliverer,
@@ -74,6 +83,9 @@ class AlertMonitor:
         self.checks = Checks(config.recheck_seconds)
         #: Accounts' own thresholds (others: ``config.low_balance_uc``), refreshed by the scan.
         self.thresholds: dict[int, int] = {}
+        #: Accounts' spend caps by window, of those that set one (``alerts.window_caps``), refreshed
+        #: by the scan.
+        self.account_caps: dict[int, tuple[int | None, ...]] = {}
         #: The cap levels already alerted, per key, window, period and limit.
         self._cap_done: dict[tuple[str, str, str, int], set[int]] = {}
         self._balance_window: dict[int, str] = {}
@@ -104,6 +116,9 @@ class AlertMonitor:
             cap = None if key is None else key.monthly_cap_uc
             if cap:
                 self.spend_observed(key_id, account_id, SpendLimit("month", month, cap), cap - remaining)
+        key = self.key_of(key_id)
+        if account_id in self.account_caps or (key is not None and any(key.window_caps[:3])):
+            self.checks.ask(f"key:{key_id}:windows", lambda: self._check_windows(key_id, account_id, None))
 
     def spend_observed(self, key_id: str, account_id: int, limit: SpendLimit, used_uc: int) -> None:
         """``used_uc`` (spent and held) of a key's spend window; checks when it reaches the next
@@ -132,6 +147,9 @@ class AlertMonitor:
                 self.checks.ask(
                     f"key:{key_id}:month", lambda: self._check_cap(key_id, account_id, limit, True)
                 )
+        window = REFUSED_WINDOW.get(reason)
+        if window is not None and (window != "month" or account_id in self.account_caps):
+            self.checks.ask(f"key:{key_id}:windows", lambda: self._check_windows(key_id, account_id, window))
         elif reason == "balance" and self.thresholds.get(account_id, self.config.low_balance_uc) is not None:
             self.checks.ask(f"account:{account_id}", lambda: self._check_balance(account_id))
 
@@ -149,13 +167,13 @@ class AlertMonitor:
 
     async def _claim_and_send(self, event: Event, subject: str, window: str, figures: dict[str, Any]) -> bool:
         now = self.clock.time()
-        if not await self.store.claim_alert(event, subject, window, now):
+        if not await self.store.audit.claim_alert(event, subject, window, now):
             return False
         self.deliverer.send(Alert(event, subject, window, now, figures))
         return True
 
     async def _check_balance(self, account_id: int) -> None:
-        account = await self.store.get_account(account_id)
+        account = await self.store.accounts.get_account(account_id)
         if account is None:
             return
         threshold = (
@@ -165,7 +183,7 @@ class AlertMonitor:
             self.thresholds[account_id] = account.low_balance_uc
         if threshold is None or account.balance_uc >= threshold:
             return
-        latest = await self.store.ledger_page(account_id, limit=1)
+        latest = await self.store.audit.ledger_page(account_id, limit=1)
         window = f"ledger:{latest[0].id if latest else 0}:threshold:{threshold}"
         if self._balance_window.get(account_id) == window:
             return
@@ -186,7 +204,7 @@ class AlertMonitor:
         self._balance_window[account_id] = window
 
     async def _check_cap(self, key_id: str, account_id: int, limit: SpendLimit, exhausted: bool) -> None:
-        spent, held = await self.store.month_spend(key_id, limit.period)
+        spent, held = await self.store.ledger.month_spend(key_id, limit.period)
         if len(self._cap_done) > MEMO_LIMIT:  # a memo only: the claims in the database decide
             self._cap_done.clear()
         done = self._cap_done.setdefault((key_id, limit.window, limit.period, limit.limit_uc), set())
@@ -213,6 +231,20 @@ class AlertMonitor:
             )
             done.add(level)
 
+    async def _check_windows(self, key_id: str, account_id: int, refused: Window | None) -> None:
+        key = self.key_of(key_id)
+        await check_windows(
+            self.store.ledger,
+            self._claim_and_send,
+            key_id,
+            account_id,
+            key.window_caps[:3] if key is not None else (),
+            self.account_caps.get(account_id, (None, None, None, None)),
+            self.config.cap_levels,
+            self.clock.time(),
+            refused,
+        )
+
     # the scan: thresholds, revocations, expiries --------------------------------------------
 
     def start(self) -> None:
@@ -229,9 +261,12 @@ class AlertMonitor:
 
     async def scan(self) -> None:
         await self._scan_upstreams()
-        accounts = await self.store.list_accounts()
+        accounts = await self.store.accounts.list_accounts()
         self.thresholds = {a.id: a.low_balance_uc for a in accounts if a.low_balance_uc is not None}
-        changed = await self.store.keys_changed_since(self._key_version)
+        self.account_caps = {
+            a.id: a.window_caps for a in accounts if any(c is not None for c in a.window_caps)
+        }
+        changed = await self.store.keys.keys_changed_since(self._key_version)
         now = self.clock.time()
         for record in changed:
             self._key_version = max(self._key_version, record.version)
@@ -284,6 +319,20 @@ class AlertMonitor:
                     "consecutive_failures": failures,
                 },
             )
+
+    async def reconfigure(self, config: AlertsConfig) -> None:
+        """A reload's ``[alerts]``: new alerts follow it at once (webhooks, thresholds, levels,
+        windows, intervals); deliveries already under way end as they started. Without webhooks
+        the scan stops, so no alert is claimed that nobody would receive."""
+        self.config = config
+        self.deliverer.reconfigure(config)
+        self.checks.every = config.recheck_seconds
+        self._cap_done.clear()  # a memo of levels: the database's claims still decide
+        if not self.enabled:
+            await cancel_and_wait(self._task)
+            self._task = None
+        elif self._task is None:
+            self.start()
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)

@@ -18,7 +18,22 @@ from modelgate import errors
 from modelgate.storage.base import Refusal
 from modelgate.telemetry.metrics import Metrics
 
-CODES = {"monthly_cap": "monthly_cap_reached", "balance": "insufficient_balance"}
+CODES = {
+    "monthly_cap": "monthly_cap_reached",
+    "balance": "insufficient_balance",
+    "cap_5h": "cap_5h_reached",
+    "cap_day": "cap_day_reached",
+    "cap_week": "cap_week_reached",
+}
+#: ``x-modelgate-limit`` of a refusal by a spend cap (none for the balance).
+LIMITS = {"monthly_cap": "cap-month", "cap_5h": "cap-5h", "cap_day": "cap-day", "cap_week": "cap-week"}
+#: What is left, in words, of each cap (the key's or its account's: the refusal does not say which).
+_LEFT = {
+    "monthly_cap": ("monthly credit cap has {} left this UTC month", "monthly cap"),
+    "cap_5h": ("credit cap over any 5 hours has {} left now", "5-hour cap"),
+    "cap_day": ("daily credit cap has {} left this UTC day", "daily cap"),
+    "cap_week": ("weekly credit cap has {} left this UTC week", "weekly cap"),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +63,10 @@ def _money(micro: int) -> str:
 def refusal_message(refusal: Refusal) -> tuple[str, str]:
     """(message, code) of the 402 answering ``refusal``, in words for the client developer."""
     code = CODES[refusal.reason]
-    if refusal.reason == "monthly_cap":
-        left = f"this key's monthly credit cap has {_money(refusal.available_uc)} left this UTC month"
-        operator = "or ask an operator to raise the key's monthly cap"
+    if refusal.reason in _LEFT:
+        what, cap = _LEFT[refusal.reason]
+        left = "this key's (or its account's) " + what.format(_money(refusal.available_uc))
+        operator = f"wait for the window to free credit, or ask an operator to raise the key's {cap} (or its account's)"
     else:
         left = f"the account's credit balance has {_money(refusal.available_uc)} free"
         operator = "or top up the account"

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from modelgate.cli import account_limits
 from modelgate.cli.context import (
     ConfigOpt,
     DataDirOpt,
@@ -26,11 +27,13 @@ from modelgate.cli.context import (
 )
 from modelgate.cli.people import invites_app, members_app
 from modelgate.cli.serve import serve_command
+from modelgate.cli.spend_caps import CapOpt, caps_row, parse_caps
 from modelgate.cli.tokens import tokens_app
 from modelgate.cli.usage_rollups import rebuild_rollups_command
 from modelgate.clock import month_of
 from modelgate.management import Management, ManagementError, format_credits, parse_credits, parse_expiry
 from modelgate.storage.base import Account, KeyRecord
+from modelgate.storage.spend_windows import KEY_WINDOWS, WINDOWS, Window
 
 app = typer.Typer(
     help="modelgate: a self-hosted LLM API gateway.", no_args_is_help=True, add_completion=False
@@ -56,6 +59,10 @@ def account_row(account: Account) -> dict[str, Any]:
         "reserved_uc": account.reserved_uc,
         "created": when(account.created_at),
         "hide_balance": account.hide_balance,
+        **caps_row(account.window_caps),
+        "rpm": account.rpm if account.rpm is not None else "none",
+        "tpm": account.tpm if account.tpm is not None else "none",
+        "concurrency": account.max_concurrency if account.max_concurrency is not None else "none",
     }
 
 
@@ -79,27 +86,49 @@ def key_row(key: KeyRecord) -> dict[str, Any]:
         "concurrency": key.max_concurrency if key.max_concurrency is not None else "none",
         "expires": when(key.expires_at),
         "allowed_ips": ",".join(key.allowed_ips) if key.allowed_ips else "(anywhere)",
+        **caps_row(key.window_caps[:3]),
     }
 
 
 KEY_COLUMNS = ["id", "name", "group", "key", "state", "rpm", "monthly_cap"]
-KEY_WIDE_COLUMNS = ("models", "tpm", "concurrency", "created", "revoked", "expires", "allowed_ips")
+KEY_WIDE_COLUMNS: tuple[str, ...] = (
+    "models",
+    "tpm",
+    "concurrency",
+    "created",
+    "revoked",
+    "expires",
+    "allowed_ips",
+)
+KEY_WIDE_COLUMNS += ("cap_5h", "cap_day", "cap_week")
 
 
 @accounts_app.command("create")
 def accounts_create(
     name: str,
     credits: Annotated[str, typer.Option("--credits", help="Opening balance in credits.")] = "0",
+    cap_by_window: CapOpt = None,
+    monthly_cap: AccountMonthlyCapOpt = None,
+    rpm: account_limits.AccountRpmOpt = None,
+    tpm: account_limits.AccountTpmOpt = None,
+    concurrency: account_limits.AccountConcurrencyOpt = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Create an account with an optional opening balance."""
+    """Create an account with an optional opening balance, spend caps and rate limits (all its
+    keys together)."""
     options = Options(config, data_dir, json)
     amount = _credits(credits, "credits")
+    caps = _account_caps(cap_by_window, monthly_cap, clearable=False)
+    for flag, value in (("--rpm", rpm), ("--tpm", tpm), ("--concurrency", concurrency)):
+        account_limits.parse(value, flag)  # a bad flag fails before anything is created
 
     async def work(m: Management) -> Account:
-        return await m.create_account(name, amount)
+        account = await m.create_account(name, amount)
+        if caps:
+            account = await m.set_account_caps(account, caps)
+        return await account_limits.apply(m, account, rpm, tpm, concurrency)
 
     account = with_management(options, work)
     emit_one(
@@ -140,14 +169,26 @@ def accounts_update(
         ),
     ] = None,
     rename: Annotated[str | None, typer.Option("--name", help="A new name.")] = None,
+    cap_by_window: CapOpt = None,
+    monthly_cap: AccountMonthlyCapOpt = None,
+    rpm: account_limits.AccountRpmOpt = None,
+    tpm: account_limits.AccountTpmOpt = None,
+    concurrency: account_limits.AccountConcurrencyOpt = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
 ) -> None:
-    """Change an account (NAME or id): its name, whether key holders see its balance."""
+    """Change an account (NAME or id): its name, whether key holders see its balance, its spend
+    caps and rate limits (all its keys together)."""
     options = Options(config, data_dir, json)
-    if hide_balance is None and rename is None:
-        fail("give --name, --hide-balance or --show-balance")
+    caps = _account_caps(cap_by_window, monthly_cap, clearable=True)
+    limits_given = account_limits.given(rpm, tpm, concurrency)
+    if hide_balance is None and rename is None and not caps and not limits_given:
+        fail(
+            "give --name, --hide-balance, --show-balance, --cap, --monthly-cap, --rpm, --tpm or --concurrency"
+        )
+    for flag, value in (("--rpm", rpm), ("--tpm", tpm), ("--concurrency", concurrency)):
+        account_limits.parse(value, flag)
 
     async def work(m: Management) -> Account:
         account = await m.account(name)
@@ -155,11 +196,16 @@ def accounts_update(
             account = await m.rename_account(account, rename)
         if hide_balance is not None:
             account = await m.set_hide_balance(account, hide_balance)
-        return account
+        if caps:
+            account = await m.set_account_caps(account, caps)
+        return await account_limits.apply(m, account, rpm, tpm, concurrency)
 
     account = with_management(options, work)
     shown = "hidden from" if account.hide_balance else "shown to"
-    emit_one(options, account_row(account), f"updated account {account.name}; balance {shown} key holders")
+    limits = f"; {account_limits.shown(account)}" if limits_given else ""
+    emit_one(
+        options, account_row(account), f"updated account {account.name}; balance {shown} key holders{limits}"
+    )
 
 
 @accounts_app.command("list")
@@ -201,6 +247,24 @@ def _credits(value: str, field: str) -> int:
         return parse_credits(value, field)
     except ValueError as exc:
         fail(str(exc))
+
+
+AccountMonthlyCapOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--monthly-cap", help="Credits per UTC month for all the account's keys together; 'none' clears."
+    ),
+]
+
+
+def _account_caps(cap: list[str] | None, monthly_cap: str | None, *, clearable: bool) -> dict[Window, int]:
+    """An account's ``--cap`` values and ``--monthly-cap`` by window (µc; ``-1``: remove)."""
+    caps = parse_caps(cap, WINDOWS, clearable=clearable)
+    if monthly_cap is not None:
+        if "month" in caps:
+            fail("give the month as --monthly-cap or --cap month=..., not both")
+        caps.update(parse_caps([f"month={monthly_cap}"], WINDOWS, clearable=clearable))
+    return caps
 
 
 def _limit(value: str | None, flag: str, *, clearable: bool) -> int | None:
@@ -278,12 +342,14 @@ def keys_create(
     expires_at: ExpiresOpt = None,
     allow_ip: AllowIpOpt = None,
     allowed_ips: AllowedIpsOpt = None,
+    cap_by_window: CapOpt = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Create a key; its secret is printed once and cannot be shown again."""
     options = Options(config, data_dir, json)
+    caps = parse_caps(cap_by_window, KEY_WINDOWS, clearable=False)
     cap = _credits(monthly_cap, "monthly-cap") if monthly_cap is not None else None
     tpm_limit = _limit(tpm, "tpm", clearable=False)
     concurrency_limit = _limit(concurrency, "concurrency", clearable=False)
@@ -301,6 +367,7 @@ def keys_create(
             max_concurrency=concurrency_limit,
             expires_at=expiry,
             allowed_ips=_ranges(allow_ip, allowed_ips),
+            caps=caps,
         )
 
     issued = with_management(options, work)
@@ -392,12 +459,14 @@ def keys_update(
         str | None,
         typer.Option("--allowed-ips", help="Address ranges (CIDRs), comma-separated; '' for anywhere."),
     ] = None,
+    cap_by_window: CapOpt = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     json: JsonOpt = False,
 ) -> None:
     """Change a key's controls; the change applies to running servers within a second."""
     options = Options(config, data_dir, json)
+    caps = parse_caps(cap_by_window, KEY_WINDOWS, clearable=True)
     clear = monthly_cap is not None and monthly_cap.lower() == "none"
     cap = _credits(monthly_cap, "monthly-cap") if monthly_cap is not None and not clear else None
     tpm_limit = _limit(tpm, "tpm", clearable=True)
@@ -418,6 +487,7 @@ def keys_update(
             expires_at=expiry,
             clear_expiry=never,
             allowed_ips=_ranges(allow_ip, allowed_ips),
+            caps=caps,
         )
 
     record = with_management(options, work)

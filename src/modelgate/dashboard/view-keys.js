@@ -1,10 +1,12 @@
-// Keys: group, state, limits, a cap bar (spent / held / free this UTC month), last use and, after a
+// Keys: group, state, limits, a cap bar (spent / held / free this UTC month) and one per spend window
+// with a cap (view-key-windows.js), last use and, after a
 // rotation, until when the old secret works. Create, edit, rotate and revoke in in-page dialogs.
 
 import { api, query } from "./api.js";
 import { partsBar } from "./chart.js";
 import { ask, confirmAction, showSecret } from "./dialogs.js";
 import { $, ago, badge, button, cell, credits, el, fill, when } from "./dom.js";
+import { windowBars } from "./view-key-windows.js";
 
 // Keys come a page at a time (PAGE_KEYS, oldest first); "More keys" fetches the next page.
 const PAGE_KEYS = 100;
@@ -152,7 +154,7 @@ function row(ctx, k, names) {
     ]),
     cell(String(k.rpm), "num"),
     cell(k.allowed_models ? k.allowed_models.join(", ") : "all of the group"),
-    cell(capCell(k)),
+    cell([...capCell(k), windowBars(k)]),
     cell(lastUsed),
     cell(rotationCell(k)),
     cell(actions, "actions"),

@@ -15,6 +15,7 @@ nothing a parser checks, and stops as soon as the nesting passes the limit.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,9 @@ _SCALAR_END = re.compile(rb"[\s,}\]]")
 _COLON = re.compile(rb"[ \t\n\r]*:[ \t\n\r]*")
 # An escape of a printable ASCII character: the only way to respell an ASCII key.
 _ESCAPED_ASCII = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
+#: Bodies with more top-level keys than this are left to ``scan_object`` (no real request has
+#: that many; a hostile one must not make a regex of thousands of alternatives compile).
+QUICK_KEYS = 64
 _OPEN = frozenset(b"{[")
 _CLOSE = frozenset(b"}]")
 
@@ -117,20 +121,21 @@ def quick_spans(raw: bytes, parsed: Mapping[str, Any]) -> dict[str, tuple[int, i
     body, in the one spelling. Then each occurrence is the member itself (a parser saw the key,
     and an escape-free ``"key"`` inside a string is impossible: its quotes would be escaped), no
     key is duplicated, and each value runs from its key's colon to the comma before the next
-    key. None when any of that does not hold (``scan_object`` decides then)."""
-    if respellable(raw, parsed):
+    key. None when any of that does not hold (``scan_object`` decides then).
+
+    One regex pass finds every key's occurrences (a count per key cost a pass over the body
+    each: ten keys, ten passes)."""
+    if len(parsed) > QUICK_KEYS or respellable(raw, parsed):
         return None
+    tokens = {orjson.dumps(key): key for key in parsed}
     found: list[tuple[int, str, int]] = []
-    for key in parsed:
-        token = orjson.dumps(key)
-        if raw.count(token) != 1:
-            return None
-        at = raw.find(token)
-        colon = _COLON.match(raw, at + len(token))
+    for match in _occurrences(tuple(tokens)).finditer(raw):
+        colon = _COLON.match(raw, match.end())
         if colon is None:
             return None
-        found.append((at, key, colon.end()))
-    found.sort()
+        found.append((match.start(), tokens[match.group()], colon.end()))
+    if len(found) != len(tokens) or len({key for _, key, _ in found}) != len(tokens):
+        return None  # a key written more than once, or one not found in this spelling
     spans: dict[str, tuple[int, int]] = {}
     close = raw.rfind(b"}")
     for index, (_, key, start) in enumerate(found):
@@ -142,6 +147,13 @@ def quick_spans(raw: bytes, parsed: Mapping[str, Any]) -> dict[str, tuple[int, i
             end = content_end(raw, start, end - 1)
         spans[key] = (start, end)
     return spans
+
+
+@functools.lru_cache(maxsize=256)
+def _occurrences(tokens: tuple[bytes, ...]) -> re.Pattern[bytes]:
+    """Any of ``tokens``: one plain alternation (no groups, which would cost the engine its fast
+    scan for the common first character), cached per key set: clients send the same few."""
+    return re.compile(b"|".join(re.escape(token) for token in tokens))
 
 
 def content_end(raw: bytes, start: int, end: int) -> int:

@@ -20,7 +20,6 @@ from modelgate.catalogue import Model
 from modelgate.formats import FORMATS, ClientRequest, Codec, Format, FormatRoute, ids
 from modelgate.formats.jsonutil import Json
 from modelgate.gateway.bodies import Facts
-from modelgate.limits.rpm import Decision
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord
 from modelgate.telemetry.record import RequestRecord
@@ -28,9 +27,6 @@ from modelgate.telemetry.tracing import NO_SPAN, PhaseSpan, RequestTrace
 from modelgate.upstream.base import Dialect, Provider
 
 NO_PARAMS: Mapping[str, str] = MappingProxyType({})
-#: The admission of a request that takes no rate-limit unit (``admit(rate=False)``).
-UNMETERED = Decision(admitted=True, limit=0, remaining=0, reset_after=0.0)
-
 #: Stores a completed streamed answer before its final event is sent (``relay.StreamResponse``).
 KeepHook = Callable[[Json], Awaitable[object]]
 
@@ -109,7 +105,8 @@ class Exchange:
 
 @dataclass(frozen=True, slots=True)
 class Admitted:
-    """A request that passed authentication, authorization, validation and the rate limit."""
+    """A request that passed authentication, authorization and validation (its rate limits are
+    taken with its hold: ``pipeline.reserve``)."""
 
     exchange: Exchange
     key: KeyRecord
@@ -118,7 +115,6 @@ class Admitted:
     raw: bytes
     facts: Facts
     stream: bool
-    admission: Decision
     #: What the request asks of its endpoint's ``StateStep``, once resolved there (the step's own
     #: record, e.g. ``gateway.state.request_state.RequestState``; read through the step's accessor).
     state: object | None = None

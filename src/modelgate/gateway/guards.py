@@ -1,12 +1,12 @@
 """The guards of every API route, in their one order: admission (draining, the in-flight cap)
 → authenticate (where the route's format takes keys from: ``Format.credentials``) → policy (the
-key groups the format does not serve: ``Format.refused_groups``) → limits (one rate-limit unit
-of the key) → the handler. One implementation of each, used by the model pipeline
+key groups the format does not serve: ``Format.refused_groups``) → limits (one request unit of
+the key, ``limit_tickets.take_requests``; a model call takes all its limits at once with its
+hold instead) → the handler. One implementation of each, used by the model pipeline
 (``gateway.pipeline``), the stored-state endpoints (``gateway.state.http``) and the model list
 (``gateway.models``); a refusal is a ``GatewayError`` raised to the route table's one boundary
-(``server.app``), which renders it in the route's wire format. The model routes' refusals are
-rendered by ``pipeline.run`` in their endpoint's format, because it records each with its usage
-and metrics before the answer leaves.
+(``server.app``), which renders it in the route's wire format. The model routes' refusals reach
+it the same way, once ``pipeline.run`` has recorded each with its usage and metrics.
 """
 
 from __future__ import annotations
@@ -20,12 +20,10 @@ from starlette.responses import Response
 
 from modelgate import errors
 from modelgate.formats import Format, ids
-from modelgate.gateway import headers as hdr
-from modelgate.gateway import key_access, policy
+from modelgate.gateway import key_access, limit_tickets, policy
 from modelgate.gateway.boundary import refusal_of
 from modelgate.gateway.observe import ShutdownRefusal
 from modelgate.gateway.relay import SHUTTING_DOWN
-from modelgate.limits.rpm import Decision
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord
 
@@ -83,22 +81,6 @@ def authenticate(
     return key
 
 
-async def admit_rate(services: Services, key: KeyRecord, response_headers: dict[str, str]) -> Decision:
-    """One rate-limit unit of the key, or a 429; its figures go into ``response_headers``."""
-    # Rate windows run on the steady clock: a wall-clock step must not lock a key.
-    decision = await services.rate_limiter.admit(key.id, key.rpm, services.clock.steady())
-    response_headers.update(decision.headers())
-    if not decision.admitted:
-        response_headers[hdr.LIMIT] = "rpm"
-        services.telemetry.metrics.limit_refused("rpm")
-        raise errors.RateLimited(
-            f"rate limit of {key.rpm} requests per minute exceeded for this key; retry after "
-            f"{decision.retry_after} s",
-            headers={"retry-after": str(decision.retry_after)},
-        )
-    return decision
-
-
 async def guarded(
     services: Services,
     fmt: Format,
@@ -127,7 +109,7 @@ async def guarded(
             key_access.peer_of(request.scope),
         )
         if guards.limits:
-            await admit_rate(services, key, headers)
+            await limit_tickets.take_requests(services, key, request_id, headers)
         response = await handler(key)
     except Exception as exc:
         # A copy: a refusal raised twice (a shared instance) must not carry this request's headers.

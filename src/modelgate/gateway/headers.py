@@ -28,3 +28,8 @@ def money_headers(charged: int | None, cap_remaining: int | None, balance: int) 
     if cap_remaining is not None:
         out[CAP_REMAINING] = str(cap_remaining)
     return out
+
+
+#: The IETF draft RateLimit fields (``gateway.limit_tickets``).
+RATELIMIT = "ratelimit"
+RATELIMIT_POLICY = "ratelimit-policy"

@@ -28,7 +28,7 @@ from starlette.responses import Response
 
 from modelgate import __version__
 from modelgate.gateway.replies import json_reply
-from modelgate.limits.redis_rpm import RedisRateLimiter
+from modelgate.limits.redis_tickets import RedisTickets
 from modelgate.services import Services
 
 Level = Literal["ok", "degraded", "down"]
@@ -72,8 +72,8 @@ async def _ping(check: Any) -> Exception | None:
 
 
 async def components(services: Services) -> Components:
-    limiter = services.rate_limiter
-    redis = limiter if isinstance(limiter, RedisRateLimiter) else None
+    limiter = services.tickets
+    redis = limiter if isinstance(limiter, RedisTickets) else None
     database_failure, redis_failure = await asyncio.gather(
         _ping(services.database.ping()), _ping(redis.ping()) if redis is not None else asyncio.sleep(0)
     )

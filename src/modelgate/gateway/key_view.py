@@ -9,9 +9,13 @@ as on ``/v1/models``.
 
 ``GET /v1/key`` shape (money as exact ``*_uc`` micro-credits and a credits string, as in the
 admin API): ``limits`` holds the key's rate limits by name, ``caps`` its spend windows by name
-(today ``month``, the UTC calendar month), each with ``limit``, ``spent``, ``held`` (requests in
-flight), ``remaining`` and ``resets_at``; ``balance`` is the account's available balance, or null
-with ``balance_hidden: true`` when the account hides it. ``GET /v1/key/usage`` pages through
+(``5h`` rolling, ``day`` the UTC day, ``week`` the UTC ISO week, ``month`` the UTC calendar
+month), each with ``limit``, ``spent``, ``held`` (requests in flight), ``remaining`` and
+``resets_at`` (for ``5h``: when its oldest spend leaves the window; a window other than the month
+is counted only while a cap is set, so without one its figures are null); ``account_caps`` the
+same for the caps the account has set (all its keys together; null when the account hides its
+balance); ``balance`` is the account's available balance, or null with ``balance_hidden: true``
+when the account hides it. ``GET /v1/key/usage`` pages through
 this key's own usage records, newest first; nothing of another key is reachable from here.
 """
 
@@ -25,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from modelgate import errors
+from modelgate.billing.spend_view import account_windows, key_windows, month_window
 from modelgate.clock import month_of
 from modelgate.formats import format_for_client
 from modelgate.gateway import policy
@@ -51,30 +56,11 @@ def _money(name: str, micro: int | None) -> dict[str, Any]:
     return {f"{name}_uc": micro, name: None if micro is None else format_credits(micro)}
 
 
-def next_month_start(now: float) -> float:
-    """The first instant of the UTC month after the one ``now`` is in (when a monthly cap resets)."""
-    moment = datetime.fromtimestamp(now, UTC)
-    year, month = (moment.year + 1, 1) if moment.month == 12 else (moment.year, moment.month + 1)
-    return datetime(year, month, 1, tzinfo=UTC).timestamp()
-
-
-def month_window(key: KeyRecord, spent: int, held: int, now: float) -> dict[str, Any]:
-    """The monthly spend window: its cap (null: none), spend, holds, what is left, and its reset."""
-    cap = key.monthly_cap_uc
-    return {
-        "period": month_of(now),
-        **_money("limit", cap),
-        **_money("spent", spent),
-        **_money("held", held),
-        **_money("remaining", None if cap is None else max(0, cap - spent - held)),
-        "resets_at": _when(next_month_start(now)),
-    }
-
-
 async def key_info(services: Services, request: Request) -> Response:
     async def run(key: KeyRecord) -> Response:
         now = services.clock.time()
-        spent, held = await services.ledger_store.month_spend(key.id, month_of(now))
+        ledger = services.ledger_store
+        spent, held = await ledger.month_spend(key.id, month_of(now))
         account = await services.accounts.get_account(key.account_id)
         hidden = account is None or account.hide_balance
         body = {
@@ -86,7 +72,10 @@ async def key_info(services: Services, request: Request) -> Response:
             "display": f"{key.prefix}…{key.last4}",
             "state": key.state,
             "limits": {"rpm": key.rpm, "tpm": key.tpm, "max_concurrency": key.max_concurrency},
-            "caps": {"month": month_window(key, spent, held, now)},
+            "caps": {**await key_windows(ledger, key, now), "month": month_window(key, spent, held, now)},
+            "account_caps": None
+            if hidden or account is None
+            else await account_windows(ledger, account, now),
             "allowed_models": list(key.allowed_models) if key.allowed_models is not None else None,
             "models": [m.id for m in policy.visible_models(services.catalogue, key)],
             "expires_at": _when(key.expires_at),

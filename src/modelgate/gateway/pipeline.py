@@ -14,10 +14,10 @@ lifecycle rule of a request: once money is held, the hold ends exactly once (``H
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import logging
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import replace
 from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
@@ -26,6 +26,7 @@ from starlette.types import Receive
 
 from modelgate import errors, ir
 from modelgate.billing.ledger import Hold, Purpose, UsageStatus
+from modelgate.billing.refusal import LIMITS as SPEND_LIMITS
 from modelgate.billing.refusal import refused as billing_refusal
 from modelgate.catalogue import Model
 from modelgate.formats import CODECS, ClientRequest
@@ -43,12 +44,12 @@ from modelgate.gateway.body import read_limited, splice_top_level
 from modelgate.gateway.boundary import refusal_of
 from modelgate.gateway.counting import upstream_count, upstream_counts
 from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
-from modelgate.gateway.exchange import UNMETERED, Admitted, Endpoint, Exchange
+from modelgate.gateway.exchange import Admitted, Endpoint, Exchange
 from modelgate.gateway.observe import AttemptLog, refused, settled
 from modelgate.gateway.output_tokens import attempt_max_tokens, held_default
 from modelgate.gateway.refusals import record_refusal
 from modelgate.gateway.relay import StreamResponse, relay_whole
-from modelgate.gateway.replies import error_reply, json_reply
+from modelgate.gateway.replies import json_reply
 from modelgate.gateway.streams import estimate_input, open_stream
 from modelgate.gateway.translate import Built, HostedToolPolicy, build_body, choose_dialect
 from modelgate.services import Services
@@ -95,28 +96,24 @@ def open_exchange(
 
 
 async def run(services: Services, exchange: Exchange, work: Coroutine[Any, Any, Response]) -> Response:
-    """Run ``work`` (the request's steps) as one request: it holds an in-flight slot, and every
-    way it ends is an answer in the endpoint's wire format (a stream finishes when it ends). The
-    one place the request path turns storage failures into 503s and surprises into 500s."""
+    """Run ``work`` (the request's steps) as one request holding an in-flight slot: it ends in an
+    answer (a stream when it ends) or a refusal, recorded here and raised with the request's
+    headers for the boundary (``server.app``'s, the WebSocket session's) to render."""
     early = guards.admission_refusal(services)
     if early is not None:
         work.close()  # never started
-        refusal = render_error(exchange, early)
-        finish_exchange(services, exchange, refusal, slot=False)
-        return refusal
+        raise refusal(services, exchange, early, slot=False) from None
     response: Response
     try:
         response = await work
     except errors.GatewayError as error:
-        response = render_error(exchange, error)
-        record_refusal(services, exchange.record, exchange.started, response.status_code)
+        raise refusal(services, exchange, error, usage=True) from None
     except ClientDisconnect:  # gone while sending its body: nothing reserved, nobody to answer
         response = client_gone(exchange)
     except Exception as exc:
         # A storage failure (a reservation made before it is released by the sweeper once it
-        # expires) or a surprise: the refusal it is (``gateway.boundary``), rendered here because
-        # the exchange records its answer before it leaves.
-        response = render_error(exchange, refusal_of(exc))
+        # expires) or a surprise: the refusal it is (``gateway.boundary``).
+        raise refusal(services, exchange, refusal_of(exc)) from None
     except BaseException:  # cancelled (the server's shutdown gave up on it): still give back its slots
         finish_exchange(services, exchange, None)
         raise
@@ -125,8 +122,36 @@ async def run(services: Services, exchange: Exchange, work: Coroutine[Any, Any, 
     return response
 
 
+def refusal(
+    services: Services,
+    exchange: Exchange,
+    error: errors.GatewayError,
+    *,
+    slot: bool = True,
+    usage: bool = False,
+) -> errors.GatewayError:
+    """The request ends refused: recorded from ``error`` (with ``usage``, its usage record where one
+    belongs) and finished; returned with the request's headers, for the boundary to render."""
+    status = exchange.endpoint.codec.http_status(error)
+    refused(exchange.record, error, status)
+    if usage:
+        record_refusal(services, exchange.record, exchange.started, status)
+    finish_exchange(services, exchange, error, slot=slot)
+    headers = exchange.reply_headers()
+    if not exchange.body_read:  # close instead of reading (or keeping) what the client still sends
+        headers["connection"] = "close"
+    # A copy: a refusal raised twice (a shared instance) must not carry this request's headers.
+    answer = copy.copy(error)
+    answer.headers = {**headers, **error.headers}
+    return answer
+
+
 def finish_exchange(
-    services: Services, exchange: Exchange, response: Response | None, *, slot: bool = True
+    services: Services,
+    exchange: Exchange,
+    response: Response | errors.GatewayError | None,
+    *,
+    slot: bool = True,
 ) -> None:
     """The request is over: give back what it held in this instance (its in-flight and
     large-body slots), then count, log and close its trace."""
@@ -138,7 +163,7 @@ def finish_exchange(
     record = exchange.record
     if response is None:  # cancelled before an answer existed
         record.outcome = "cancelled"
-    elif not record.status:
+    elif not record.status and isinstance(response, Response):  # a refusal's is recorded already
         record.status = response.status_code
     services.telemetry.finish(record)
     if exchange.trace is not None:
@@ -154,11 +179,9 @@ async def _serve(services: Services, exchange: Exchange, request: Request) -> Re
     return await serve_admitted(services, admitted, request.receive)
 
 
-async def admit_request(
-    services: Services, exchange: Exchange, key: KeyRecord, raw: bytes, *, rate: bool = True
-) -> Admitted:
+async def admit_request(services: Services, exchange: Exchange, key: KeyRecord, raw: bytes) -> Admitted:
     """``admit``, then (stateful endpoints) the stored state the request refers to resolved."""
-    admitted = await admit(services, exchange, key, raw, rate=rate)
+    admitted = await admit(services, exchange, key, raw)
     state = exchange.endpoint.state
     if state is not None:  # e.g. stored Responses history resolved and expanded
         admitted = await state.admit(services, admitted)
@@ -170,6 +193,9 @@ async def serve_admitted(services: Services, admitted: Admitted, receive: Receiv
     HTTP requests and WebSocket frames. ``receive`` reports the client's disconnect."""
     exchange = admitted.exchange
     if exchange.endpoint.counting:
+        await limit_tickets.take_requests(
+            services, admitted.key, exchange.request_id, exchange.response_headers
+        )
         return await count_tokens(services, admitted)
     with exchange.span("reserve"):
         hold = await reserve(services, admitted)
@@ -232,11 +258,10 @@ def take_large_body_slot(services: Services, exchange: Exchange) -> None:
     exchange.large_body = True
 
 
-async def admit(
-    services: Services, exchange: Exchange, key: KeyRecord, raw: bytes, *, rate: bool = True
-) -> Admitted:
-    """Analyse the body, authorize the model (alias, family, allowed list), validate, then take a
-    rate-limit unit (unless ``rate`` is false: a WebSocket pre-warm, which calls no upstream)."""
+async def admit(services: Services, exchange: Exchange, key: KeyRecord, raw: bytes) -> Admitted:
+    """Analyse the body, authorize the model (alias, family, allowed list) and validate. The rate
+    limits are taken with the hold (``reserve``): a WebSocket pre-warm, which calls no upstream,
+    takes none."""
     facts = await analyse_body(services, exchange, raw)
     codec = exchange.endpoint.codec
     fmt = exchange.endpoint.format
@@ -245,9 +270,8 @@ async def admit(
     exchange.record.model, exchange.record.stream = model.id, stream
     if facts.invalid is not None:
         raise facts.invalid
-    admission = await guards.admit_rate(services, key, exchange.response_headers) if rate else UNMETERED
     client = ClientRequest(codec, facts.body, model.id, facts.request)
-    return Admitted(exchange, key, model, client, raw, facts, stream, admission)
+    return Admitted(exchange, key, model, client, raw, facts, stream)
 
 
 async def analyse_body(services: Services, exchange: Exchange, raw: bytes) -> Facts:
@@ -285,13 +309,9 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
     purpose = Purpose(
         exchange.request_id, key.id, key.account_id, exchange.endpoint.name, model, exchange.started
     )
-    # Checked here, not inside ``take``: a key without these limits pays no call and no await.
-    ticket = (
-        None
-        if key.tpm is None and key.max_concurrency is None
-        else await limit_tickets.take(services, exchange, key, admitted.admission, input_bound, max_tokens)
-    )
-    if ticket is not None and key.tpm is not None and ticket.tokens < input_bound + max_tokens:
+    # Every rate limit of the request in one atomic step, just before the money hold.
+    ticket = await limit_tickets.take(services, exchange, key, input_bound, max_tokens)
+    if ticket.metered and ticket.tokens < input_bound + max_tokens:
         # Less than the worst case was left this minute (at least input + one output token).
         asked = requested if requested is not None else max_tokens
         max_tokens = ticket.tokens - input_bound
@@ -302,23 +322,19 @@ async def reserve(services: Services, admitted: Admitted) -> Hold:
             purpose, input_bound=input_bound, max_tokens=max_tokens, web_searches=admitted.facts.web_searches
         )
     except BaseException:
-        if ticket is not None:
-            services.tickets.release(ticket)
+        services.tickets.settle(ticket, 0)  # nothing used; the request unit stays taken
         raise
-    if ticket is not None:
-        if isinstance(outcome, Refusal):
-            services.tickets.release(ticket)
-        else:
-            outcome.on_end = limit_tickets.ender(services, ticket)
     if isinstance(outcome, Refusal):
         # A refused request consumes no rate-limit unit either.
-        admission = admitted.admission
-        await services.rate_limiter.refund(key.id, admission)
-        exchange.response_headers.update(replace(admission, remaining=admission.remaining + 1).headers())
-        if outcome.reason == "monthly_cap":
-            exchange.response_headers[hdr.LIMIT] = "cap-month"
-            services.telemetry.metrics.limit_refused("cap-month")
+        services.tickets.refund(ticket)
+        exchange.response_headers.update(limit_tickets.refunded_headers(ticket))
+        limit = SPEND_LIMITS.get(outcome.reason)
+        if limit is not None:
+            exchange.response_headers[hdr.LIMIT] = limit
+            services.telemetry.metrics.limit_refused(limit)
         raise billing_refusal(outcome, services.telemetry.metrics)
+    if ticket.holds:
+        outcome.on_end = limit_tickets.ender(services, ticket)
     if outcome.max_tokens < max_tokens:
         asked = requested if requested is not None else max_tokens
         exchange.response_headers[hdr.MAX_TOKENS_CLAMPED] = f"{asked}->{outcome.max_tokens}; reason=credits"
@@ -570,14 +586,3 @@ async def _count(services: Services, admitted: Admitted, router: Router, model_i
 
     observer = AttemptLog(services.telemetry.metrics, exchange.record, exchange.trace)
     return await upstream_count(router, model_id, build, exchange.headers, observer)
-
-
-def render_error(exchange: Exchange, error: errors.GatewayError) -> Response:
-    headers = exchange.reply_headers()
-    if not exchange.body_read:
-        # Refused before its body was read: close the connection instead of reading (or
-        # keeping) what the client is still sending.
-        headers["connection"] = "close"
-    response = error_reply(exchange.endpoint.codec, error, headers)
-    refused(exchange.record, error, response.status_code)
-    return response

@@ -19,8 +19,9 @@ def json_reply(data: Any, status: int = 200, headers: Mapping[str, str] | None =
 
 
 def error_reply(codec: Codec, error: errors.GatewayError, headers: Mapping[str, str]) -> Response:
-    """``error`` in ``codec``'s format, with the request id headers in ``headers`` and the error's own."""
-    request_id = headers.get("request-id") or ids.new_request_id()
+    """``error`` in ``codec``'s format, with the request id headers in ``headers`` and the error's own
+    (a refusal raised to a boundary carries its request's id in its own headers)."""
+    request_id = headers.get("request-id") or error.headers.get("request-id") or ids.new_request_id()
     out = {"request-id": request_id, "x-request-id": request_id, **headers, **error.headers}
     if error.spec.retryable is False:
         out.setdefault("x-should-retry", "false")

@@ -17,9 +17,9 @@ from collections.abc import Iterable
 from prometheus_client.core import Metric
 
 from modelgate import __version__
-from modelgate.limits.redis_rpm import RedisRateLimiter
-from modelgate.limits.rpm import RollingWindowLimiter
+from modelgate.limits.redis_tickets import RedisTickets
 from modelgate.limits.stored_room import MAX_ACCOUNTS
+from modelgate.limits.tickets import LocalTickets
 from modelgate.services import Services
 from modelgate.storage.base import StorageError
 from modelgate.telemetry.metrics import counter, gauge, labelled_counter, labelled_gauge
@@ -129,8 +129,8 @@ class StateMetrics:
             "billing.settle_timeout_seconds: a settle's first attempt at the database.",
             services.ledger.settle_timeout,
         )
-        limiter = services.rate_limiter
-        if isinstance(limiter, RedisRateLimiter):
+        limiter = services.tickets
+        if isinstance(limiter, RedisTickets):
             yield counter(
                 "modelgate_rate_limiter_fallbacks",
                 "Rate-limit decisions made in-process because Redis was unreachable.",
@@ -149,11 +149,11 @@ class StateMetrics:
                 time.monotonic() - refreshed,
             )
         yield gauge("modelgate_key_cache_keys", "Keys held by this instance's key cache.", len(services.keys))
-        if isinstance(services.rate_limiter, RollingWindowLimiter):
+        if isinstance(services.tickets, LocalTickets):
             yield gauge(
                 "modelgate_rate_window_keys",
                 "Keys with an in-process rate window (those used in about the last minute).",
-                len(services.rate_limiter),
+                len(services.tickets),
             )
         yield counter(
             "modelgate_usage_records_deleted",

@@ -1,13 +1,15 @@
 """A key's limits (and an account's) as one value, and the claims a request makes on them.
 
-``KeyLimits`` names every limit a subject may have; ``None`` means "no such limit". Admission turns
-the limits a request meets into ``Claim``s, one per (subject, resource), which a ``TicketLimiter``
-(``limits.tickets``) takes all at once or not at all. A limit that is unset makes no claim, so a
-key with only ``rpm`` and a monthly cap costs the ticket path nothing (``claims`` returns ``()``
-without allocating).
+``KeyLimits`` names every rate limit a subject may have; ``None`` means "no such limit". Admission
+turns the limits a request meets (its key's and its account's) into ``Claim``s, one per (subject,
+resource), which a ``TicketLimiter`` (``limits.tickets``) takes all at once or not at all: one
+atomic step, in memory, over the worker link or in Redis.
 
 Resources:
 
+- ``rpm``: requests per rolling 60 s. The claim is one request; it stays taken when the request
+  has run (whatever its outcome) and is given back only when a later step refused the request
+  (a refused request consumes nothing).
 - ``tpm``: input + output tokens per rolling 60 s. The claim is the request's worst case (its
   input bound plus ``max_tokens``); the least it may be granted is its input bound plus one output
   token (``max_tokens`` is then clamped to what was granted, as with the money hold). The ticket is
@@ -15,24 +17,27 @@ Resources:
 - ``concurrency``: requests in flight; the slot is held until the request's hold ends (a stream's
   last byte, a disconnect, an error, a shutdown).
 
-Requests per minute keep their own limiter (``limits.rpm``: in memory, over the worker link, or in
-Redis) and the spend caps are the ledger's (``storage.base.decide_hold``): both are decided in one
-atomic step of their own backends.
+The spend caps are the ledger's (``storage.base.decide_hold``), decided in one atomic step of the
+database. A further rate limit is one more ``Resource``, its field here and its rule in each bucket
+backend (docs/architecture.md §7).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class Resource(StrEnum):
+    RPM = "rpm"
     TPM = "tpm"
     CONCURRENCY = "concurrency"
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
+class Claim(NamedTuple):
+    """One claim of a request on one bucket (a tuple: one is made per limit on every request)."""
+
     #: ``"k:<key id>"`` or ``"a:<account id>"``: whose bucket.
     subject: str
     resource: Resource
@@ -44,22 +49,38 @@ class Claim:
     minimum: int
 
 
+class Standing(NamedTuple):
+    """Where one bucket stands after an admission (the IETF ``RateLimit`` fields' figures)."""
+
+    resource: Resource
+    subject: str
+    limit: int
+    #: Units left in the bucket after this admission.
+    remaining: int
+    #: Seconds until the bucket's oldest entry leaves the window (0: nothing to wait for).
+    reset: float
+    #: What this admission took from the bucket (given back when the request is refused later).
+    taken: int
+
+
 @dataclass(frozen=True, slots=True)
 class KeyLimits:
     """The ticket-held limits of one subject. ``None``: no such limit."""
 
     tpm: int | None = None
     max_concurrency: int | None = None
+    rpm: int | None = None
 
     @property
     def empty(self) -> bool:
-        return self.tpm is None and self.max_concurrency is None
+        return self.tpm is None and self.max_concurrency is None and self.rpm is None
 
     def claims(self, subject: str, worst_tokens: int, least_tokens: int) -> tuple[Claim, ...]:
-        """The claims of one request on this subject's limits."""
-        if self.tpm is None and self.max_concurrency is None:
-            return ()
+        """The claims of one request on this subject's limits (requests first: a request over
+        its rate is refused for that before anything else)."""
         found: list[Claim] = []
+        if self.rpm is not None:
+            found.append(Claim(subject, Resource.RPM, self.rpm, 1, 1))
         if self.tpm is not None:
             found.append(
                 Claim(subject, Resource.TPM, self.tpm, worst_tokens, min(least_tokens, worst_tokens))

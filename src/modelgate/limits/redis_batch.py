@@ -8,8 +8,8 @@ into one write, their replies read back in order. While a batch is at Redis the 
 gathers; the busier the instance, the larger the batches.
 
 A batch either gets every reply or fails as a whole (timeout, refused or broken connection): each
-caller then sees the same error and decides what to do (``limits.redis_rpm`` falls back to its
-local window), and so do the calls that queued behind it, so none waits longer than one timeout. After a failure the connection is dropped and the next batch makes a new one.
+caller then sees the same error and decides what to do (``limits.redis_tickets`` falls back to its
+local buckets), and so do the calls that queued behind it, so none waits longer than one timeout. After a failure the connection is dropped and the next batch makes a new one.
 After a Redis restart the script is gone (``NOSCRIPT``): it is loaded again and the refused calls
 are sent once more.
 """

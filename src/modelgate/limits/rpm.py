@@ -1,4 +1,5 @@
-"""Per-key requests per minute over an exact rolling 60-second window (sliding log).
+"""Requests per minute over an exact rolling 60-second window (sliding log): the ``rpm`` buckets
+of ``limits.tickets.BucketStore`` (in one process, and in the supervisor of ``--workers``).
 
 Each key keeps the admission times of its last ``limit`` requests. A request at ``now`` is
 admitted when fewer than ``limit`` admissions lie in ``(now - 60, now]``; otherwise it is refused
@@ -9,7 +10,7 @@ whose whole log has left the window (an idle key's log would refuse nothing), so
 nothing however many there are.
 
 Times are the caller's ``clock.steady()``: seconds that never step, so a wall-clock step moves no
-window. Times from several processes (``limits.shared_rpm``, ``limits.redis_rpm``) agree only as
+window. Times from several processes (``limits.shared_tickets``, ``limits.redis_tickets``) agree only as
 well as those processes' clocks did when each started; an admission stamped more than
 ``AHEAD_TOLERANCE`` ahead of ``now`` (another process's clock is ahead, or was set ahead when it
 started) counts as made ``now``, so no disagreement between clocks can lock a key for longer than
@@ -22,7 +23,6 @@ import bisect
 import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Protocol
 
 WINDOW_SECONDS = 60.0
 #: How far ahead of ``now`` an admission's time may be and still count as given (clocks of
@@ -40,7 +40,7 @@ class Decision:
     remaining: int
     #: Seconds until the window has room for one more request (0 when it has room now).
     reset_after: float
-    #: Identifies the admission for ``RateLimiter.refund`` (None when refused).
+    #: Identifies the admission for ``refund_now`` (None when refused).
     token: str | float | None = None
 
     @property
@@ -48,27 +48,11 @@ class Decision:
         """Whole seconds, rounded up, at least 1: sleeping this long is enough to be admitted."""
         return max(1, math.ceil(self.reset_after))
 
-    def headers(self) -> dict[str, str]:
-        """IETF draft RateLimit fields (draft-ietf-httpapi-ratelimit-headers-07 syntax)."""
-        return {
-            "ratelimit-policy": f"{self.limit};w={int(WINDOW_SECONDS)}",
-            "ratelimit": f"limit={self.limit}, remaining={self.remaining}, reset={math.ceil(self.reset_after)}",
-        }
-
-
-class RateLimiter(Protocol):
-    """Per-key rolling-window admission; in memory (one instance) or shared (Redis)."""
-
-    async def admit(self, key_id: str, limit: int, now: float) -> Decision: ...
-
-    async def refund(self, key_id: str, decision: Decision) -> None:
-        """Give back the unit of an admitted request that a later step refused (402): refused
-        requests consume no units."""
-        ...
-
 
 class RollingWindowLimiter:
-    """The in-process limiter: exact for one gateway instance."""
+    """The requests-per-minute logs of one process: exact for that process. ``refusal`` then
+    ``take_now`` (with nothing in between) is ``admit_now`` split in two, so an admission can
+    check every bucket it needs before taking from any (``limits.tickets``)."""
 
     def __init__(self, window: float = WINDOW_SECONDS) -> None:
         self._window = window
@@ -79,10 +63,16 @@ class RollingWindowLimiter:
         """Keys holding a log (at most those used in about the last window, see ``_prune``)."""
         return len(self._log)
 
-    async def admit(self, key_id: str, limit: int, now: float) -> Decision:
-        return self.admit_now(key_id, limit, now)
-
     def admit_now(self, key_id: str, limit: int, now: float) -> Decision:
+        refused = self.refusal(key_id, limit, now)
+        if refused is not None:
+            return refused
+        remaining, reset_after = self.take_now(key_id, limit, now)
+        return Decision(True, limit, remaining, reset_after, token=now)
+
+    def refusal(self, key_id: str, limit: int, now: float) -> Decision | None:
+        """The refusal of one more request at ``now``, or None when it fits (the log is trimmed
+        to the window on the way: that changes no decision)."""
         log = self._log.get(key_id)
         if log is None:
             log = self._log[key_id] = deque()
@@ -98,16 +88,21 @@ class RollingWindowLimiter:
             # Admission needs fewer than `limit` entries in the window, so the entry at
             # len - limit must leave it (after a lowered limit, older ones go first).
             return Decision(False, limit, 0, self.seconds_until_out(log[len(log) - limit], now))
+        return None
+
+    def take_now(self, key_id: str, limit: int, now: float) -> tuple[int, float]:
+        """Log one request at ``now``; only right after ``refusal`` said it fits. Returns what
+        is left in the window and the seconds until its oldest entry leaves."""
+        log = self._log.get(key_id)
+        if log is None:
+            log = self._log[key_id] = deque()
         if log and now < log[-1]:
-            # Times from several processes (``limits.shared_rpm``) may arrive slightly out of
-            # order: keep the log sorted, so trimming from the left stays exact.
+            # Times from several processes (``limits.shared_tickets``) may arrive slightly out
+            # of order: keep the log sorted, so trimming from the left stays exact.
             bisect.insort(log, now)
         else:
             log.append(now)
-        return Decision(True, limit, limit - len(log), max(log[0] + self._window - now, 0.0), token=now)
-
-    async def refund(self, key_id: str, decision: Decision) -> None:
-        self.refund_now(key_id, decision)
+        return limit - len(log), max(log[0] + self._window - now, 0.0)
 
     def refund_now(self, key_id: str, decision: Decision) -> None:
         log = self._log.get(key_id)

@@ -103,7 +103,12 @@ def _model_route(services: Services, fmt: Format, route: FormatRoute) -> Route:
     """A format's route: served by the pipeline, with what the route fixes."""
     state = RESPONSES_STATE if route.stateful else None
     endpoint = Endpoint(fmt.codec, route.endpoint, counting=route.counting, state=state, route=route)
-    return Route(route.path, frozenset({route.method}), _model_endpoint(services, endpoint))
+    return Route(
+        route.path,
+        frozenset({route.method}),
+        _model_endpoint(services, endpoint),
+        shape=codec_shape(fmt.codec),
+    )
 
 
 def _model_endpoint(services: Services, endpoint: Endpoint) -> ASGIApp:
@@ -238,6 +243,7 @@ def admin_table(services: Services) -> list[Route]:
     """The admin API and the dashboard in the one table: their routes, and under each prefix
     every other path (the admin API's 404, the dashboard's missing file)."""
     api = admin.AdminAPI(services)
+    api.sessions.metrics.install(services.telemetry)  # once per gateway: sign-ins in /metrics
     unknown = admin.Route(admin.PREFIX, dict.fromkeys(admin.UNKNOWN_METHODS, admin.unknown))
     missing = admin.Route("/dashboard", dict.fromkeys(("GET", "HEAD"), admin.dashboard_missing))
     return [
@@ -282,6 +288,17 @@ class EdgeApp:
         self.metrics_port = (
             MetricsPort(metrics, services.telemetry) if metrics.enabled and metrics.port else None
         )
+
+    def shape_for(
+        self, path: str, headers: Mapping[str, str], query: Mapping[str, str] | None = None
+    ) -> Shape:
+        """How a refusal on ``path`` reads: in its route's shape (an admin path in the admin
+        shape), else in the wire format of the path and the client's headers. The HTTP layer
+        (``server.protocol``: 408, framing) asks here too."""
+        route = self.route_for(path)
+        if route is not None and route.shape is not None:
+            return route.shape
+        return codec_shape(codec_for_path(path, headers, query))
 
     def route_for(self, path: str) -> Route | None:
         route, _ = self.match(path)
@@ -365,12 +382,12 @@ class EdgeApp:
         """The one place a refusal of the route table is rendered: in ``shape`` (the route's),
         or in ``codec``'s wire format, or in that of the path and the client's headers."""
         headers = {"connection": "close"} if close else {}
-        if shape is not None:
-            response = shape(error, headers)
-        else:
+        if shape is None and codec is not None:
+            shape = codec_shape(codec)
+        if shape is None:
             request = Request(scope, receive)
-            codec = codec or codec_for_path(scope["path"], request.headers, request.query_params)
-            response = error_reply(codec, error, headers)
+            shape = self.shape_for(scope["path"], request.headers, request.query_params)
+        response = shape(error, headers)
         with contextlib.suppress(RuntimeError, OSError):  # an answer had already begun: nothing to add
             await response(scope, receive, send)
 

@@ -10,8 +10,9 @@ broken framing in plain text. ``guarded_protocol`` adds, per instance:
   ``server.keep_alive_seconds``, which may be longer);
 - a body timeout (``server.body_timeout_seconds``) from the end of the headers until the body is
   complete: a JSON 408 if no answer started, then close;
-- every refusal made here, framing errors included, as a JSON error in the wire format of the
-  path (Messages shape under ``/v1/messages``, OpenAI shape elsewhere).
+- every refusal made here, framing errors included, as a JSON error in the shape the route table
+  gives the path (``EdgeApp.shape_for``: a format's route in its format, an admin path in the
+  admin shape, any other path in the format of the path and the client's headers so far).
 
 Counts of each refusal are kept in ``limits.edge.EdgeStats`` (``/health`` shows them).
 """
@@ -23,16 +24,24 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from starlette.responses import Response
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from modelgate import errors
 from modelgate.config import ServerConfig
 from modelgate.formats import ids
-from modelgate.gateway.replies import codec_for_path
+from modelgate.gateway.replies import codec_for_path, error_reply
 from modelgate.limits.edge import EdgeStats
 from modelgate.server.websocket import accepts_upgrade
 
 log = logging.getLogger("modelgate.edge")
+
+
+#: How a refusal reads on a path, given the client's headers so far: a function rendering it
+#: (``server.app.EdgeApp.shape_for`` asks the route table).
+ShapeFor = Callable[[str, Mapping[str, str]], Callable[[errors.GatewayError, Mapping[str, str]], Response]]
+#: The response headers written by ``error_bytes`` itself.
+_OWN_HEADERS = frozenset({"content-type", "content-length", "request-id", "x-request-id", "connection"})
 
 
 def error_bytes(
@@ -41,21 +50,27 @@ def error_bytes(
     *,
     close: bool = True,
     headers: Mapping[str, str] | None = None,
+    shape_for: ShapeFor | None = None,
 ) -> bytes:
-    """A complete HTTP/1.1 response carrying ``status_error`` in the wire format of ``path`` (and,
-    off the Messages paths, of the client the request's ``headers`` so far name)."""
-    codec = codec_for_path(path, headers or {})
-    request_id = ids.new_request_id()
-    body = codec.render_error(status_error, request_id)
-    status = codec.http_status(status_error)
+    """A complete HTTP/1.1 response carrying ``status_error`` in the shape ``shape_for`` gives
+    ``path`` (without it: the wire format of ``path`` and of the client the request's
+    ``headers`` so far name)."""
+    seen = headers or {}
+    if shape_for is None:
+        answer = error_reply(codec_for_path(path, seen), status_error, {})
+    else:
+        answer = shape_for(path, seen)(status_error, {})
+    body = bytes(answer.body)
+    request_id = answer.headers.get("request-id") or ids.new_request_id()
+    status = answer.status_code
     lines = [
         f"HTTP/1.1 {status} {_reason(status)}",
-        "content-type: application/json",
+        f"content-type: {answer.headers.get('content-type', 'application/json')}",
         f"content-length: {len(body)}",
         f"request-id: {request_id}",
         f"x-request-id: {request_id}",
     ]
-    lines += [f"{name}: {value}" for name, value in status_error.headers.items()]
+    lines += [f"{name}: {value}" for name, value in answer.headers.items() if name not in _OWN_HEADERS]
     if close:
         lines.append("connection: close")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
@@ -66,11 +81,15 @@ def _reason(status: int) -> str:
 
 
 def guarded_protocol(
-    server: ServerConfig, stats: EdgeStats, live: Callable[[], ServerConfig] | None = None
+    server: ServerConfig,
+    stats: EdgeStats,
+    live: Callable[[], ServerConfig] | None = None,
+    shape_for: ShapeFor | None = None,
 ) -> type[HttpToolsProtocol]:
     """uvicorn's protocol class with this instance's limits (uvicorn builds one per connection).
     ``server`` holds what needs a restart (the cap, the timeouts); ``live`` returns the running
-    settings, for what a reload changes (``server.overload_retry_after``)."""
+    settings, for what a reload changes (``server.overload_retry_after``); ``shape_for`` is the
+    route table's answer to how a refusal on a path reads."""
     stats.connection_cap = server.max_connections
     running = live if live is not None else lambda: server
 
@@ -100,7 +119,9 @@ def guarded_protocol(
 
         def _refuse(self, error: errors.GatewayError, path: str) -> None:
             if not self.transport.is_closing():
-                self.transport.write(error_bytes(error, path, headers=self._header_names()))
+                self.transport.write(
+                    error_bytes(error, path, headers=self._header_names(), shape_for=shape_for)
+                )
                 self.transport.close()
             self._cancel_timers()
 

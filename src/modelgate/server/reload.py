@@ -27,6 +27,7 @@ from typing import Any
 from modelgate.config import ConfigError, Settings, load_settings
 from modelgate.liveconfig.routing import check_routing
 from modelgate.services import Services
+from modelgate.sso_config import client_secret
 from modelgate.telemetry.logs import scrub_also
 
 log = logging.getLogger("modelgate.reload")
@@ -62,6 +63,8 @@ LIVE = ROUTING | {
     "responses.max_chain_depth",
     "metrics.token",
     "metrics.account_balances",
+    "alerts",
+    "sso",
 }
 #: Sections compared key by key (the others, ``routing`` and ``simulator`` included, as a whole).
 SECTIONS = frozenset({"server", "keys", "billing", "admin", "responses", "metrics", "otel"})
@@ -136,7 +139,18 @@ def load_checked(
     changes = compare(running, new)
     if changes.routing:
         check_routing(changes.settings, os.environ)
+    check_sections(changes)
     return changes
+
+
+def check_sections(changes: Changes) -> None:
+    """What a changed ``[sso]`` needs beyond the file, checked as at start: the environment
+    variable holding the client secret (ConfigError, naming it, when it is not set)."""
+    if "sso" in changes.applied:
+        try:
+            client_secret(changes.settings.sso, os.environ)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def describe(changes: Changes) -> str:
@@ -208,6 +222,8 @@ class Reloader:
             log.exception("reload of %s failed; still serving with the running configuration: %s", where, exc)
             return None
         services.settings = changes.settings
+        if "alerts" in changes.applied:
+            await services.reload_alerts()
         server = changes.settings.server
         services.inflight.limit = server.max_in_flight
         services.large_bodies.limit = server.max_large_bodies
@@ -221,7 +237,9 @@ class Reloader:
         new = self._source.load()
         if self._adjust is not None:
             new = self._adjust(new)
-        return compare(running, new)
+        changes = compare(running, new)
+        check_sections(changes)
+        return changes
 
     async def stop(self) -> None:
         """At shutdown: nothing of the reloader's own runs on (replaced routers are closed by

@@ -64,7 +64,9 @@ def uvicorn_config(
         host=server.host,
         port=server.port,
         loop=loop,
-        http=guarded_protocol(server, app.services.edge, lambda: app.services.settings.server),
+        http=guarded_protocol(
+            server, app.services.edge, lambda: app.services.settings.server, shape_for=app.shape_for
+        ),
         # GET /v1/responses may upgrade (server.websocket); with responses.websocket off every
         # upgrade is served as plain HTTP and refused in JSON (426 on /v1/responses).
         ws=DrainingWebSocketProtocol if responses.websocket else "none",

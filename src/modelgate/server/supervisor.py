@@ -5,7 +5,7 @@ The parent binds the listening socket once and starts the workers (``server.work
 worker is free accepts the next one. The parent serves no HTTP itself. It:
 
 - migrates the database once before any worker starts (workers then find nothing to do);
-- holds the instance's shared rate-limit window (``limits.shared_rpm``) unless Redis does, and
+- holds the instance's shared rate-limit buckets (``limits.shared_tickets``) unless Redis does, and
   the shared in-flight counters (``limits.inflight.SharedInFlight``);
 - restarts a worker that dies (at once; one that dies again within ``STABLE_SECONDS`` of its
   start waits, twice as long each time, up to ``server.worker_restart_max_delay_seconds``), after
@@ -42,7 +42,7 @@ from typing import Any
 
 from modelgate.clock import Clock
 from modelgate.config import Settings
-from modelgate.limits.shared_rpm import WindowService
+from modelgate.limits.shared_tickets import TicketService
 from modelgate.server.app import EdgeApp
 from modelgate.server.reload import ConfigSource, load_checked, set_log_level
 from modelgate.server.runner import CUT_MARGIN, uvicorn_config
@@ -104,7 +104,7 @@ class Supervisor:
         self.count = settings.server.worker_count
         self._context = multiprocessing.get_context("spawn")
         self._inflight: Any = self._context.RawArray("q", self.count)
-        self._window = None if settings.redis_url else WindowService()
+        self._window = None if settings.redis_url else TicketService()
         self._state = _State()
         self._done: asyncio.Event | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
@@ -321,9 +321,9 @@ def _describe_exit(code: int | None) -> str:
 async def _migrate(settings: Settings) -> None:
     store = open_store(settings.resolved_database_url, pool_size=settings.database_pool_size)
     try:
-        await store.migrate()
+        await store.database.migrate()
     finally:
-        await store.close()
+        await store.database.close()
 
 
 def _run_loop(main: Coroutine[Any, Any, int]) -> int:

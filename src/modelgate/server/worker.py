@@ -4,7 +4,7 @@ A worker is a whole gateway: it builds its own services in its own interpreter (
 sockets, threads or pools copied from the parent), with its own event loop, upstream connection
 pools, key view and SQLite connections, and serves on the listening socket the parent bound. What
 the workers of one instance share is the database (the ledger is exact across processes, see
-``storage.sqlite``), the rate-limit window (``limits.shared_rpm``, or Redis when configured) and
+``storage.sqlite``), the rate-limit buckets (``limits.shared_tickets``, or Redis when configured) and
 the in-flight cap (``limits.inflight.SharedInFlight``).
 
 Signals: the parent forwards SIGTERM (first: drain, second: cut, as ``server.runner`` describes).
@@ -34,7 +34,7 @@ import uvicorn
 from modelgate.clock import Clock
 from modelgate.config import Settings
 from modelgate.limits.inflight import Counters, SharedInFlight
-from modelgate.limits.shared_rpm import SharedWindowLimiter
+from modelgate.limits.shared_tickets import SharedTickets
 from modelgate.server.app import EdgeApp, create_app
 from modelgate.server.file_limit import fit_connection_cap
 from modelgate.server.reload import ConfigSource, Reloader
@@ -61,7 +61,7 @@ class WorkerSpec:
     #: The worker sends its index here once it serves.
     ready: Connection
     inflight: Counters
-    #: The parent's end of the shared rate-limit window (None when Redis shares it).
+    #: The parent's end of the shared rate-limit buckets (None when Redis shares them).
     window: socket.socket | None
     #: Tests inject a clock all workers share (``None``: the system clock).
     clock: Clock | None = None
@@ -78,7 +78,7 @@ class WorkerServer(DrainingServer):
         *,
         ready: Connection,
         index: int,
-        window: SharedWindowLimiter | None,
+        window: SharedTickets | None,
         reloader: Reloader | None,
     ) -> None:
         super().__init__(config, app, grace, reloader=reloader)
@@ -136,9 +136,8 @@ def run_worker(spec: WorkerSpec) -> None:
         services.telemetry.write_request = request_writer
     services.worker = spec.index
     services.inflight = SharedInFlight(settings.server.max_in_flight, spec.inflight, spec.index)
-    window = SharedWindowLimiter(spec.window) if spec.window is not None else None
+    window = SharedTickets(spec.window) if spec.window is not None else None
     if window is not None:
-        services.rate_limiter = window
         services.tickets = window
     tune_garbage_collector()
     set_min_free_bytes(services.database, settings.database_min_free_bytes)

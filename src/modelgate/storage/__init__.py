@@ -5,26 +5,26 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE, StorageError, Store
-from modelgate.storage.composed import ComposedStore
+from modelgate.storage.repositories import Repositories
 
 
 def open_store(
     url: str, *, pool_size: int = DEFAULT_POOL_SIZE, batch_wait: float = DEFAULT_BATCH_WAIT_SECONDS
-) -> ComposedStore:
+) -> Repositories:
     """``sqlite:///path/to/file.db`` (relative paths allowed) or ``postgresql://…``, with at most
     ``pool_size`` connections open and batches of writes waiting up to ``batch_wait`` seconds for
     company under load (PostgreSQL; ``database_pool_size``, ``database_batch_wait_seconds``)."""
     if url.startswith("sqlite:///"):
-        from modelgate.storage.sqlite import SqliteStore
+        from modelgate.storage.sqlite import sqlite_repositories
 
-        return SqliteStore(Path(url.removeprefix("sqlite:///")))
+        return sqlite_repositories(Path(url.removeprefix("sqlite:///")))
     if url.startswith(("postgresql://", "postgres://")):
-        from modelgate.storage.postgres import PostgresStore
+        from modelgate.storage.postgres import postgres_repositories
 
-        return PostgresStore(url, pool_max_size=pool_size, batch_wait=batch_wait)
+        return postgres_repositories(url, pool_max_size=pool_size, batch_wait=batch_wait)
     raise StorageError(
         f"database_url: unsupported scheme in {url.split('://', 1)[0]!r} (use sqlite:/// or postgresql://)"
     )
 
 
-__all__ = ["StorageError", "Store", "open_store"]
+__all__ = ["Repositories", "StorageError", "Store", "open_store"]

@@ -5,8 +5,9 @@ Each narrow protocol (``AccountStore``, ``KeyStore``, ``AdminTokenStore``, ``Led
 ``UsageStore``, ``UsageReports`` in ``storage.reports`` and ``ResponseStore`` in
 ``storage.responses``) is one repository per engine, composed over that engine's database object
 (``storage.sqlite_database``, ``storage.postgres_database``). Consumers take the repository they
-use from ``Services``; ``Store`` is all of them in one object (``storage.composed``), picked from
-the database URL by ``storage.open_store``. Money is integer micro-credits (µc) everywhere.
+use from ``Services``; ``storage.open_store`` builds them for the engine of the database URL
+(``storage.repositories``). ``Store`` is the sum of the protocols, the type of the whole-store test
+helper the contract suite runs against. Money is integer micro-credits (µc) everywhere.
 
 Ledger invariants (checked by the contract and property tests):
 - ``account.balance_uc >= account.reserved_uc >= 0``: a reservation never spends money that is
@@ -59,6 +60,8 @@ from modelgate.storage.records import (
     MAX_UC,
     NEVER_EXPIRES,
     Account,
+    AccountCaps,
+    AccountLimits,
     AdminToken,
     AmountTooLarge,
     Conflict,
@@ -79,6 +82,7 @@ from modelgate.storage.records import (
 )
 from modelgate.storage.reports import UsageReports
 from modelgate.storage.responses import ResponseStore
+from modelgate.storage.spend_windows import Window, WindowUse
 
 __all__ = [
     "DEFAULT_BATCH_WAIT_SECONDS",
@@ -87,6 +91,8 @@ __all__ = [
     "MAX_UC",
     "NEVER_EXPIRES",
     "Account",
+    "AccountCaps",
+    "AccountLimits",
     "AccountStore",
     "AdminToken",
     "AdminTokenStore",
@@ -165,6 +171,22 @@ class AccountStore(Protocol):
         """Whether the account's balance is hidden from its keys' holders (None: no such account)."""
         ...
 
+    async def set_account_caps(
+        self, account_id: int, caps: AccountCaps, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        """Change the account's spend caps by window (None: no such account)."""
+        ...
+
+    async def set_account_limits(
+        self, account_id: int, limits: AccountLimits, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        """The account's rate limits, all three at once (None: no such account)."""
+        ...
+
+    async def limited_accounts(self) -> list[Account]:
+        """The accounts with at least one rate limit set (the gateway's account limits view)."""
+        ...
+
 
 class KeyStore(Protocol):
     """API key records (digests only; the secrets are never stored)."""
@@ -195,11 +217,17 @@ class KeyStore(Protocol):
         ...
 
     async def key_page(
-        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+        self,
+        account_id: int | None,
+        *,
+        limit: int,
+        after: tuple[float, str] | None = None,
+        search: str = "",
+        owner: str | None = None,
     ) -> list[KeyRecord]:
         """Up to ``limit`` keys in ``(created_at, id)`` order after ``after``, of one account or all;
         ``search`` (when not empty) keeps those whose name, id or display prefix contains it, in
-        any case."""
+        any case; ``owner`` (a person id) those that person created."""
         ...
 
     async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
@@ -299,6 +327,10 @@ class LedgerStore(Protocol):
 
     async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
         """(spent_uc, reserved_uc) of a key in a month."""
+        ...
+
+    async def window_use(self, subject: str, window: Window, now: float) -> WindowUse:
+        """Spent and held in one spend window of a subject (``storage.spend_windows``) at ``now``."""
         ...
 
     async def pending_reservations(self) -> int: ...

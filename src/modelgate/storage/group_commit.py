@@ -11,6 +11,11 @@ duplicate request id, a constraint) is rolled back alone and only its caller see
 operation's result is handed to its caller only after the shared ``COMMIT`` succeeded; and one
 operation submitted alone (no concurrency) commits on the next loop turn as before.
 
+The usage rollups are kept here, once per batch: a settlement submitted with its usage record
+(``run(..., record=usage)``) that applied is summed into the batch's ``UsageSums``, and each
+distinct rollup row is upserted once just before the shared ``COMMIT`` (``storage.rollup_fold``),
+so the records and their sums commit together or not at all.
+
 When another process holds the write lock (another worker of ``server.workers``: each of their
 transactions holds it for a fraction of a millisecond), the batch is tried again on the loop, at
 the next turn and then every millisecond, and what is submitted meanwhile joins it, so a worker
@@ -29,11 +34,15 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from typing import Any, TypeVar
 
-from modelgate.storage.base import Conflict, LedgerObserver, StorageError
+from modelgate.storage.base import Conflict, LedgerObserver, Settlement, StorageError, UsageRecord
+from modelgate.storage.rollup_fold import UsageSums
 
 T = TypeVar("T")
 #: A ledger operation: runs inside an open write transaction and returns its outcome.
 Operation = Callable[[sqlite3.Connection], Any]
+#: A queued operation: the operation, its caller's future, and the usage record it writes if its
+#: outcome is an applied ``Settlement`` (summed into the rollups).
+Queued = tuple[Operation, "asyncio.Future[Any]", UsageRecord | None]
 #: SQLite's "database is locked" answers (another connection holds the write lock).
 BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 #: How long a batch that meets another process's write lock is retried on the loop before it
@@ -51,17 +60,19 @@ class GroupCommit:
     ) -> None:
         self._transaction = transaction
         self._on_worker = on_worker
-        self._queue: list[tuple[Operation, asyncio.Future[Any]]] = []
+        self._queue: list[Queued] = []
         #: Loop time the batch now waiting for another process's lock first met it (None: not waiting).
         self._locked_since: float | None = None
         #: Told the time and size of every transaction (metrics); set by ``observe_ledger``.
         self.observer: LedgerObserver | None = None
 
-    async def run(self, operation: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``operation`` in the next shared transaction; returns once that has committed."""
+    async def run(self, operation: Callable[[sqlite3.Connection], T], record: UsageRecord | None = None) -> T:
+        """Run ``operation`` in the next shared transaction; returns once that has committed.
+        ``record``: the usage record the operation writes when it returns an applied
+        ``Settlement`` (as the operation leaves it: the stored fields), for the rollups."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[T] = loop.create_future()
-        self._queue.append((operation, done))
+        self._queue.append((operation, done, record))
         if len(self._queue) == 1:
             loop.call_soon(self._flush)
         # A caller cancelled before the flush takes its operation out of the batch (the flush skips
@@ -69,7 +80,7 @@ class GroupCommit:
         return await done
 
     def _flush(self) -> None:
-        batch = [(op, done) for op, done in self._queue if not done.cancelled()]
+        batch = [queued for queued in self._queue if not queued[1].cancelled()]
         self._queue = []
         if not batch:
             return
@@ -100,20 +111,27 @@ class GroupCommit:
             return
         self._deliver(batch, outcomes)
 
-    def _apply(self, batch: list[tuple[Operation, asyncio.Future[Any]]]) -> list[Any]:
+    def _apply(self, batch: list[Queued]) -> list[Any]:
         outcomes: list[Any] = []
         began = time.perf_counter()
         refused = False  # the write lock was refused: no transaction happened, nothing to count
+        # Summed afresh on every attempt: a batch retried after a refused lock starts over.
+        sums = UsageSums()
         try:
             with self._transaction() as db:
-                for operation, _ in batch:
+                for operation, _, record in batch:
                     db.execute("SAVEPOINT ledger_op")
                     try:
-                        outcomes.append(operation(db))
+                        outcome = operation(db)
                     except sqlite3.IntegrityError as exc:
                         db.execute("ROLLBACK TO ledger_op")
-                        outcomes.append(Conflict(str(exc)))
+                        outcome = Conflict(str(exc))
+                    else:
+                        if record is not None and isinstance(outcome, Settlement) and outcome.applied:
+                            sums.add(record)
+                    outcomes.append(outcome)
                     db.execute("RELEASE ledger_op")
+                sums.write(db)
         except sqlite3.OperationalError as exc:
             refused = exc.sqlite_errorcode in BUSY  # the batch is tried again
             raise
@@ -122,9 +140,7 @@ class GroupCommit:
                 self.observer.ledger_committed(time.perf_counter() - began, len(batch))
         return outcomes
 
-    def _deliver_retry(
-        self, batch: list[tuple[Operation, asyncio.Future[Any]]], finished: asyncio.Future[Any]
-    ) -> None:
+    def _deliver_retry(self, batch: list[Queued], finished: asyncio.Future[Any]) -> None:
         if finished.cancelled():
             self._fail(batch, StorageError("sqlite: the write was cancelled while waiting for the lock"))
         elif (exc := finished.exception()) is not None:
@@ -133,8 +149,8 @@ class GroupCommit:
             self._deliver(batch, finished.result())
 
     @staticmethod
-    def _deliver(batch: list[tuple[Operation, asyncio.Future[Any]]], outcomes: list[Any]) -> None:
-        for (_, done), outcome in zip(batch, outcomes, strict=True):
+    def _deliver(batch: list[Queued], outcomes: list[Any]) -> None:
+        for (_, done, _), outcome in zip(batch, outcomes, strict=True):
             if done.cancelled():
                 continue
             if isinstance(outcome, Exception):
@@ -143,9 +159,9 @@ class GroupCommit:
                 done.set_result(outcome)
 
     @staticmethod
-    def _fail(batch: list[tuple[Operation, asyncio.Future[Any]]], exc: BaseException) -> None:
+    def _fail(batch: list[Queued], exc: BaseException) -> None:
         # OSError: the database file or folder is gone. Anything else is a bug, passed on as is.
         error = StorageError(f"sqlite: {exc}") if isinstance(exc, sqlite3.Error | OSError) else exc
-        for _, done in batch:
+        for _, done, _ in batch:
             if not done.done():
                 done.set_exception(error)

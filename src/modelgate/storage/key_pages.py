@@ -1,12 +1,14 @@
 """One page of the key list, keyset-paged on ``(created_at, id)`` (indexes ``api_keys_created`` and
 ``api_keys_account_created``, migrations sqlite 0013 / postgresql 0018), with an optional search:
 the same SQL on both engines, so a page costs the same at any depth and stays stable while keys
-are created (new keys sort after every cursor of an older key)."""
+are created (new keys sort after every cursor of an older key). ``owner`` keeps the keys one
+person created (a member's own: ``key_owners``), so a member's page, cursor and has-more are
+decided by the database over their keys alone."""
 
 from __future__ import annotations
 
 from modelgate.storage import rows
-from modelgate.storage.reports import Params
+from modelgate.storage.reports import Params, owned_keys
 
 
 def like_pattern(search: str) -> str:
@@ -16,11 +18,18 @@ def like_pattern(search: str) -> str:
 
 
 def key_page_sql(
-    account_id: int | None, limit: int, after: tuple[float, str] | None, search: str, p: Params
+    account_id: int | None,
+    limit: int,
+    after: tuple[float, str] | None,
+    search: str,
+    p: Params,
+    owner: str | None = None,
 ) -> str:
     terms: list[str] = []
     if account_id is not None:
         terms.append(f"account_id = {p(account_id)}")
+    if owner is not None:
+        terms.append(owned_keys(owner, p, "id"))
     if after is not None:
         created, tie = p(after[0]), p(after[0])
         terms.append(f"(created_at > {created} OR (created_at = {tie} AND id > {p(after[1])}))")

@@ -133,6 +133,10 @@ class PeopleStore(Protocol):
         """Delete sessions idle since before ``idle_before`` or past their absolute end."""
         ...
 
+    async def count_sessions(self, idle_before: float, now: float) -> int:
+        """Sessions alive: used since ``idle_before`` and not past their absolute end."""
+        ...
+
     # members ------------------------------------------------------------------------------
     async def memberships(self, person_id: str) -> list[Member]: ...
 
@@ -181,9 +185,12 @@ class PeopleStore(Protocol):
 
     async def find_invite(self, digest: bytes) -> Invite | None: ...
 
-    async def use_invite(self, digest: bytes, person_id: str, now: float) -> Invite | None:
+    async def use_invite(
+        self, digest: bytes, person_id: str, now: float, *, audit: AuditDraft[Invite] | None = None
+    ) -> Invite | None:
         """Mark the unused, unexpired invitation with this digest as used by ``person_id`` and
-        make them a member with its role, at once; None when there is no such invitation."""
+        make them a member with its role, at once, with the ``audit`` entry (``member.join``, on
+        the invitation as used) in the same transaction; None when there is no such invitation."""
         ...
 
     async def delete_invite(self, invite_id: str, *, audit: AuditDraft[Invite] | None = None) -> bool:

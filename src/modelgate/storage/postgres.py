@@ -1,4 +1,4 @@
-"""PostgreSQL implementation of ``Store``: the shared database of several gateway instances.
+"""PostgreSQL: the shared database of several gateway instances.
 
 One ``PostgresDatabase`` (``storage.postgres_database``) and a repository per protocol composed
 over it.
@@ -20,8 +20,7 @@ writes are serialised by row locks, so the invariants of ``storage.base`` hold a
 
 from __future__ import annotations
 
-from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE, ConnectionUse
-from modelgate.storage.composed import ComposedStore
+from modelgate.storage.base import DEFAULT_BATCH_WAIT_SECONDS, DEFAULT_POOL_SIZE
 from modelgate.storage.postgres_accounts import PostgresAccounts
 from modelgate.storage.postgres_audit import PostgresAudit
 from modelgate.storage.postgres_database import PostgresDatabase
@@ -32,34 +31,26 @@ from modelgate.storage.postgres_reservations import PostgresLedger
 from modelgate.storage.postgres_responses import PostgresResponses
 from modelgate.storage.postgres_tokens import PostgresAdminTokens
 from modelgate.storage.postgres_usage import PostgresUsage
+from modelgate.storage.repositories import Repositories
 
 
-class PostgresStore(ComposedStore):
+def postgres_repositories(
+    url: str,
+    *,
+    pool_max_size: int = DEFAULT_POOL_SIZE,
+    batch_wait: float = DEFAULT_BATCH_WAIT_SECONDS,
+) -> Repositories:
     """Every PostgreSQL repository over one pool."""
-
-    database: PostgresDatabase
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        pool_max_size: int = DEFAULT_POOL_SIZE,
-        batch_wait: float = DEFAULT_BATCH_WAIT_SECONDS,
-    ) -> None:
-        database = PostgresDatabase(url, pool_max_size=pool_max_size, batch_wait=batch_wait)
-        super().__init__(
-            database,
-            accounts=PostgresAccounts(database),
-            keys=PostgresKeys(database),
-            tokens=PostgresAdminTokens(database),
-            ledger=PostgresLedger(database),
-            usage=PostgresUsage(database),
-            reports=PostgresReports(database),
-            responses=PostgresResponses(database),
-            people=PostgresPeople(database),
-            audit=PostgresAudit(database),
-        )
-        self.url = url
-
-    def connections(self) -> ConnectionUse:
-        return self.database.connections()
+    database = PostgresDatabase(url, pool_max_size=pool_max_size, batch_wait=batch_wait)
+    return Repositories(
+        database,
+        accounts=PostgresAccounts(database),
+        keys=PostgresKeys(database),
+        tokens=PostgresAdminTokens(database),
+        ledger=PostgresLedger(database),
+        usage=PostgresUsage(database),
+        reports=PostgresReports(database),
+        responses=PostgresResponses(database),
+        people=PostgresPeople(database),
+        audit=PostgresAudit(database),
+    )

@@ -10,7 +10,15 @@ from typing import Any
 from modelgate.storage import postgres_audit, rows
 from modelgate.storage.audit import AuditDraft, LedgerKind
 from modelgate.storage.postgres_database import PostgresRepository
-from modelgate.storage.records import MAX_UC, Account, AmountTooLarge, Conflict
+from modelgate.storage.records import (
+    LIMITED,
+    MAX_UC,
+    Account,
+    AccountCaps,
+    AccountLimits,
+    AmountTooLarge,
+    Conflict,
+)
 
 _ACCOUNT_COLUMNS = rows.ACCOUNT_COLUMNS
 _account = rows.account_record
@@ -142,6 +150,43 @@ class PostgresAccounts(PostgresRepository):
                 "SELECT COALESCE(SUM(amount_uc), 0) FROM topups WHERE account_id = $1", account_id
             )
         return int(total)
+
+    async def set_account_caps(
+        self, account_id: int, caps: AccountCaps, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        changes = caps.columns()
+        sets = ", ".join(f"{column} = ${i}" for i, (column, _) in enumerate(changes, start=2))
+        async with self._tx() as conn:
+            if sets:
+                row = await conn.fetchrow(
+                    f"UPDATE accounts SET {sets} WHERE id = $1 RETURNING {_ACCOUNT_COLUMNS}",
+                    account_id,
+                    *(v for _, v in changes),
+                )
+            else:
+                row = await conn.fetchrow(
+                    f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE id = $1", account_id
+                )
+            return None if row is None else await _audited(conn, _account(row), audit)
+
+    async def set_account_limits(
+        self, account_id: int, limits: AccountLimits, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        async with self._tx() as conn:
+            row = await conn.fetchrow(
+                "UPDATE accounts SET rpm = $1, tpm = $2, max_concurrency = $3 WHERE id = $4 "
+                f"RETURNING {_ACCOUNT_COLUMNS}",
+                limits.rpm,
+                limits.tpm,
+                limits.max_concurrency,
+                account_id,
+            )
+            return None if row is None else await _audited(conn, _account(row), audit)
+
+    async def limited_accounts(self) -> list[Account]:
+        async with self._conn() as conn:
+            rows = await conn.fetch(f"SELECT {_ACCOUNT_COLUMNS} FROM accounts WHERE {LIMITED}")
+        return [_account(r) for r in rows]
 
     async def set_hide_balance(
         self, account_id: int, hide: bool, *, audit: AuditDraft[Account] | None = None

@@ -17,7 +17,7 @@ from modelgate.storage import postgres_audit, rows
 from modelgate.storage.audit import AuditDraft
 from modelgate.storage.key_pages import key_page_sql
 from modelgate.storage.postgres_database import _LOCK_KEY_VERSIONS, PostgresRepository
-from modelgate.storage.records import KeyControls, KeyRecord, NewKey
+from modelgate.storage.records import KeyControls, KeyRecord, NewKey, window_cap_columns
 from modelgate.storage.reports import Params, dollar
 
 _KEY_COLUMNS = rows.KEY_COLUMNS
@@ -54,8 +54,9 @@ class PostgresKeys(PostgresRepository):
             version = await self._next_version(conn)
             row = await conn.fetchrow(
                 "INSERT INTO api_keys (id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, "
-                "digest, prefix, last4, created_at, version, tpm, max_concurrency, expires_at, allowed_ips) "
-                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) "
+                "digest, prefix, last4, created_at, version, tpm, max_concurrency, expires_at, allowed_ips, "
+                "cap_5h_uc, cap_day_uc, cap_week_uc) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19) "
                 f"RETURNING {_KEY_COLUMNS}",
                 key.id,
                 key.account_id,
@@ -73,6 +74,9 @@ class PostgresKeys(PostgresRepository):
                 key.max_concurrency,
                 key.expires_at,
                 list(key.allowed_ips) if key.allowed_ips else None,
+                key.cap_5h_uc,
+                key.cap_day_uc,
+                key.cap_week_uc,
             )
             return await _audited(conn, _key(row), audit)
 
@@ -106,6 +110,7 @@ class PostgresKeys(PostgresRepository):
         for column, limit in (("tpm", controls.tpm), ("max_concurrency", controls.max_concurrency)):
             if limit is not None:  # -1: no limit
                 values[column] = None if limit < 0 else limit
+        values.update(window_cap_columns(controls))
         if controls.expires_at is not None:
             values["expires_at"] = None if controls.expires_at < 0 else controls.expires_at
         if controls.allowed_ips is not None:
@@ -170,10 +175,16 @@ class PostgresKeys(PostgresRepository):
             return await _audited(conn, _key(row), audit)
 
     async def key_page(
-        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+        self,
+        account_id: int | None,
+        *,
+        limit: int,
+        after: tuple[float, str] | None = None,
+        search: str = "",
+        owner: str | None = None,
     ) -> list[KeyRecord]:
         p = Params(dollar)
-        sql = key_page_sql(account_id, limit, after, search, p)
+        sql = key_page_sql(account_id, limit, after, search, p, owner)
         async with self._conn() as conn:
             found = await conn.fetch(sql, *p.values)
         return [_key(r) for r in found]

@@ -1,8 +1,9 @@
 """Group commit for PostgreSQL ledger writes: what one instance has ready together shares a transaction.
 
 Reserves, settles and releases submitted in the same turn of the event loop go to the database as
-ONE call of ``modelgate_ledger`` (migration 0006; as of 0011): one statement, so one transaction, one commit
-and one round trip for all of them, instead of four or five round trips and a commit each. While
+ONE call of ``modelgate_ledger`` (migration 0006; as of 0011), with the usage rollups of the
+records it wrote upserted once per distinct row in the same statement (``rollup_fold``): one
+statement, so one transaction, one commit and one round trip for all of them, instead of four or five round trips and a commit each. While
 a batch is at the database, new operations wait and leave together in the next one
 (``postgres_batches``), so the busier the instance the larger its batches (measured: at 16
 requests in flight one batch at a time cost PostgreSQL a fifth less CPU per request than four at
@@ -42,8 +43,10 @@ from modelgate.storage.base import (
     UsageRecord,
 )
 from modelgate.storage.postgres_batches import Batches, resolve
+from modelgate.storage.rollup_fold import ledger_call
 
-_CALL = "SELECT * FROM modelgate_ledger($1::jsonb, $2::jsonb)"
+#: The batch's one statement: the ledger function and the rollups of what it settled (``rollup_fold``).
+_CALL = ledger_call()
 #: Advisory lock classes, in the order a batch takes them (migration 0006).
 RESERVATION, ACCOUNT, KEY_MONTH = 1, 2, 3
 

@@ -210,6 +210,14 @@ class PostgresPeople(PostgresRepository):
             "DELETE FROM admin_sessions WHERE last_seen_at < $1 OR expires_at <= $2", idle_before, now
         )
 
+    async def count_sessions(self, idle_before: float, now: float) -> int:
+        row = await self._one(
+            "SELECT COUNT(*) FROM admin_sessions WHERE last_seen_at >= $1 AND expires_at > $2",
+            idle_before,
+            now,
+        )
+        return int(row[0])
+
     # members ------------------------------------------------------------------------------
     async def _members(self, condition: str, *args: Any) -> list[Member]:
         async with self._conn() as conn:
@@ -304,7 +312,9 @@ class PostgresPeople(PostgresRepository):
         row = await self._one(f"SELECT {_INVITE} FROM account_invites WHERE digest = $1", digest)
         return None if row is None else _invite(row)
 
-    async def use_invite(self, digest: bytes, person_id: str, now: float) -> Invite | None:
+    async def use_invite(
+        self, digest: bytes, person_id: str, now: float, *, audit: AuditDraft[Invite] | None = None
+    ) -> Invite | None:
         async with self._tx() as conn:
             row = await conn.fetchrow(
                 "UPDATE account_invites SET used_at = $3, used_by = $2 "
@@ -317,6 +327,8 @@ class PostgresPeople(PostgresRepository):
                 return None
             invite = _invite(row)
             await conn.execute(_JOIN, invite.account_id, person_id, invite.role, now)
+            if audit is not None:
+                await postgres_audit.append(conn, audit.entry(invite))
             return invite
 
     async def delete_invite(self, invite_id: str, *, audit: AuditDraft[Invite] | None = None) -> bool:

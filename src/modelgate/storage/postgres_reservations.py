@@ -6,6 +6,7 @@ from __future__ import annotations
 from modelgate.storage.base import LedgerObserver
 from modelgate.storage.postgres_database import PostgresRepository
 from modelgate.storage.records import Refusal, Reservation, ReserveRequest, Settlement, UsageRecord
+from modelgate.storage.spend_windows import Window, WindowUse, first_counted, period_start
 
 
 class PostgresLedger(PostgresRepository):
@@ -46,6 +47,21 @@ class PostgresLedger(PostgresRepository):
                 month,
             )
         return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    async def window_use(self, subject: str, window: Window, now: float) -> WindowUse:
+        row = None
+        async with self._conn() as conn:
+            row = await conn.fetchrow(
+                "SELECT COALESCE(SUM(spent_uc), 0), COALESCE(SUM(reserved_uc), 0), "
+                "MIN(CASE WHEN spent_uc + reserved_uc > 0 THEN start END) FROM spend_windows "
+                "WHERE subject = $1 AND win = $2 AND start BETWEEN $3 AND $4",
+                subject,
+                window,
+                first_counted(window, now),
+                period_start(window, now),
+            )
+        assert row is not None  # an aggregate always answers one row
+        return WindowUse.of(window, now, int(row[0]), int(row[1]), row[2])
 
     async def pending_reservations(self) -> int:
         async with self._conn() as conn:

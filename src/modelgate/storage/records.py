@@ -8,12 +8,15 @@ without importing each other.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 Group = Literal["Basic", "Pro", "Nova"]
 GROUPS: tuple[Group, ...] = ("Basic", "Pro", "Nova")
 KeyState = Literal["active", "disabled"]
+#: Why a hold was refused: the balance, or the cap of a window (``storage.spend_windows``).
+RefusalReason = Literal["balance", "monthly_cap", "cap_5h", "cap_day", "cap_week"]
 
 
 class StorageError(Exception):
@@ -44,10 +47,39 @@ class Account:
     low_balance_uc: int | None = None
     #: The account's balance is not shown to its keys' holders (``GET /v1/key``).
     hide_balance: bool = False
+    #: Spend caps of all the account's keys together, per window (``storage.spend_windows``);
+    #: None: no cap in that window.
+    cap_5h_uc: int | None = None
+    cap_day_uc: int | None = None
+    cap_week_uc: int | None = None
+    monthly_cap_uc: int | None = None
+
+    #: Rate limits of all the account's keys together (None: no such limit; ``limits.key_limits``).
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+
+    @property
+    def window_caps(self) -> tuple[int | None, int | None, int | None, int | None]:
+        """The caps by window: ``5h``, ``day``, ``week``, ``month``."""
+        return (self.cap_5h_uc, self.cap_day_uc, self.cap_week_uc, self.monthly_cap_uc)
 
     @property
     def available_uc(self) -> int:
         return self.balance_uc - self.reserved_uc
+
+
+@dataclass(frozen=True, slots=True)
+class AccountLimits:
+    """An account's rate limits as stored (None: no such limit)."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
+
+
+#: The SQL condition of an account with at least one rate limit set.
+LIMITED = "(rpm IS NOT NULL OR tpm IS NOT NULL OR max_concurrency IS NOT NULL)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +113,15 @@ class KeyRecord:
     expires_at: float | None = None
     #: CIDRs the key may be used from, as stored (normalised); None: from anywhere.
     allowed_ips: tuple[str, ...] | None = None
+    #: Spend caps beside the month's, per window (``storage.spend_windows``); None: no cap.
+    cap_5h_uc: int | None = None
+    cap_day_uc: int | None = None
+    cap_week_uc: int | None = None
+
+    @property
+    def window_caps(self) -> tuple[int | None, int | None, int | None, int | None]:
+        """The caps by window: ``5h``, ``day``, ``week``, ``month``."""
+        return (self.cap_5h_uc, self.cap_day_uc, self.cap_week_uc, self.monthly_cap_uc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +140,9 @@ class NewKey:
     max_concurrency: int | None = None
     expires_at: float | None = None
     allowed_ips: tuple[str, ...] | None = None
+    cap_5h_uc: int | None = None
+    cap_day_uc: int | None = None
+    cap_week_uc: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +164,36 @@ class KeyControls:
     max_concurrency: int | None = None
     expires_at: float | None = None
     allowed_ips: tuple[str, ...] | None = None
+    #: ``-1``: no cap in that window.
+    cap_5h_uc: int | None = None
+    cap_day_uc: int | None = None
+    cap_week_uc: int | None = None
+
+
+def window_cap_columns(controls: KeyControls) -> list[tuple[str, int | None]]:
+    """(column, new value) of the window caps ``controls`` changes; ``-1`` in a field: no cap."""
+    changes: list[tuple[str, int | None]] = [("cap_5h_uc", controls.cap_5h_uc)]
+    changes += [("cap_day_uc", controls.cap_day_uc), ("cap_week_uc", controls.cap_week_uc)]
+    return [(column, None if cap < 0 else cap) for column, cap in changes if cap is not None]
+
+
+@dataclass(frozen=True, slots=True)
+class AccountCaps:
+    """A partial update of an account's spend caps by window; ``None``: unchanged, ``-1``: no cap."""
+
+    cap_5h_uc: int | None = None
+    cap_day_uc: int | None = None
+    cap_week_uc: int | None = None
+    monthly_cap_uc: int | None = None
+
+    def columns(self) -> list[tuple[str, int | None]]:
+        """(column, new value) of the caps this changes."""
+        changes: list[tuple[str, int | None]] = [
+            ("cap_5h_uc", self.cap_5h_uc),
+            ("cap_day_uc", self.cap_day_uc),
+        ]
+        changes += [("cap_week_uc", self.cap_week_uc), ("monthly_cap_uc", self.monthly_cap_uc)]
+        return [(column, None if cap < 0 else cap) for column, cap in changes if cap is not None]
 
 
 #: ``KeyControls.expires_at`` that clears a key's expiry.
@@ -179,7 +253,9 @@ class Reservation:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    reason: Literal["balance", "monthly_cap"]
+    #: ``monthly_cap`` for a key's or an account's month; ``cap_5h``, ``cap_day``, ``cap_week``
+    #: for the other windows (``storage.spend_windows``).
+    reason: RefusalReason
     available_uc: int
 
 
@@ -195,15 +271,31 @@ def decide_charge(cost: int, held: int, balance_free: int, cap_free: int | None)
     return charged, cost - charged
 
 
-def decide_hold(r: ReserveRequest, balance_free: int, cap: int | None, used: int) -> Reservation | Refusal:
+def decide_hold(
+    r: ReserveRequest,
+    balance_free: int,
+    cap: int | None,
+    used: int,
+    windows: Sequence[tuple[RefusalReason, int, int]] = (),
+) -> Reservation | Refusal:
     """The reservation rule, applied by every engine to figures read under its lock: grant
-    ``min(amount, free balance, free cap)`` when that is at least ``minimum``; otherwise refuse,
-    naming the cap when it is the binding constraint. ``used`` is the key's spent + held this month."""
+    ``min(amount, free balance, free cap of every window)`` when that is at least ``minimum``;
+    otherwise refuse, naming the cap when it is the binding constraint. ``used`` is the key's spent
+    + held this month; ``windows`` the other caps in force as (reason, cap, spent + held in the
+    period), in checking order (``storage.spend_windows.caps_in_force``). The binding cap is the
+    one with least left, the first of them on a tie, then the key's month."""
     cap_free = None if cap is None else max(0, cap - used)
-    affordable = balance_free if cap_free is None else min(balance_free, cap_free)
+    tightest: tuple[RefusalReason, int] | None = None
+    for reason, window_cap, window_used in windows:
+        left = max(0, window_cap - window_used)
+        if tightest is None or left < tightest[1]:
+            tightest = (reason, left)
+    if cap_free is not None and (tightest is None or cap_free < tightest[1]):
+        tightest = ("monthly_cap", cap_free)
+    affordable = balance_free if tightest is None else min(balance_free, tightest[1])
     if affordable < r.minimum_uc:
-        if cap_free is not None and cap_free <= balance_free:
-            return Refusal("monthly_cap", max(0, affordable))
+        if tightest is not None and tightest[1] <= balance_free:
+            return Refusal(tightest[0], max(0, affordable))
         return Refusal("balance", max(0, affordable))
     granted = min(r.amount_uc, affordable)
     return Reservation(

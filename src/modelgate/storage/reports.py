@@ -37,6 +37,8 @@ class UsageFilter:
     since: float | None = None
     #: ``created_at < until``
     until: float | None = None
+    #: Only the keys this person created (``key_owners``): a member's own keys.
+    owner: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,12 @@ def dollar(n: int) -> str:
     return f"${n}"
 
 
+def owned_keys(person_id: str, p: Params, column: str = "key_id") -> str:
+    """The condition that ``column`` names a key ``person_id`` created (``key_owners``): a
+    member's own keys, on both engines."""
+    return f"{column} IN (SELECT key_id FROM key_owners WHERE person_id = {p(person_id)})"
+
+
 def usage_where(where: UsageFilter, p: Params, *, facets: bool = False) -> str:
     """The SQL condition of ``where`` (``TRUE`` for none); ``facets`` leaves out the faceted columns."""
     terms: list[str] = []
@@ -153,6 +161,8 @@ def usage_where(where: UsageFilter, p: Params, *, facets: bool = False) -> str:
         terms.append(f"account_id = {p(where.account_id)}")
     if where.key_id is not None:
         terms.append(f"key_id = {p(where.key_id)}")
+    if where.owner is not None:
+        terms.append(owned_keys(where.owner, p))
     if where.since is not None:
         terms.append(f"month >= {p(month_of(where.since))}")
         terms.append(f"created_at >= {p(where.since)}")

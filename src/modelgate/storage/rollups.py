@@ -2,8 +2,9 @@
 
 ``usage_rollups`` holds one row per key, UTC day, model, endpoint and status;
 ``usage_account_rollups`` the same per account; ``usage_key_month_rollups`` one row per key and
-month (top keys). All three are kept by a trigger on every usage record inserted, in the
-ledger's own transaction, so a sum over them equals a scan of the records. A report therefore reads
+month (top keys). All three are kept by the ledger once per batch, in the transaction that
+inserts the batch's records (``storage.rollup_fold``; a trigger per record until sqlite 0016,
+postgresql 0021), so a sum over them equals a scan of the records. A report therefore reads
 days x models (x endpoints x statuses) rows: the account table when the scope is an account or
 everything, the key table for one key, and one row per active key for the top keys.
 
@@ -27,6 +28,7 @@ from modelgate.storage.reports import (
     UsageFilter,
     daily_of,
     facets_of,
+    owned_keys,
     top_keys_of,
 )
 
@@ -64,6 +66,9 @@ def _filtered(where: UsageFilter, p: Params, *, facets: bool = False) -> tuple[s
     """Table and condition of a day-aligned filter (``answers``); ``facets`` leaves out the
     faceted columns, as ``reports.usage_where`` does."""
     table, terms = _scope(where.account_id, where.key_id, p)
+    if where.owner is not None:  # a member's own keys: summed from the per-key rollups
+        table = "usage_rollups"
+        terms.append(owned_keys(where.owner, p))
     if where.since is not None:
         terms.append(f"month >= {p(month_of(where.since))}")
         terms.append(f"day >= {p(_day(where.since))}")

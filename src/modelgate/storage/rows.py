@@ -6,6 +6,7 @@ text array), so each passes that column already decoded.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,9 +15,12 @@ from modelgate.storage.records import Account, AdminToken, KeyRecord, UsageRecor
 KEY_COLUMNS = (
     "id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, state, digest, prefix, last4, "
     "created_at, previous_digest, previous_expires_at, rotated_at, revoked_at, version, tpm, max_concurrency, "
-    "expires_at, allowed_ips"
+    "expires_at, allowed_ips, cap_5h_uc, cap_day_uc, cap_week_uc"
 )
-ACCOUNT_COLUMNS = "id, name, balance_uc, reserved_uc, created_at, low_balance_uc, hide_balance"
+ACCOUNT_COLUMNS = (
+    "id, name, balance_uc, reserved_uc, created_at, low_balance_uc, hide_balance, "
+    "cap_5h_uc, cap_day_uc, cap_week_uc, monthly_cap_uc, rpm, tpm, max_concurrency"
+)
 ADMIN_TOKEN_COLUMNS = (
     "id, account_id, created_at, digest, name, prefix, last4, created_by, expires_at, revoked_at, "  # noqa: S105 - column names
     "last_used_at"
@@ -28,22 +32,28 @@ USAGE_COLUMNS = (
 )
 
 
+def _shared(word: Any) -> Any:
+    """The one copy of a word many records hold (``sys.intern``), its column type kept."""
+    return sys.intern(word)
+
+
 def key_record(
     row: Sequence[Any],
     allowed_models: tuple[str, ...] | None,
     allowed_ips: tuple[str, ...] | None = None,
 ) -> KeyRecord:
     """A ``KEY_COLUMNS`` row; ``allowed_models`` (column 5) and ``allowed_ips`` (column 20) as
-    the engine decoded them."""
+    the engine decoded them. The group and state, the same few words for every key, are interned:
+    a view of a million keys holds each once instead of once per key."""
     return KeyRecord(
         id=row[0],
         account_id=row[1],
         name=row[2],
-        group=row[3],
+        group=_shared(row[3]),
         rpm=row[4],
         allowed_models=allowed_models,
         monthly_cap_uc=row[6],
-        state=row[7],
+        state=_shared(row[7]),
         digest=bytes(row[8]),
         prefix=row[9],
         last4=row[10],
@@ -57,6 +67,9 @@ def key_record(
         max_concurrency=row[18],
         expires_at=row[19],
         allowed_ips=allowed_ips,
+        cap_5h_uc=row[21],
+        cap_day_uc=row[22],
+        cap_week_uc=row[23],
     )
 
 
@@ -70,6 +83,13 @@ def account_record(row: Sequence[Any]) -> Account:
         created_at=row[4],
         low_balance_uc=row[5],
         hide_balance=bool(row[6]),
+        cap_5h_uc=row[7],
+        cap_day_uc=row[8],
+        cap_week_uc=row[9],
+        monthly_cap_uc=row[10],
+        rpm=row[11],
+        tpm=row[12],
+        max_concurrency=row[13],
     )
 
 

@@ -1,4 +1,4 @@
-"""SQLite implementation of ``Store``: the embedded single-machine default.
+"""SQLite: the embedded single-machine default.
 
 One ``SqliteDatabase`` (``storage.sqlite_database``: connections, transactions, threads,
 migrations) and a repository per protocol composed over it. A reservation row lives only while
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modelgate.storage.composed import ComposedStore
+from modelgate.storage.repositories import Repositories
 from modelgate.storage.sqlite_accounts import SqliteAccounts
 from modelgate.storage.sqlite_audit import SqliteAudit
 from modelgate.storage.sqlite_database import SqliteDatabase
@@ -23,25 +23,19 @@ from modelgate.storage.sqlite_tokens import SqliteAdminTokens
 from modelgate.storage.sqlite_usage import SqliteUsage
 
 
-class SqliteStore(ComposedStore):
-    """Every SQLite repository over one database file."""
-
-    database: SqliteDatabase
-
-    def __init__(self, path: Path) -> None:
-        database = SqliteDatabase(path)
-        super().__init__(
-            database,
-            accounts=SqliteAccounts(database),
-            keys=SqliteKeys(database),
-            tokens=SqliteAdminTokens(database),
-            ledger=SqliteLedger(database),
-            usage=SqliteUsage(database),
-            reports=SqliteReports(database),
-            responses=SqliteResponses(database),
-            people=SqlitePeople(database),
-            audit=SqliteAudit(database),
-        )
-        self.path = path
-        #: The file checks (``database_min_free_bytes`` is applied to it, ``file_probe``).
-        self.file_probe = database.file_probe
+def sqlite_repositories(path: Path) -> Repositories:
+    """Every SQLite repository over one database file (``database.file_probe``: the file checks
+    ``database_min_free_bytes`` is applied to)."""
+    database = SqliteDatabase(path)
+    return Repositories(
+        database,
+        accounts=SqliteAccounts(database),
+        keys=SqliteKeys(database),
+        tokens=SqliteAdminTokens(database),
+        ledger=SqliteLedger(database),
+        usage=SqliteUsage(database),
+        reports=SqliteReports(database),
+        responses=SqliteResponses(database),
+        people=SqlitePeople(database),
+        audit=SqliteAudit(database),
+    )

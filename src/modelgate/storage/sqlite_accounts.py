@@ -9,7 +9,15 @@ import sqlite3
 
 from modelgate.storage import rows, sqlite_audit
 from modelgate.storage.audit import AuditDraft, LedgerKind
-from modelgate.storage.records import MAX_UC, Account, AmountTooLarge, Conflict
+from modelgate.storage.records import (
+    LIMITED,
+    MAX_UC,
+    Account,
+    AccountCaps,
+    AccountLimits,
+    AmountTooLarge,
+    Conflict,
+)
 from modelgate.storage.sqlite_database import SqliteRepository
 
 _account = rows.account_record
@@ -150,6 +158,41 @@ class SqliteAccounts(SqliteRepository):
             )
         )
         return int(row[0])
+
+    async def set_account_caps(
+        self, account_id: int, caps: AccountCaps, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        changes = caps.columns()
+
+        def op() -> Account | None:
+            with self._write() as db:
+                if changes:
+                    sets = ", ".join(f"{column} = ?" for column, _ in changes)
+                    db.execute(
+                        f"UPDATE accounts SET {sets} WHERE id = ?", (*(v for _, v in changes), account_id)
+                    )
+                account = _get(db, account_id)
+                return None if account is None else _audited(db, account, audit)
+
+        return await self._run(op)
+
+    async def set_account_limits(
+        self, account_id: int, limits: AccountLimits, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        def op() -> Account | None:
+            with self._write() as db:
+                db.execute(
+                    "UPDATE accounts SET rpm = ?, tpm = ?, max_concurrency = ? WHERE id = ?",
+                    (limits.rpm, limits.tpm, limits.max_concurrency, account_id),
+                )
+                account = _get(db, account_id)
+                return None if account is None else _audited(db, account, audit)
+
+        return await self._run(op)
+
+    async def limited_accounts(self) -> list[Account]:
+        rows = await self._run(lambda: self._db().execute(f"{_SELECT} WHERE {LIMITED}").fetchall())
+        return [_account(r) for r in rows]
 
     async def set_hide_balance(
         self, account_id: int, hide: bool, *, audit: AuditDraft[Account] | None = None

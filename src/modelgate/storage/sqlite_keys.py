@@ -10,7 +10,7 @@ import orjson
 from modelgate.storage import rows, sqlite_audit
 from modelgate.storage.audit import AuditDraft
 from modelgate.storage.key_pages import key_page_sql
-from modelgate.storage.records import KeyControls, KeyRecord, NewKey
+from modelgate.storage.records import KeyControls, KeyRecord, NewKey, window_cap_columns
 from modelgate.storage.reports import Params, qmark
 from modelgate.storage.sqlite_database import SqliteRepository
 
@@ -54,8 +54,8 @@ class SqliteKeys(SqliteRepository):
             with self._write() as db:
                 db.execute(
                     "INSERT INTO api_keys (id, account_id, name, grp, rpm, allowed_models, monthly_cap_uc, "
-                    "digest, prefix, last4, created_at, version, tpm, max_concurrency, expires_at, allowed_ips) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "digest, prefix, last4, created_at, version, tpm, max_concurrency, expires_at, allowed_ips, "
+                    "cap_5h_uc, cap_day_uc, cap_week_uc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         key.id,
                         key.account_id,
@@ -73,6 +73,9 @@ class SqliteKeys(SqliteRepository):
                         key.max_concurrency,
                         key.expires_at,
                         _json_text(key.allowed_ips),
+                        key.cap_5h_uc,
+                        key.cap_day_uc,
+                        key.cap_week_uc,
                     ),
                 )
                 record = self._audited(db, self._get_key(db, key.id), audit)
@@ -120,6 +123,9 @@ class SqliteKeys(SqliteRepository):
             if limit is not None:  # -1: no limit
                 sets.append(f"{column} = ?")
                 args.append(None if limit < 0 else limit)
+        for column, cap in window_cap_columns(controls):
+            sets.append(f"{column} = ?")
+            args.append(cap)
         if controls.expires_at is not None:
             sets.append("expires_at = ?")
             args.append(None if controls.expires_at < 0 else controls.expires_at)
@@ -186,10 +192,16 @@ class SqliteKeys(SqliteRepository):
         return await self._run(op)
 
     async def key_page(
-        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+        self,
+        account_id: int | None,
+        *,
+        limit: int,
+        after: tuple[float, str] | None = None,
+        search: str = "",
+        owner: str | None = None,
     ) -> list[KeyRecord]:
         p = Params(qmark)
-        sql = key_page_sql(account_id, limit, after, search, p)
+        sql = key_page_sql(account_id, limit, after, search, p, owner)
         return await self._read(lambda db: [_key(r) for r in db.execute(sql, p.values).fetchall()])
 
     async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:

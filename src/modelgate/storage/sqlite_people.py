@@ -217,6 +217,15 @@ class SqlitePeople(SqliteRepository):
 
         return await self._run(op)
 
+    async def count_sessions(self, idle_before: float, now: float) -> int:
+        row = await self._run(
+            self._one,
+            "SELECT COUNT(*) FROM admin_sessions WHERE last_seen_at >= ? AND expires_at > ?",
+            idle_before,
+            now,
+        )
+        return int(row[0])
+
     # members ------------------------------------------------------------------------------
     def _members(self, condition: str, *args: Any) -> list[Member]:
         found = self._all(
@@ -327,7 +336,9 @@ class SqlitePeople(SqliteRepository):
         row = await self._run(self._one, f"SELECT {_INVITE} FROM account_invites WHERE digest = ?", digest)
         return None if row is None else _invite(row)
 
-    async def use_invite(self, digest: bytes, person_id: str, now: float) -> Invite | None:
+    async def use_invite(
+        self, digest: bytes, person_id: str, now: float, *, audit: AuditDraft[Invite] | None = None
+    ) -> Invite | None:
         def op() -> Invite | None:
             with self._write() as db:
                 row = db.execute(
@@ -340,6 +351,8 @@ class SqlitePeople(SqliteRepository):
                     return None
                 invite = _invite(row)
                 db.execute(_JOIN, (invite.account_id, person_id, invite.role, now))
+                if audit is not None:
+                    sqlite_audit.append(db, audit.entry(invite))
                 return invite
 
         return await self._run(op)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelgate.storage.composed import Database
+from modelgate.storage.repositories import Database
 from modelgate.storage.upstream_entries import UpstreamStore
 
 

@@ -143,11 +143,23 @@ class GeminiCodec:
         A ``retry-after`` the error carries is repeated as a ``RetryInfo`` detail, where Google's
         clients look for it."""
         body = wire.error_object(wire.http_status(err), err.message)
+        details: list[dict[str, Any]] = []
         retry = err.headers.get("retry-after")
         if retry is not None and retry.isdigit():
-            body["error"]["details"] = [
-                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry}s"}
-            ]
+            details.append({"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry}s"})
+        if isinstance(err, errors.BillingRefused) and err.code:
+            # Which limit refused (insufficient_balance, monthly_cap_reached, cap_day_reached, ...):
+            # Google's clients read a machine-readable reason from an ErrorInfo detail.
+            details.append(
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": err.code.upper(),
+                    "domain": "modelgate",
+                    "metadata": {"error_code": err.code},
+                }
+            )
+        if details:
+            body["error"]["details"] = details
         return orjson.dumps(body)
 
 

@@ -19,6 +19,7 @@ from starlette.types import Receive, Scope, Send
 from modelgate import errors
 from modelgate.gateway import guards, key_access, pipeline
 from modelgate.gateway.exchange import Exchange
+from modelgate.gateway.replies import error_reply
 from modelgate.gateway.websocket.session import ENDPOINT, Session
 from modelgate.gateway.websocket.stats import WebSocketStats
 from modelgate.services import Services
@@ -90,7 +91,8 @@ class ResponsesSocket:
             if services.drain.active:
                 raise guards.shutting_down()
         except errors.GatewayError as error:
-            response = pipeline.render_error(exchange, error)
-            pipeline.finish_exchange(services, exchange, response, slot=False)
-            return response
+            # Rendered here: an upgrade refused is answered as plain HTTP by this module.
+            return error_reply(
+                exchange.endpoint.codec, pipeline.refusal(services, exchange, error, slot=False), {}
+            )
         return None

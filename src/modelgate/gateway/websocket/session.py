@@ -30,6 +30,7 @@ from modelgate.formats import CODECS
 from modelgate.gateway import key_access, pipeline
 from modelgate.gateway.exchange import Endpoint, Exchange
 from modelgate.gateway.relay import StreamResponse
+from modelgate.gateway.replies import error_reply
 from modelgate.gateway.state.step import RESPONSES_STATE
 from modelgate.gateway.websocket.answers import (
     FrameSink,
@@ -177,7 +178,11 @@ class Session:
             trace_headers=trace_headers,
         )
         exchange.peer = key_access.peer_of(self.scope)
-        response = await pipeline.run(self.services, exchange, self._work(exchange, prepared))
+        response: Response
+        try:
+            response = await pipeline.run(self.services, exchange, self._work(exchange, prepared))
+        except errors.GatewayError as refusal:  # recorded by the pipeline; the socket's boundary renders it
+            response = error_reply(ENDPOINT.codec, refusal, {})
         await self._answer(prepared, response)
 
     async def _prepare(self, data: bytes) -> Prepared:
@@ -201,9 +206,7 @@ class Session:
                 )
             if len(prepared.body) > server.offload_body_bytes:
                 pipeline.take_large_body_slot(services, exchange)
-            admitted = await pipeline.admit_request(
-                services, exchange, key, prepared.body, rate=prepared.generate
-            )
+            admitted = await pipeline.admit_request(services, exchange, key, prepared.body)
         if not prepared.generate:  # a pre-warm: nothing generated, held or billed
             return prewarm_reply(admitted, services.clock.time())
         return await pipeline.serve_admitted(services, admitted, self._disconnected)

@@ -1,36 +1,35 @@
-"""``Store`` as a composition: one repository per narrow protocol, over one database object.
-
-Each engine builds its database (connections, transactions, migrations) and the repositories on
-it (``storage.sqlite``, ``storage.postgres``); this class only forwards, so that a caller that
-still wants everything (the CLI's tools, the contract tests) has it in one object. Consumers on
-the request path take the narrow repository they use (``Services``).
+"""Every repository of one database in one object, for the tests that exercise them all (the
+storage contract suite, the ledger's property tests, fault injection by subclassing): it only
+forwards to the repositories ``storage.open_store`` builds. The gateway itself never holds such
+an object; each of its consumers takes the narrow repository ``Services`` hands it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from pathlib import Path
+from typing import Literal
 
+from modelgate.services import Services
 from modelgate.storage.audit import (
     AuditDraft,
     AuditEntry,
     AuditFilter,
-    AuditStore,
     LedgerEntry,
     StatementFigures,
 )
 from modelgate.storage.base import (
-    AccountStore,
-    AdminTokenStore,
+    DEFAULT_BATCH_WAIT_SECONDS,
+    DEFAULT_POOL_SIZE,
     ConnectionUse,
-    KeyStore,
     LedgerObserver,
-    LedgerStore,
-    UsageStore,
 )
-from modelgate.storage.people import PeopleStore
+from modelgate.storage.postgres import postgres_repositories
+from modelgate.storage.postgres_database import PostgresDatabase
 from modelgate.storage.records import (
     Account,
+    AccountCaps,
+    AccountLimits,
     AdminToken,
     KeyControls,
     KeyRecord,
@@ -50,58 +49,38 @@ from modelgate.storage.reports import (
     UsageFacets,
     UsageFilter,
     UsagePage,
-    UsageReports,
 )
+from modelgate.storage.repositories import Database, Repositories
 from modelgate.storage.responses import (
     FoundItem,
     ItemPage,
     NewResponse,
     PageRequest,
-    ResponseStore,
     StoredConversation,
     StoredItem,
     StoredResponse,
 )
+from modelgate.storage.spend_windows import Window, WindowUse
+from modelgate.storage.sqlite import sqlite_repositories
+from modelgate.storage.sqlite_database import SqliteDatabase
 
 
-class Database(Protocol):
-    """What an engine's database object does beyond its repositories: the schema and the
-    connections."""
-
-    async def migrate(self) -> None: ...
-    async def close(self) -> None: ...
-    async def ping(self) -> None: ...
-    def connections(self) -> ConnectionUse | None: ...
-
-
-class ComposedStore:
+class WholeStore:
     """Every repository of one database, and the database itself."""
 
-    def __init__(
-        self,
-        database: Database,
-        *,
-        accounts: AccountStore,
-        keys: KeyStore,
-        tokens: AdminTokenStore,
-        ledger: LedgerStore,
-        usage: UsageStore,
-        reports: UsageReports,
-        responses: ResponseStore,
-        people: PeopleStore,
-        audit: AuditStore,
-    ) -> None:
+    def __init__(self, repositories: Repositories) -> None:
+        database: Database = repositories.database
         self.database = database
-        self.accounts = accounts
-        self.keys = keys
-        self.tokens = tokens
-        self.ledger = ledger
-        self.usage = usage
-        self.reports = reports
-        self.responses = responses
+        self.accounts = repositories.accounts
+        self.keys = repositories.keys
+        self.tokens = repositories.tokens
+        self.ledger = repositories.ledger
+        self.usage = repositories.usage
+        self.reports = repositories.reports
+        self.responses = repositories.responses
         #: People, sessions, members and invitations (``storage.people``).
-        self.people = people
-        self.audit = audit
+        self.people = repositories.people
+        self.audit = repositories.audit
 
     # the database -------------------------------------------------------------------------
 
@@ -171,8 +150,21 @@ class ComposedStore:
     ) -> Account | None:
         return await self.accounts.set_hide_balance(account_id, hide, audit=audit)
 
+    async def set_account_caps(
+        self, account_id: int, caps: AccountCaps, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        return await self.accounts.set_account_caps(account_id, caps, audit=audit)
+
     async def topups_total(self, account_id: int) -> int:
         return await self.accounts.topups_total(account_id)
+
+    async def set_account_limits(
+        self, account_id: int, limits: AccountLimits, *, audit: AuditDraft[Account] | None = None
+    ) -> Account | None:
+        return await self.accounts.set_account_limits(account_id, limits, audit=audit)
+
+    async def limited_accounts(self) -> list[Account]:
+        return await self.accounts.limited_accounts()
 
     # KeyStore (keys) --------------------------------------------------------
 
@@ -211,9 +203,15 @@ class ComposedStore:
         return await self.keys.revoke_key(key_id, now, audit=audit)
 
     async def key_page(
-        self, account_id: int | None, *, limit: int, after: tuple[float, str] | None = None, search: str = ""
+        self,
+        account_id: int | None,
+        *,
+        limit: int,
+        after: tuple[float, str] | None = None,
+        search: str = "",
+        owner: str | None = None,
     ) -> list[KeyRecord]:
-        return await self.keys.key_page(account_id, limit=limit, after=after, search=search)
+        return await self.keys.key_page(account_id, limit=limit, after=after, search=search, owner=owner)
 
     async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
         return await self.keys.keys_changed_since(version, limit)
@@ -295,6 +293,9 @@ class ComposedStore:
 
     async def month_spend(self, key_id: str, month: str) -> tuple[int, int]:
         return await self.ledger.month_spend(key_id, month)
+
+    async def window_use(self, subject: str, window: Window, now: float) -> WindowUse:
+        return await self.ledger.window_use(subject, window, now)
 
     async def pending_reservations(self) -> int:
         return await self.ledger.pending_reservations()
@@ -459,3 +460,61 @@ class ComposedStore:
 
     async def claim_alert(self, event: str, subject: str, window: str, now: float) -> bool:
         return await self.audit.claim_alert(event, subject, window, now)
+
+
+class SqliteStore(WholeStore):
+    """Every SQLite repository over one database file."""
+
+    database: SqliteDatabase
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(sqlite_repositories(path))
+        self.path = path
+        #: The file checks (``database_min_free_bytes`` is applied to it).
+        self.file_probe = self.database.file_probe
+
+
+class PostgresStore(WholeStore):
+    """Every PostgreSQL repository over one pool."""
+
+    database: PostgresDatabase
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_max_size: int = DEFAULT_POOL_SIZE,
+        batch_wait: float = DEFAULT_BATCH_WAIT_SECONDS,
+    ) -> None:
+        super().__init__(postgres_repositories(url, pool_max_size=pool_max_size, batch_wait=batch_wait))
+        self.url = url
+
+    def connections(self) -> ConnectionUse:
+        return self.database.connections()
+
+
+def open_store(
+    url: str, *, pool_size: int = DEFAULT_POOL_SIZE, batch_wait: float = DEFAULT_BATCH_WAIT_SECONDS
+) -> WholeStore:
+    """``storage.open_store`` as one object."""
+    if url.startswith("sqlite:///"):
+        return SqliteStore(Path(url.removeprefix("sqlite:///")))
+    return PostgresStore(url, pool_max_size=pool_size, batch_wait=batch_wait)
+
+
+def whole_store(services: Services) -> WholeStore:
+    """The repositories a running gateway's ``Services`` hands out, in one object."""
+    return WholeStore(
+        Repositories(
+            services.database,
+            accounts=services.accounts,
+            keys=services.key_records,
+            tokens=services.tokens,
+            ledger=services.ledger_store,
+            usage=services.usage,
+            reports=services.reports,
+            responses=services.responses,
+            people=services.people,
+            audit=services.audit,
+        )
+    )
