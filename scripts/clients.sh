@@ -53,12 +53,20 @@ print_paths() {
     echo "CODEX=$dir/node_modules/@openai/codex/bin/codex.js"
 }
 
+# Several test processes (pytest-xdist workers) may ask at once: one installs while the others
+# wait on this lock, then find the folder complete. Held until the script exits.
+lock_cache() {
+    mkdir -p "$CACHE"
+    exec 9>"$CACHE/.lock"
+    flock 9
+}
+
 cmd_paths() {
     ensure_npm
     local hash dir
     hash="$(sha256sum clients/package-lock.json | cut -c1-16)"
     dir="$CACHE/$hash"
-    mkdir -p "$CACHE"
+    lock_cache
     if [ ! -f "$dir/.complete" ]; then
         install_into "$dir"
         touch "$dir/.complete"
@@ -69,7 +77,7 @@ cmd_paths() {
 cmd_latest() {
     ensure_npm
     local dir="$CACHE/latest-$(date -u +%Y%m%d)" claude codex
-    mkdir -p "$CACHE"
+    lock_cache
     if [ ! -f "$dir/.complete" ]; then
         local work
         work="$(mktemp -d "${dir}.partial.XXXXXX")"

@@ -102,7 +102,8 @@ _mg_svc_start_redis() {
     fi
     mkdir -p "$dir"
     port=$(_mg_svc_free_port)
-    "$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+    # Each pytest-xdist worker uses a database number of its own (tests/storage/engines.py).
+    "$server" --port "$port" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --databases 64 \
         --dir "$dir" --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" >/dev/null
     local i
     for i in $(seq 100); do

@@ -10,6 +10,19 @@ from tests.gateway.clients import SdkClients
 from tests.gateway_server import GatewayServer, running_gateway
 from tests.secret_scan import SCANNER, ScanningHandler
 
+#: Folders whose files run longest (real ``modelgate serve`` processes, several gateways, CLI runs):
+#: collected first, so that with pytest-xdist (``--dist loadfile`` hands files out in collection
+#: order) no long file starts last while the other workers sit idle. Order inside stays as is.
+LONG_FIRST = ("workers", "hardening", "multi", "resilience")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        parts = item.path.relative_to(Path(__file__).parent).parts
+        return LONG_FIRST.index(parts[0]) if parts and parts[0] in LONG_FIRST else len(LONG_FIRST)
+
+    items.sort(key=rank)  # stable: each folder keeps its own order
+
 
 @pytest.fixture(scope="session", autouse=True)
 def no_secret_in_logs_metrics_or_spans() -> Iterator[None]:

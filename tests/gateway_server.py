@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import socket
 import threading
 import time
 from collections.abc import Coroutine, Iterator
@@ -25,15 +24,11 @@ from modelgate.services import Services
 from modelgate.storage.base import Account
 from tests.loop_thread import LoopThread
 from tests.polling import wait_until
+from tests.ports import free_port
 from tests.secret_scan import SCANNER
 
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+__all__ = ["GatewayServer", "ManualClock", "free_port", "make_settings", "running_gateway"]
 
 
 class ManualClock:
@@ -155,7 +150,10 @@ class GatewayServer:
 
 def make_settings(data_dir: Path, **overrides: Any) -> Settings:
     # A short shutdown grace: a test that leaves a stream open does not hold its server's stop.
-    server = {"port": free_port(), "shutdown_grace_seconds": 2}
+    # A long head timeout: the server counts it from the end of a connection's previous response,
+    # while a busy test client (sharing this process) may read that end seconds later and reuse
+    # the connection within its own pool expiry; the timeout's own tests set theirs.
+    server = {"port": free_port(), "shutdown_grace_seconds": 2, "header_timeout_seconds": 120}
     base: dict[str, Any] = {"server": server, "secret": "test-secret-" + "x" * 40}
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):

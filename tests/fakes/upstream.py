@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import socket
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -38,6 +37,8 @@ from typing import Any, Literal
 
 import orjson
 from aiohttp import web
+
+from tests.ports import unused_port
 
 
 @dataclass
@@ -186,11 +187,8 @@ Script = Sequence[Step] | Callable[[RecordedRequest], Step]
 
 
 def refused_base_url() -> str:
-    """A loopback URL with nothing listening (the port was bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    """A loopback URL with nothing listening (tests/ports.py: a port no server of this run takes)."""
+    return f"http://127.0.0.1:{unused_port()}"
 
 
 #: How an upstream writes its JSON: ``compact`` (no spaces, as the official APIs and orjson do) or

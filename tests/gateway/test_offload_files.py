@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -20,8 +22,20 @@ from modelgate.offload import Offload, sweep_stale
 SHARED = Path(offload._shared_dir() or tempfile.gettempdir())
 
 
+@pytest.fixture(autouse=True)
+def own_folder(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The body files of this test in a folder of its own inside the shared one: gateways of
+    other tests running at the same time (pytest-xdist) write and remove theirs beside it."""
+    folder = Path(tempfile.mkdtemp(prefix="modelgate-offload-test-", dir=SHARED))
+    monkeypatch.setattr(offload, "_SHARED_DIR", folder)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def body_files() -> set[Path]:
-    return set(SHARED.glob("modelgate-body-*"))
+    return set(Path(offload._shared_dir() or "/nonexistent").glob("modelgate-body-*"))
 
 
 def test_a_caller_cancelled_mid_write_leaves_no_file() -> None:
@@ -60,9 +74,9 @@ def test_a_pool_that_cannot_take_the_job_leaves_no_file() -> None:
     assert body_files() <= before
 
 
-def test_files_of_dead_processes_are_swept_and_live_ones_kept() -> None:
-    old = SHARED / "modelgate-body-test-old"
-    fresh = SHARED / "modelgate-body-test-fresh"
+def test_files_of_dead_processes_are_swept_and_live_ones_kept(own_folder: Path) -> None:
+    old = own_folder / "modelgate-body-test-old"
+    fresh = own_folder / "modelgate-body-test-fresh"
     try:
         old.write_bytes(b"left by a crash")
         fresh.write_bytes(b"a job in flight")

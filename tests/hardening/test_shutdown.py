@@ -94,10 +94,28 @@ async def whole_one(
     return fmt, response.status_code, response.json()
 
 
+async def all_admitted(
+    gateway: GatewayProcess, operator: dict[str, str], count: int, finishing: list[asyncio.Task[Any]]
+) -> None:
+    """Wait until the gateway has admitted ``count`` requests: those in flight (``/health``
+    details) plus those of ``finishing`` already answered. The answered ones are counted before
+    asking, so none is counted twice (an answered request left the in-flight count first)."""
+    async with httpx.AsyncClient(base_url=gateway.base_url, headers=operator, timeout=30) as probe:
+        deadline = time.monotonic() + 60
+        while True:
+            answered = sum(task.done() for task in finishing)
+            in_flight = (await probe.get("/health")).json()["in_flight"]
+            if in_flight + answered >= count:
+                return
+            assert time.monotonic() < deadline, f"{in_flight} in flight and {answered} answered of {count}"
+            await asyncio.sleep(0.02)
+
+
 def test_sigterm_drains_streams_and_whole_requests(tmp_path: Path) -> None:
     gateway = GatewayProcess(tmp_path, server={"shutdown_grace_seconds": GRACE}, simulator=SLOW)
     with gateway:
         seeded = gateway.seed()
+        operator = gateway.operator_headers()
         gateway.start()
 
         async def scenario() -> tuple[list[Any], list[Any], float]:
@@ -119,7 +137,9 @@ def test_sigterm_drains_streams_and_whole_requests(tmp_path: Path) -> None:
                 fast = [
                     asyncio.create_task(whole_one(client, formats[i % 3], seeded.keys, 30)) for i in range(20)
                 ]
-                await asyncio.sleep(0.3)
+                # The signal comes once the gateway has admitted all 160 (a request arriving after
+                # it would be refused, not drained), however long their connections take.
+                await all_admitted(gateway, operator, 160, fast)
                 gateway.signal(signal.SIGTERM)
                 signalled = time.monotonic()
                 stream_results = await asyncio.gather(*streams)

@@ -42,8 +42,13 @@ class FileSecretGateway(GatewayProcess):
     def serve_refused(self, *flags: str) -> str:
         """Run ``modelgate serve``, which must exit by itself with an error; its stderr."""
         command = [*self.command(), *flags]
+        # Wide enough that rich never folds a path (tmp_path is longer under pytest-xdist).
         proc = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env={**os.environ, "COLUMNS": "1000"},
         )
         try:
             out, err = proc.communicate(timeout=60)

@@ -4,7 +4,6 @@ plain ``ReceivedSpan`` records. Every span's content is scanned for secrets (tes
 
 from __future__ import annotations
 
-import socket
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from tests.ports import free_port
 from tests.secret_scan import SCANNER
 
 SERVER, CLIENT, INTERNAL = Span.SPAN_KIND_SERVER, Span.SPAN_KIND_CLIENT, Span.SPAN_KIND_INTERNAL
@@ -94,9 +94,7 @@ class OtlpReceiver:
         app.router.add_post("/v1/traces", self._traces)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
 
     async def stop(self) -> None:

@@ -4,6 +4,12 @@
 ``MODELGATE_TEST_DATABASE_URL`` and ``MODELGATE_TEST_REDIS_URL``. Without them a test that needs
 one is skipped on a developer's machine, but fails in CI (``CI=true``): a green CI run must have
 run them.
+
+Several pytest-xdist workers share the one server of each: every PostgreSQL test makes databases
+of its own (``fresh_database``, random names), and each worker gets a Redis database number of
+its own (``redis_url``), so no worker sees another's rate windows or keys. Redis publish/subscribe
+channels are not per database: a gateway may hear another worker's key-change announcements,
+which cost it a key refresh and nothing else.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
+
+from tests.ports import xdist_worker
 
 DATABASE_ENV = "MODELGATE_TEST_DATABASE_URL"
 REDIS_ENV = "MODELGATE_TEST_REDIS_URL"
@@ -40,7 +48,13 @@ def database_url() -> str:
 
 
 def redis_url() -> str:
-    return required_service(REDIS_ENV, "Redis")
+    """The test Redis, at this xdist worker's own database number (1 + its index; the URL's own
+    number when not under xdist)."""
+    url = required_service(REDIS_ENV, "Redis")
+    if not os.environ.get("PYTEST_XDIST_WORKER", "").startswith("gw"):
+        return url
+    index, _ = xdist_worker()
+    return _with_database(url, str(1 + index))
 
 
 def redis_server_binary() -> str:

@@ -30,6 +30,7 @@ from modelgate.storage.base import (
     Store,
     UsageRecord,
 )
+from tests.ports import unused_port
 from tests.storage.conftest import StoreFactory
 from tests.storage.engines import fresh_database
 from tests.whole_store import PostgresStore
@@ -158,12 +159,7 @@ async def test_several_instances_migrating_a_fresh_postgres_database_at_once() -
 
 
 async def test_unreachable_postgres_is_a_storage_error() -> None:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    store = PostgresStore(f"postgresql://nobody@127.0.0.1:{port}/none")
+    store = PostgresStore(f"postgresql://nobody@127.0.0.1:{unused_port()}/none")
     with pytest.raises(StorageError):
         await store.ping()
     await store.close()

@@ -5,7 +5,6 @@ exactly as if saved alone, under the account limit, in submission order."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -14,6 +13,7 @@ import pytest
 from modelgate.storage.base import Conflict, StorageError
 from modelgate.storage.postgres_saves import _CALL, _Save, arguments
 from modelgate.storage.responses import StoredConversation, appended_bytes, object_bytes
+from tests.ports import unused_port
 from tests.storage.engines import fresh_database
 from tests.storage.test_contract import NOW
 from tests.storage.test_contract_responses import DAY, LIMIT, item, response
@@ -206,10 +206,7 @@ async def test_a_batch_whose_connection_the_server_ends_fails_and_the_next_gets_
 async def test_batches_the_database_cannot_take_answer_every_caller_with_a_storage_error() -> None:
     """Both batchers (ledger operations, stored answers) turn a connection failure into
     ``StorageError`` for every caller of the batch, none left waiting."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # nothing listens here once the socket is closed
-    store = PostgresStore(f"postgresql://nobody@127.0.0.1:{port}/none")
+    store = PostgresStore(f"postgresql://nobody@127.0.0.1:{unused_port()}/none")  # nothing listens
     holds = [_hold(1, f"r{n}") for n in range(3)]
     answers = [response(f"resp_{n}", 1) for n in range(3)]
     outcomes = await asyncio.gather(

@@ -87,7 +87,9 @@ async def pinned_clients(gateway: WorkersGateway, per_worker: int) -> list[tuple
     should keep idle connections longer than the test pauses (``server.keep_alive_seconds``)."""
     pinned: list[tuple[int, httpx.AsyncClient]] = []
     counts = dict.fromkeys(range(gateway.workers), 0)
-    deadline = time.monotonic() + 30
+    # Bounds a hang only: on a busy machine (two test workers beside other load) opening many
+    # connections until the kernel spread them over every worker can take a while.
+    deadline = time.monotonic() + 120
     while min(counts.values()) < per_worker:
         assert time.monotonic() < deadline, f"connections per worker: {counts}"
         client = httpx.AsyncClient(

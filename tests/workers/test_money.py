@@ -20,6 +20,7 @@ from modelgate.gateway import headers as hdr
 from modelgate.management import Management
 from tests.billing.helpers import PATHS, body_for, headers_for
 from tests.hardening.process import assert_ledger_invariant, run
+from tests.hardening.test_shutdown import all_admitted
 from tests.polling import wait_until
 from tests.storage.rollup_scan import sqlite_rollups_and_scan
 from tests.workers.harness import WorkersGateway, pinned_clients
@@ -139,9 +140,12 @@ def test_cap_and_shared_balance_races_across_two_workers(tmp_path: Path) -> None
 
 
 def test_kill_9_of_one_worker_under_load_restarts_it_and_keeps_the_ledger(tmp_path: Path) -> None:
-    simulator = {"tokens_per_second": 200.0, "reply_words": 60}
+    # 40 tokens at 20 a second: each request is still generating when the worker is killed, however
+    # long the machine takes to get all 30 admitted.
+    simulator = {"tokens_per_second": 20.0, "reply_words": 60}
     with WorkersGateway(tmp_path, simulator=simulator, server={"keep_alive_seconds": 60}) as gateway:
         seeded = gateway.seed()
+        operator = gateway.operator_headers()
         gateway.start()
         pids = gateway.wait_for_workers()
 
@@ -160,7 +164,7 @@ def test_kill_9_of_one_worker_under_load_restarts_it_and_keeps_the_ledger(tmp_pa
             try:
                 tasks = [asyncio.create_task(one(i)) for i in range(len(clients))]
                 if kill is not None:
-                    await asyncio.sleep(0.15)  # every request is in flight
+                    await all_admitted(gateway, operator, len(tasks), tasks)  # every request is in flight
                     gateway.kill_worker(kill)
                 return list(await asyncio.gather(*tasks, return_exceptions=True))
             finally:
@@ -170,7 +174,8 @@ def test_kill_9_of_one_worker_under_load_restarts_it_and_keeps_the_ledger(tmp_pa
         answers = run(load(kill=pids[0]))
         survivors = [a for a in answers if isinstance(a, httpx.Response)]
         # The other worker's 15 requests finished; the killed worker's clients lost theirs.
-        assert sum(1 for a in survivors if a.status_code == 200) >= 15
+        outcomes = [a.status_code if isinstance(a, httpx.Response) else type(a).__name__ for a in answers]
+        assert sum(1 for a in survivors if a.status_code == 200) >= 15, outcomes
         assert_ledger_invariant(gateway.ledger(seeded.account_id))
         # The usage rollups (kept per group commit by both workers) equal the records.
         with contextlib.closing(gateway.db()) as db:

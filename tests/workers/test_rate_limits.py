@@ -10,9 +10,12 @@ import asyncio
 import math
 import random
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+
+import httpx
 
 from modelgate.cli.context import Options, with_management
 from modelgate.limits.key_limits import KeyLimits
@@ -21,6 +24,7 @@ from modelgate.limits.tickets import BucketStore, Refused, Ticket
 from modelgate.management import Management
 from tests.billing.helpers import body_for, headers_for
 from tests.hardening.process import run
+from tests.polling import POLL_TIMEOUT
 from tests.workers.harness import WorkersGateway, pinned_clients
 
 NOW = 1_790_000_000.123456
@@ -89,6 +93,13 @@ async def test_a_worker_whose_link_is_gone_limits_on_its_own() -> None:
         assert [isinstance(t, Ticket) for t in taken] == [True, True, False]
 
 
+async def wait_for_key(client: httpx.AsyncClient, headers: dict[str, str]) -> None:
+    deadline = time.monotonic() + POLL_TIMEOUT
+    while (answer := await client.get("/v1/key", headers=headers)).status_code != 200:
+        assert answer.status_code == 401 and time.monotonic() < deadline, answer.text
+        await asyncio.sleep(0.05)
+
+
 def test_120_per_minute_offered_1200_per_minute_across_two_workers(tmp_path: Path) -> None:
     """Two simulated minutes at 10x the limit through both workers: no rolling 60 s window
     holds more than 120 admissions, both workers admitted and refused, and every retry-after is
@@ -116,8 +127,12 @@ def test_120_per_minute_offered_1200_per_minute_across_two_workers(tmp_path: Pat
 
         async def drive() -> None:
             clients = await pinned_clients(gateway, per_worker)
-            await asyncio.sleep(0.5)  # every worker's key view has the new key
             try:
+                # The key was made in the database: each worker learns it from its own key view's
+                # refresh. Wait until every pinned connection's worker accepts it (GET /v1/key
+                # takes no rate-limit unit), so the first tick meets no 401 however slow that is.
+                for _, client in clients:
+                    await wait_for_key(client, headers)
                 for k in range(ticks):
                     now = start + k * tick
                     clock.set(now)

@@ -198,9 +198,7 @@ def _requests_total(port: int) -> float:
 
 
 def test_each_worker_serves_its_own_metrics_port(tmp_path: Path) -> None:
-    port = free_port()
-    while not _port_free(port + 1):
-        port = free_port()
+    port = free_port(span=2)  # metrics.port + i for worker i, handed out to nothing else
     sections: dict[str, Any] = {"metrics": {"port": port}, "server": {"keep_alive_seconds": 60}}
     with WorkersGateway(tmp_path, **sections) as gateway:
         seeded = gateway.seed()
@@ -231,14 +229,3 @@ def test_each_worker_serves_its_own_metrics_port(tmp_path: Path) -> None:
                 break
             time.sleep(0.05)
         assert served == [0, 0, 0]
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
