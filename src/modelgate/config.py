@@ -306,6 +306,9 @@ class Settings(_Section):
     database_min_free_bytes: int = Field(16 * MIB, ge=0)
     #: ``redis://…`` to share rate-limit windows and revocations between instances.
     redis_url: str | None = None
+    #: How long one Redis call (rate-limit tickets) may take before the instance falls back to its
+    #: own buckets for a while (``docs/scale-out.md``).
+    redis_timeout_seconds: float = Field(1.0, gt=0, le=30)
     #: HMAC secret for key digests; default: generated once into ``<data_dir>/secret``.
     secret: str | None = None
     #: Accepted values of the ``alpha-version`` / ``anthropic-version`` header.

@@ -186,7 +186,11 @@ class Services:
             large_bodies=InFlightLimiter(settings.server.max_large_bodies),
             # Redis (several instances): shared rate-limit buckets, falling back to the
             # in-process buckets per instance while Redis is unreachable; key-change broadcast.
-            tickets=RedisTickets(settings.redis_url, lease=settings.billing.reservation_ttl_seconds)
+            tickets=RedisTickets(
+                settings.redis_url,
+                lease=settings.billing.reservation_ttl_seconds,
+                timeout=settings.redis_timeout_seconds,
+            )
             if settings.redis_url
             else LocalTickets(),
             key_broadcast=KeyChangeBroadcast(settings.redis_url) if settings.redis_url else None,

@@ -39,9 +39,14 @@ from tests.resilience.harness import capture_logs
 ANTHROPIC_KEYS = [f"sk-ant-api03-POOL{i}anthropicSECRET0123456789abcdefXYZ" for i in range(3)]
 
 
+#: How long the throttled credential is told to rest: longer than the first six requests take even
+#: on a loaded machine (they must all meet it resting), short enough to wait out.
+REST_SECONDS = 4
+
+
 class Throttle:
-    """Answers the credential ``throttled`` with one 429 + ``retry-after: 1``, ``refused`` with
-    401, everything else with a reply."""
+    """Answers the credential ``throttled`` with one 429 + ``retry-after: REST_SECONDS``,
+    ``refused`` with 401, everything else with a reply."""
 
     def __init__(
         self, throttled: str, credential_of: Callable[[RecordedRequest], str], refused: str | None = None
@@ -57,7 +62,7 @@ class Throttle:
             return Fault.status(401, message="invalid x-api-key")
         if credential == self.throttled and not self.done:
             self.done = True
-            return Fault.status(429, retry_after=1)
+            return Fault.status(429, retry_after=REST_SECONDS)
         return Reply()
 
 
@@ -140,7 +145,7 @@ def test_a_refused_and_a_throttled_credential_never_fail_a_request(tmp_path: Pat
             assert len(tried) == 8
             report = {(c["credential"], c["status"]) for c in _health(gateway)}
             assert report == {(labels[1], "refused"), (labels[2], "cooling_down")}
-            deadline = time.monotonic() + 15
+            deadline = time.monotonic() + REST_SECONDS + 15
             while (labels[2], "cooling_down") in {(c["credential"], c["status"]) for c in _health(gateway)}:
                 assert time.monotonic() < deadline, "the throttled credential never came back"
                 time.sleep(0.1)
