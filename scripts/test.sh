@@ -19,6 +19,9 @@ if [ -x scripts/services.sh ]; then
     # Set before starting: a start that fails half-way (PostgreSQL up, Redis not) still stops
     # what it started.
     trap stop_services EXIT
+    # A run stopped by a signal (Ctrl-C, a CI timeout) exits through the EXIT trap too.
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
     start_services
 fi
 $BIN/pytest -q -p no:cacheprovider -n "${MODELGATE_TEST_WORKERS:-2}" --dist loadfile --durations=30 "$@"
