@@ -167,7 +167,7 @@ def test_workers_stop_when_their_parent_is_killed(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "a worker outlived its parent"
             time.sleep(0.05)
         # Each noticed (the kernel's SIGTERM drains it; its rate-limit link to the parent broke).
-        assert gateway.log.read_text().count("shared rate-limit window is unreachable") == 2
+        assert gateway.log.read_text().count("shared rate-limit buckets are unreachable") == 2
 
 
 def _alive(pid: int) -> bool:
