@@ -84,7 +84,8 @@ class Metrics:
         )
         self.limit_refusals = made.counter(
             "modelgate_limit_refusals",
-            "Requests refused by a key's limit: rpm, tpm, concurrency (429) or cap-month (402).",
+            "Requests refused by a key's or account's limit: rpm, tpm, concurrency (429) or "
+            "cap-5h, cap-day, cap-week, cap-month (402).",
             ("limit",),
         )
         self.clamps = made.counter(
