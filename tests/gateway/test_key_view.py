@@ -77,6 +77,7 @@ def test_each_group_sees_its_key(gw: GatewayServer, http: httpx.Client, group: s
         assert (body["id"], body["name"], body["group"]) == (issued.record.id, f"mine-{group}", group)
         assert body["account_id"] == acct.id
         assert body["limits"] == {"rpm": 7, "tpm": 9000, "max_concurrency": None}
+        assert body["account_limits"] == {"rpm": None, "tpm": None, "max_concurrency": None}
         assert body["models"] and all(m.startswith(family + "-") for m in body["models"])
         assert body["allowed_models"] is None
         assert body["expires_at"] is None and body["allowed_ips"] is None
@@ -212,6 +213,21 @@ def test_hide_balance_is_the_operators_switch(gw: GatewayServer, http: httpx.Cli
     empty = http.patch(path, headers=as_bearer(operator), json={})
     assert empty.status_code == 400
     assert http.patch(path, headers=as_bearer(operator), json={"hide_balance": "yes"}).status_code == 400
+
+
+def test_the_accounts_rate_limits_show_beside_the_keys(gw: GatewayServer, http: httpx.Client) -> None:
+    acct = account(gw)
+    issued = gw.key(acct, "Pro", rpm=30)
+    operator = gw.call(gw.management.create_admin_token(None))
+    changed = http.patch(
+        f"/admin/api/accounts/{acct.id}",
+        headers=as_bearer(operator),
+        json={"tpm": 50_000, "max_concurrency": 4},
+    )
+    assert changed.status_code == 200, changed.text
+    body = http.get("/v1/key", headers=as_bearer(issued.secret)).json()
+    assert body["limits"] == {"rpm": 30, "tpm": None, "max_concurrency": None}
+    assert body["account_limits"] == {"rpm": None, "tpm": 50_000, "max_concurrency": 4}
 
 
 def test_issued_keys_of_an_account_get_their_own_view(gw: GatewayServer, http: httpx.Client) -> None:

@@ -8,7 +8,8 @@ of the calling SDK family (Messages-shaped for ``x-api-key`` clients, OpenAI-sha
 as on ``/v1/models``.
 
 ``GET /v1/key`` shape (money as exact ``*_uc`` micro-credits and a credits string, as in the
-admin API): ``limits`` holds the key's rate limits by name, ``caps`` its spend windows by name
+admin API): ``limits`` holds the key's rate limits by name (``account_limits`` the account's, shared
+by all its keys; each null when unset), ``caps`` its spend windows by name
 (``5h`` rolling, ``day`` the UTC day, ``week`` the UTC ISO week, ``month`` the UTC calendar
 month), each with ``limit``, ``spent``, ``held`` (requests in flight), ``remaining`` and
 ``resets_at`` (for ``5h``: when its oldest spend leaves the window; a window other than the month
@@ -72,6 +73,9 @@ async def key_info(services: Services, request: Request) -> Response:
             "display": f"{key.prefix}…{key.last4}",
             "state": key.state,
             "limits": {"rpm": key.rpm, "tpm": key.tpm, "max_concurrency": key.max_concurrency},
+            "account_limits": None
+            if account is None
+            else {"rpm": account.rpm, "tpm": account.tpm, "max_concurrency": account.max_concurrency},
             "caps": {**await key_windows(ledger, key, now), "month": month_window(key, spent, held, now)},
             "account_caps": None
             if hidden or account is None
