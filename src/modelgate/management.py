@@ -6,7 +6,7 @@ records; secrets are returned only by the calls that create them (shown once).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from modelgate.audit import describe
@@ -42,6 +42,7 @@ from modelgate.management_values import (
     parse_expiry,
     parse_lifetime,
 )
+from modelgate.storage.audit import AuditDraft
 from modelgate.storage.base import (
     GROUPS,
     Account,
@@ -135,14 +136,19 @@ class Management:
         other = await self.accounts.find_account(name)
         if other is not None and other.id != account.id:
             raise ConflictError(f"name: an account named {name!r} already exists")
-        renamed = await self.accounts.rename_account(
-            account.id,
-            name,
-            audit=draft("account.update", describe.account, self.clock.time(), before=account),
+        return await self._account_change(
+            account, lambda audit: self.accounts.rename_account(account.id, name, audit=audit)
         )
-        if renamed is None:
+
+    async def _account_change(
+        self, account: Account, write: Callable[[AuditDraft[Account]], Awaitable[Account | None]]
+    ) -> Account:
+        """One change to ``account``, written with its ``account.update`` audit entry; a
+        NotFoundError when the account is gone."""
+        updated = await write(draft("account.update", describe.account, self.clock.time(), before=account))
+        if updated is None:
             raise NotFoundError(f"account {account.id} not found")
-        return renamed
+        return updated
 
     async def account(self, name_or_id: str | int) -> Account:
         account = None
@@ -201,14 +207,9 @@ class Management:
         """The account's ``balance.low`` alert threshold (None: the configured default)."""
         if threshold_uc is not None:
             bounded_micro(threshold_uc, "low_balance")
-        updated = await self.accounts.set_low_balance(
-            account.id,
-            threshold_uc,
-            audit=draft("account.update", describe.account, self.clock.time(), before=account),
+        return await self._account_change(
+            account, lambda audit: self.accounts.set_low_balance(account.id, threshold_uc, audit=audit)
         )
-        if updated is None:
-            raise NotFoundError(f"account {account.id} not found")
-        return updated
 
     # keys ---------------------------------------------------------------------------------
 
@@ -228,32 +229,27 @@ class Management:
 
     async def set_hide_balance(self, account: Account, hide: bool) -> Account:
         """Whether the account's balance is hidden from its keys' holders (``GET /v1/key``)."""
-        updated = await self.accounts.set_hide_balance(
-            account.id,
-            hide,
-            audit=draft("account.update", describe.account, self.clock.time(), before=account),
+        return await self._account_change(
+            account, lambda audit: self.accounts.set_hide_balance(account.id, hide, audit=audit)
         )
-        if updated is None:
-            raise NotFoundError(f"account {account.id} not found")
-        return updated
 
     async def set_account_caps(self, account: Account, caps: Mapping[Window, int]) -> Account:
         """Change the account's spend caps (by window, µc; ``-1`` removes one); an operator's
         action. The caps apply to all the account's keys together."""
         checked = checked_caps(caps, WINDOWS, clearable=True)
-        updated = await self.accounts.set_account_caps(
-            account.id,
-            AccountCaps(
-                cap_5h_uc=checked.get("5h"),
-                cap_day_uc=checked.get("day"),
-                cap_week_uc=checked.get("week"),
-                monthly_cap_uc=checked.get("month"),
+        return await self._account_change(
+            account,
+            lambda audit: self.accounts.set_account_caps(
+                account.id,
+                AccountCaps(
+                    cap_5h_uc=checked.get("5h"),
+                    cap_day_uc=checked.get("day"),
+                    cap_week_uc=checked.get("week"),
+                    monthly_cap_uc=checked.get("month"),
+                ),
+                audit=audit,
             ),
-            audit=draft("account.update", describe.account, self.clock.time(), before=account),
         )
-        if updated is None:
-            raise NotFoundError(f"account {account.id} not found")
-        return updated
 
     async def set_account_limits(self, account: Account, limits: AccountLimits) -> Account:
         """The account's rate limits, shared by all its keys (None: no such limit); operators only
@@ -261,14 +257,9 @@ class Management:
         check_limit(limits.rpm, "rpm")
         check_limit(limits.tpm, "tpm")
         check_limit(limits.max_concurrency, "max_concurrency")
-        updated = await self.accounts.set_account_limits(
-            account.id,
-            limits,
-            audit=draft("account.update", describe.account, self.clock.time(), before=account),
+        return await self._account_change(
+            account, lambda audit: self.accounts.set_account_limits(account.id, limits, audit=audit)
         )
-        if updated is None:
-            raise NotFoundError(f"account {account.id} not found")
-        return updated
 
     async def create_key(
         self,
