@@ -139,6 +139,21 @@ def test_cap_and_shared_balance_races_across_two_workers(tmp_path: Path) -> None
         assert sum(int(r.headers[hdr.CHARGED]) for _, r in ok) == ledger["charged"]
 
 
+async def all_held(
+    gateway: WorkersGateway, account_id: int, count: int, finishing: list[asyncio.Task[Any]]
+) -> None:
+    """Wait until each of ``count`` requests holds its money in the ledger (or was answered): an
+    admitted request reserves a moment later, and the kill must come while every one is held."""
+    deadline = time.monotonic() + 60
+    while True:
+        answered = sum(task.done() for task in finishing)
+        held = gateway.ledger(account_id)["pending"]
+        if held + answered >= count:
+            return
+        assert time.monotonic() < deadline, f"{held} held and {answered} answered of {count}"
+        await asyncio.sleep(0.02)
+
+
 def test_kill_9_of_one_worker_under_load_restarts_it_and_keeps_the_ledger(tmp_path: Path) -> None:
     # 40 tokens at 20 a second: each request is still generating when the worker is killed, however
     # long the machine takes to get all 30 admitted.
@@ -165,6 +180,7 @@ def test_kill_9_of_one_worker_under_load_restarts_it_and_keeps_the_ledger(tmp_pa
                 tasks = [asyncio.create_task(one(i)) for i in range(len(clients))]
                 if kill is not None:
                     await all_admitted(gateway, operator, len(tasks), tasks)  # every request is in flight
+                    await all_held(gateway, seeded.account_id, len(tasks), tasks)  # and holds its money
                     gateway.kill_worker(kill)
                 return list(await asyncio.gather(*tasks, return_exceptions=True))
             finally:
