@@ -100,9 +100,16 @@ def policy_name(resource: Resource, subject: str) -> str:
 
 
 def _policy(resource: Resource, subject: str, limit: int) -> str:
+    return _policy_of(resource, subject.startswith("k:"), limit)
+
+
+@functools.lru_cache(maxsize=4096)
+def _policy_of(resource: Resource, of_key: bool, limit: int) -> str:
+    """A limit's ``RateLimit-Policy`` item (the same few strings every request: cached)."""
+    name = resource.value if of_key else f"account-{resource.value}"
     if resource is Resource.CONCURRENCY:  # no window; its unit is not the draft's default
-        return f'{policy_name(resource, subject)};q={limit};qu="concurrent-requests"'
-    return f"{policy_name(resource, subject)};q={limit};w={_WINDOW}"
+        return f'{name};q={limit};qu="concurrent-requests"'
+    return f"{name};q={limit};w={_WINDOW}"
 
 
 def rate_headers(standing: Sequence[Standing]) -> dict[str, str]:
@@ -110,12 +117,16 @@ def rate_headers(standing: Sequence[Standing]) -> dict[str, str]:
     if not standing:
         return {}
     tightest = standing[0]
-    for s in standing[1:]:
-        if s.remaining * tightest.limit < tightest.remaining * s.limit:
-            tightest = s
+    if len(standing) == 1:  # most keys: requests per minute alone
+        policy = _policy(tightest.resource, tightest.subject, tightest.limit)
+    else:
+        for s in standing[1:]:
+            if s.remaining * tightest.limit < tightest.remaining * s.limit:
+                tightest = s
+        policy = ", ".join([_policy(s.resource, s.subject, s.limit) for s in standing])
     name = policy_name(tightest.resource, tightest.subject)
     return {
-        hdr.RATELIMIT_POLICY: ", ".join([_policy(s.resource, s.subject, s.limit) for s in standing]),
+        hdr.RATELIMIT_POLICY: policy,
         hdr.RATELIMIT: f"{name};r={max(tightest.remaining, 0)};t={math.ceil(tightest.reset)}",
     }
 

@@ -16,9 +16,11 @@ protocol (the one the gateway serves HTTP/1.1 with, ``server.protocol``), as uvi
 - the same end: the response is complete, a connection not kept alive is closed, and the
   protocol is told (it serves the connection's next request, or arms its keep-alive timer).
 
+- the same access log line, when uvicorn's access log is on.
+
 Anything else goes through ASGI unchanged: a stream, a file, a ``HEAD`` request, a connection
 whose writes are paused by flow control or that is gone, any other server or protocol (``send``
-is not uvicorn's httptools response cycle), uvicorn's access log switched on.
+is not uvicorn's httptools response cycle).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 from uvicorn.protocols.http import httptools_impl
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 _CYCLE = httptools_impl.RequestResponseCycle
 _STATUS_LINE = httptools_impl.STATUS_LINE
@@ -35,11 +38,17 @@ _BAD_VALUE = httptools_impl.HEADER_VALUE_RE
 
 async def send_response(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
     """Send ``response`` (``Response.__call__``, written at once where it can be)."""
-    if type(response) is Response and not response.background:
-        cycle = getattr(send, "__self__", None)
-        if type(cycle) is _CYCLE and _write(cycle, response):
-            return
-    await response(scope, receive, send)
+    if not written_whole(response, send):
+        await response(scope, receive, send)
+
+
+def written_whole(response: Response, send: Send) -> bool:
+    """Whether ``response`` was written whole on the connection ``send`` belongs to (False:
+    nothing was written or changed; ASGI must send it)."""
+    if type(response) is not Response or response.background is not None:
+        return False
+    cycle = getattr(send, "__self__", None)
+    return type(cycle) is _CYCLE and _write(cycle, response)
 
 
 def _write(cycle: httptools_impl.RequestResponseCycle, response: Response) -> bool:
@@ -49,7 +58,6 @@ def _write(cycle: httptools_impl.RequestResponseCycle, response: Response) -> bo
         cycle.response_started
         or cycle.disconnected
         or cycle.flow.write_paused
-        or cycle.access_log
         or cycle.scope["method"] == "HEAD"
     ):
         return False
@@ -87,6 +95,16 @@ def _write(cycle: httptools_impl.RequestResponseCycle, response: Response) -> bo
     if not keep_alive and not says_close:
         head.append(b"connection: close\r\n")
     cycle.keep_alive = keep_alive
+    if cycle.access_log:  # uvicorn's line, word for word
+        scope = cycle.scope
+        cycle.access_logger.info(
+            '%s - "%s %s HTTP/%s" %d',
+            get_client_addr(scope),
+            scope["method"],
+            get_path_with_query_string(scope),
+            scope["http_version"],
+            status,
+        )
     head += (b"\r\n", body)
     cycle.response_started = True
     cycle.waiting_for_100_continue = False
