@@ -73,3 +73,25 @@ def test_bad_paging_parameters_are_400(admin: Admin) -> None:
         refused = op.request("GET", f"/keys?{query}")
         assert refused.status_code == 400, query
         assert refused.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_search_text_is_plain_text_to_the_index(admin: Admin) -> None:
+    """The search's trigram index has a query language of its own (FTS5 on SQLite: quotes,
+    NEAR, column filters, ``*``, ``^``); a search is plain text to it, found as written."""
+    tenant = admin.tenant()
+    names = ['say "hi"', "NEAR(a b)", "id:odd", "*star*", "^caret", "🙂 smile"]
+    made = {name: admin.gateway.key(tenant.account, "Basic", name=name).record.id for name in names}
+    for q, wanted in (
+        ('"', ['say "hi"']),
+        ('say "', ['say "hi"']),
+        ('" OR "', []),
+        ("near(a", ["NEAR(a b)"]),
+        ("ID:O", ["id:odd"]),
+        ("*", ["*star*"]),
+        ("star*", ["*star*"]),
+        ("^ca", ["^caret"]),
+        ("🙂 S", ["🙂 smile"]),
+        ('"' * 100, []),
+    ):
+        found = tenant.admin.ok("GET", "/keys", params={"q": q})["data"]
+        assert [k["id"] for k in found] == [made[name] for name in wanted], q

@@ -3,7 +3,11 @@
 the same SQL on both engines, so a page costs the same at any depth and stays stable while keys
 are created (new keys sort after every cursor of an older key). ``owner`` keeps the keys one
 person created (a member's own: ``key_owners``), so a member's page, cursor and has-more are
-decided by the database over their keys alone."""
+decided by the database over their keys alone.
+
+The search is always decided by the ``LIKE`` condition below, whatever index found the
+candidates (``storage.key_search``): an index only narrows which rows are read, so every engine
+and every plan return the same keys in the same order."""
 
 from __future__ import annotations
 
@@ -24,7 +28,15 @@ def key_page_sql(
     search: str,
     p: Params,
     owner: str | None = None,
+    hits: str | None = None,
 ) -> str:
+    """``hits``: a query whose one column ``hit_id`` holds the ids of every key that can match
+    ``search`` (a trigram index's candidates, a few thousand at most); the page then reads those
+    keys by id and sorts them instead of scanning the key list in order."""
+    # The hits come first in the SQL text: SQLite's placeholders are positional.
+    source = (
+        "api_keys" if hits is None else f"({hits}) AS hit CROSS JOIN api_keys ON api_keys.id = hit.hit_id"
+    )
     terms: list[str] = []
     if account_id is not None:
         terms.append(f"account_id = {p(account_id)}")
@@ -40,4 +52,4 @@ def key_page_sql(
             f"OR LOWER(prefix) LIKE {p(pattern)} ESCAPE '\\')"
         )
     where = f"WHERE {' AND '.join(terms)} " if terms else ""
-    return f"SELECT {rows.KEY_COLUMNS} FROM api_keys {where}ORDER BY created_at, id LIMIT {p(limit)}"
+    return f"SELECT {rows.KEY_COLUMNS} FROM {source} {where}ORDER BY created_at, id LIMIT {p(limit)}"

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from modelgate.storage import rows, sqlite_audit
+from modelgate.storage import key_search, rows, sqlite_audit
 from modelgate.storage.audit import AuditDraft
 from modelgate.storage.key_pages import key_page_sql
 from modelgate.storage.records import KeyControls, KeyRecord, NewKey, window_cap_columns
@@ -200,9 +200,19 @@ class SqliteKeys(SqliteRepository):
         search: str = "",
         owner: str | None = None,
     ) -> list[KeyRecord]:
-        p = Params(qmark)
-        sql = key_page_sql(account_id, limit, after, search, p, owner)
-        return await self._read(lambda db: [_key(r) for r in db.execute(sql, p.values).fetchall()])
+        def op(db: sqlite3.Connection) -> list[KeyRecord]:
+            p = Params(qmark)
+            hits = None
+            if search and key_search.indexed(search):
+                cap = key_search.INDEXED_MATCHES
+                (found,) = db.execute(
+                    key_search.sqlite_count_sql(), (key_search.fts_phrase(search), cap + 1)
+                ).fetchone()
+                hits = key_search.sqlite_hits(search, p) if found <= cap else None
+            sql = key_page_sql(account_id, limit, after, search, p, owner, hits)
+            return [_key(r) for r in db.execute(sql, p.values).fetchall()]
+
+        return await self._read(op)
 
     async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
         # On the reader thread, records built there too: a page of keys costs the event loop
