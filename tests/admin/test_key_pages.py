@@ -95,3 +95,19 @@ def test_search_text_is_plain_text_to_the_index(admin: Admin) -> None:
     ):
         found = tenant.admin.ok("GET", "/keys", params={"q": q})["data"]
         assert [k["id"] for k in found] == [made[name] for name in wanted], q
+
+
+def test_every_hostile_keys_query_of_the_fuzz_suite_is_a_page_or_a_json_4xx(admin: Admin) -> None:
+    """Each hostile ``/admin/api/keys`` path of the fuzz suite, every one sent (the fuzz run draws
+    a sample): a JSON 400 or a page, never a 5xx."""
+    from tests.fuzz.hostile import ADMIN_PATHS
+
+    paths = [p for p in ADMIN_PATHS if p.startswith("/admin/api/keys?")]
+    assert len(paths) >= 20
+    auth = {"authorization": f"Bearer {admin.operator.token}"}
+    for path in paths:
+        response = admin.client.get(path, headers=auth)
+        assert response.status_code in (200, 400), (path, response.status_code, response.text)
+        assert response.headers["content-type"] == "application/json", path
+        if response.status_code == 200:
+            assert isinstance(response.json()["data"], list), path
