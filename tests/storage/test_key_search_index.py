@@ -147,3 +147,31 @@ async def test_postgresql_without_pg_trgm_migrates_and_searches_the_same() -> No
                 await drop.execute(f"DROP ROLE IF EXISTS {role}")
             finally:
                 await drop.close()
+
+
+async def test_sqlite_upgrade_indexes_the_keys_already_there(tmp_path: Path) -> None:
+    """A database from before migration 0019 (its table, triggers and record removed here) gets
+    its existing keys indexed when it is migrated, and keys written after are indexed too."""
+    path = tmp_path / "old.db"
+    store = SqliteStore(path)
+    await store.migrate()
+    account = await store.create_account("old", 0, NOW)
+    await store.close()
+    with sqlite3.connect(path) as db:
+        for trigger in ("insert", "update", "delete"):
+            db.execute(f"DROP TRIGGER api_keys_search_{trigger}")
+        db.execute("DROP TABLE api_keys_search")
+        db.execute("DELETE FROM schema_migrations WHERE version = '0019_key_search'")
+        db.executemany(INSERT.format(", ".join("?" * 10)), key_rows(account.id, ["Legacy one", "legacy two"]))
+    store = SqliteStore(path)
+    await store.migrate()
+    try:
+        found = await store.key_page(account.id, limit=10, search="LEGACY")
+        assert [k.name for k in found] == ["Legacy one", "legacy two"]  # created at NOW and NOW + 2
+        with sqlite3.connect(path) as db:
+            (indexed,) = db.execute(
+                "SELECT count(*) FROM api_keys_search WHERE api_keys_search MATCH '\"legacy\"'"
+            ).fetchone()
+        assert indexed == 2
+    finally:
+        await store.close()
