@@ -73,6 +73,28 @@ async def test_sqlite_search_past_the_index_cap_pages_in_key_order(tmp_path: Pat
         await store.close()
 
 
+async def test_sqlite_search_of_many_keys_that_come_late_in_key_order(tmp_path: Path) -> None:
+    """More matches than the index reads, all of them after more keys than the search looks
+    through in key order (``key_search.SCAN_WINDOW``): the page is found from every candidate."""
+    store = SqliteStore(tmp_path / "keys.db")
+    await store.migrate()
+    try:
+        account = await store.create_account("late", 0, NOW)
+        early = [f"early {n}" for n in range(key_search.SCAN_WINDOW + 500)]
+        late = [f"Late Bot {n}" for n in range(key_search.INDEXED_MATCHES + 20)]
+        rows = key_rows(account.id, early)
+        rows += [(*row[:8], float(str(row[8])) + 100, row[9]) for row in key_rows(account.id, late)]
+        with sqlite3.connect(tmp_path / "keys.db") as db:
+            db.executemany(INSERT.format(", ".join("?" * 10)), rows)
+        order = sorted(rows, key=lambda r: (float(str(r[8])), str(r[0])))
+        expected = [str(r[0]) for r in order if "late bot" in str(r[2]).lower()]
+        first = await store.key_page(account.id, limit=50, search="late bot")
+        assert [k.id for k in first] == expected[:50]
+        assert await walk(store, account.id, "LATE BOT", 2500) == expected
+    finally:
+        await store.close()
+
+
 async def test_postgresql_plans_a_selective_search_on_the_trigram_indexes() -> None:
     async with fresh_database() as url:
         store = PostgresStore(url)

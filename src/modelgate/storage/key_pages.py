@@ -29,10 +29,13 @@ def key_page_sql(
     p: Params,
     owner: str | None = None,
     hits: str | None = None,
+    window: int | None = None,
 ) -> str:
     """``hits``: a query whose one column ``hit_id`` holds the ids of every key that can match
-    ``search`` (a trigram index's candidates, a few thousand at most); the page then reads those
-    keys by id and sorts them instead of scanning the key list in order."""
+    ``search`` (a trigram index's candidates); the page then reads those keys by id and sorts
+    them instead of scanning the key list in order. ``window``: the search looks only at the
+    next ``window`` keys in key order (a page it fills is the true page; one it does not fill
+    says nothing about the keys after the window)."""
     # The hits come first in the SQL text: SQLite's placeholders are positional.
     source = (
         "api_keys" if hits is None else f"({hits}) AS hit CROSS JOIN api_keys ON api_keys.id = hit.hit_id"
@@ -45,6 +48,11 @@ def key_page_sql(
     if after is not None:
         created, tie = p(after[0]), p(after[0])
         terms.append(f"(created_at > {created} OR (created_at = {tie} AND id > {p(after[1])}))")
+    if window is not None:
+        # The keys in order first, the search over them after: placeholders in text order.
+        inner = f"WHERE {' AND '.join(terms)} " if terms else ""
+        source = f"(SELECT * FROM api_keys {inner}ORDER BY created_at, id LIMIT {p(window)}) AS api_keys"
+        terms = []
     if search:
         pattern = like_pattern(search)
         terms.append(

@@ -200,17 +200,25 @@ class SqliteKeys(SqliteRepository):
         search: str = "",
         owner: str | None = None,
     ) -> list[KeyRecord]:
-        def op(db: sqlite3.Connection) -> list[KeyRecord]:
+        def page(db: sqlite3.Connection, hits: bool = False, window: int | None = None) -> list[KeyRecord]:
             p = Params(qmark)
-            hits = None
-            if search and key_search.indexed(search):
-                cap = key_search.INDEXED_MATCHES
-                (found,) = db.execute(
-                    key_search.sqlite_count_sql(), (key_search.fts_phrase(search), cap + 1)
-                ).fetchone()
-                hits = key_search.sqlite_hits(search, p) if found <= cap else None
-            sql = key_page_sql(account_id, limit, after, search, p, owner, hits)
+            among = key_search.sqlite_hits(search, p) if hits else None
+            sql = key_page_sql(account_id, limit, after, search, p, owner, among, window)
             return [_key(r) for r in db.execute(sql, p.values).fetchall()]
+
+        def op(db: sqlite3.Connection) -> list[KeyRecord]:
+            if not search or not key_search.indexed(search):
+                return page(db)
+            cap = key_search.INDEXED_MATCHES
+            (found,) = db.execute(
+                key_search.sqlite_count_sql(), (key_search.fts_phrase(search), cap + 1)
+            ).fetchone()
+            if found <= cap:
+                return page(db, hits=True)
+            # Many matches: usually dense in key order, so the next keys fill the page; when they
+            # do not (the matches sit further on), every candidate is read and sorted instead.
+            first = page(db, window=key_search.SCAN_WINDOW)
+            return first if len(first) == limit else page(db, hits=True)
 
         return await self._read(op)
 
