@@ -14,7 +14,7 @@ import asyncpg
 
 from modelgate.storage import key_search
 from modelgate.storage.key_pages import key_page_sql
-from modelgate.storage.reports import Params, dollar
+from modelgate.storage.reports import Params, dollar, qmark
 from tests.storage.engines import fresh_database
 from tests.whole_store import PostgresStore, SqliteStore
 
@@ -66,6 +66,11 @@ async def test_sqlite_search_past_the_index_cap_pages_in_key_order(tmp_path: Pat
         for search, limit in (("bulk", 1000), ("BULK 1", 700), ("rare", 7), ("are 2", 3), ("bulk 10023", 5)):
             expected = [str(r[0]) for r in mine if search.lower() in str(r[2]).lower()]
             assert expected and await walk(store, account.id, search, limit) == expected, search
+        with sqlite3.connect(tmp_path / "keys.db") as db:  # a page after a cursor seeks the index to it
+            p = Params(qmark)
+            sql = key_page_sql(account.id, 100, (NOW + 5, "key_x"), "", p)
+            plan = str(db.execute("EXPLAIN QUERY PLAN " + sql, p.values).fetchall())
+            assert "api_keys_account_created (account_id=? AND (created_at,id)>(?,?))" in plan, plan
         everyone = [str(r[0]) for r in order if "bulk" in str(r[2]).lower()]
         assert len(everyone) == dense + 1
         assert await walk(store, None, "bulk", 1000) == everyone
@@ -125,6 +130,11 @@ async def test_postgresql_plans_a_selective_search_on_the_trigram_indexes() -> N
                 sql = key_page_sql(account.id, 100, None, "bulk 43210", p)
                 plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *p.values))
                 assert "api_keys_search_name" in plan, plan
+                # A page after a cursor seeks the (created_at, id) index to it.
+                p = Params(dollar)
+                sql = key_page_sql(account.id, 100, (NOW + 5, "key_t150000"), "", p)
+                plan = "\n".join(r[0] for r in await conn.fetch("EXPLAIN " + sql, *p.values))
+                assert "Index Cond: ((account_id = " in plan and "ROW(created_at, id) > ROW(" in plan, plan
             finally:
                 await conn.close()
             found = await store.key_page(account.id, limit=10, search="BULK 43210")
