@@ -55,14 +55,17 @@ KEY_SEARCH = "/keys?limit=100&q=seeded%2099999"
 #: reads, so the keyset scan) and one of two characters (no trigram).
 KEY_SEARCHES_WIDE = ("/keys?limit=100&q=seeded%201", "/keys?limit=100&q=77")
 KEYS_PAGE_2 = "/keys?limit=100 (second page)"
+#: The keys page after nine in ten of the seeded keys (``--keys`` only).
+KEYS_PAGE_DEEP = "/keys?limit=100 (9/10 deep)"
 MIB = 1 << 20
 #: Keys the seeded usage records are spread over (at most the keys there are).
 RECORD_KEYS = 2_000
 DAY = 86_400.0
 
 
-def seed_keys(db: Path, n: int) -> None:
-    """``n`` active keys of the bench account, each with a random digest (no secret exists)."""
+def seed_keys(db: Path, n: int) -> float:
+    """``n`` active keys of the bench account, each with a random digest (no secret exists), all
+    created at the returned instant."""
     rng = random.Random(34)
     now = time.time()
     with sqlite3.connect(db, timeout=60) as conn:
@@ -88,6 +91,7 @@ def seed_keys(db: Path, n: int) -> None:
             rows,
         )
     checkpoint(db)
+    return now
 
 
 def seed_usage(db: Path, n: int, keys: int) -> None:
@@ -158,16 +162,19 @@ def operator_token(target: Target, workdir: Path) -> str:
     return str(json.loads(done.stdout)["token"])
 
 
-async def report_latencies(clients: list[httpx.AsyncClient], rounds: int = 5) -> list[dict[str, float]]:
+async def report_latencies(
+    clients: list[httpx.AsyncClient], deep: str | None, rounds: int = 5
+) -> list[dict[str, float]]:
     """Median milliseconds of each report call on each gateway (one warm-up call each; the
     gateways' calls alternate, so drift hits them alike). A keys search and the keys page after
     the first are measured too."""
     out: list[dict[str, float]] = [{} for _ in clients]
-    for path in (*REPORTS, KEY_LOG, KEY_SEARCH, *KEY_SEARCHES_WIDE, KEYS_PAGE_2):
+    deep_page = (KEYS_PAGE_DEEP,) if deep else ()
+    for path in (*REPORTS, KEY_LOG, KEY_SEARCH, *KEY_SEARCHES_WIDE, KEYS_PAGE_2, *deep_page):
         times: list[list[float]] = [[] for _ in clients]
         for turn in range(rounds + 1):
             for client, spent in zip(clients, times, strict=True):
-                url = await _url(client, path)
+                url = deep if path == KEYS_PAGE_DEEP and deep else await _url(client, path)
                 t0 = time.perf_counter()
                 answer = await client.get(url)
                 if turn:
@@ -211,7 +218,9 @@ def chat_load(target: Target) -> lg.Load:
     )
 
 
-async def measure(targets: list[Target], tokens: list[str], seconds: float) -> list[dict[str, float]]:
+async def measure(
+    targets: list[Target], tokens: list[str], seconds: float, deep: str | None = None
+) -> list[dict[str, float]]:
     """Each figure for each gateway, the gateways measured in alternating slices of one run."""
     clients = [
         httpx.AsyncClient(
@@ -228,7 +237,7 @@ async def measure(targets: list[Target], tokens: list[str], seconds: float) -> l
         busy = await lg.interleaved(loads, 4, seconds)
         stop.set()
         await asyncio.gather(*pollers)
-        reports = await report_latencies(clients)
+        reports = await report_latencies(clients, deep)
     finally:
         for client in clients:
             await client.aclose()
@@ -313,12 +322,14 @@ async def main_async(args: argparse.Namespace) -> None:
             tokens = [operator_token(t, workdir) for t in targets]
             db = workdir / f"{large.name}-data" / "modelgate.db"
             changes = None
+            deep = None
             if args.keys:
                 t0 = time.perf_counter()
                 if urls[1] is not None:
-                    await datasize_pg.seed_keys(urls[1], args.keys)
+                    created = await datasize_pg.seed_keys(urls[1], args.keys)
                 else:
-                    seed_keys(db, args.keys)
+                    created = seed_keys(db, args.keys)
+                deep = f"/admin/api/keys?limit=100&after={created!r}~key_seed{args.keys * 9 // 10:012d}"
                 print(f"[datasize] wrote {args.keys:,} keys in {time.perf_counter() - t0:.1f} s")
                 loaded = await wait_for_keys(large, tokens[1], args.keys + 2)
                 print(f"[datasize] the running gateway's key cache took them up in {loaded:.1f} s")
@@ -338,7 +349,7 @@ async def main_async(args: argparse.Namespace) -> None:
             label += " on PostgreSQL" if urls[1] is not None else ""
             print(f"[datasize] small data (2 keys, no records) and {label}, interleaved, "
                   f"{args.seconds:.0f} s per figure")  # fmt: skip
-            small_figures, large_figures = await measure(targets, tokens, args.seconds)
+            small_figures, large_figures = await measure(targets, tokens, args.seconds, deep)
             if args.keys:
                 changes = await key_change_seconds(large, workdir)
         finally:

@@ -26,11 +26,12 @@ async def databases() -> tuple[list[str], str]:
     return [await modes.create_database(admin_url), await modes.create_database(admin_url)], redis_url
 
 
-async def seed_keys(url: str, n: int) -> None:
+async def seed_keys(url: str, n: int) -> float:
     """``n`` active keys of the bench account (``key_seed…``, named ``seeded i``), in one statement.
     Their versions come after every existing one and the version sequence is moved past them,
     under the key writers' lock (``storage.postgres_keys``), so the running gateway's poll takes
-    them up and a key created later sorts after them."""
+    them up and a key created later sorts after them. Returns their creation time (all alike)."""
+    now = time.time()
     conn = await asyncpg.connect(url)
     try:
         async with conn.transaction():
@@ -41,13 +42,14 @@ async def seed_keys(url: str, n: int) -> None:
                 "SELECT 'key_seed' || lpad(i::text, 12, '0'), 1, 'seeded ' || i, 'Pro', 1000, "
                 "sha256(('seed ' || i)::bytea), 'sk-cs4-seed', '0000', $1, $2 + i "
                 "FROM generate_series(0, $3 - 1) AS i",
-                time.time(),
+                now,
                 base,
                 n,
             )
             await conn.execute("SELECT setval('api_key_version', $1)", base + n)
     finally:
         await conn.close()
+    return now
 
 
 async def seed_usage(url: str, n: int, keys: int) -> None:
