@@ -1,6 +1,7 @@
 """Data-size modes of ``make bench`` (docs/bench.md): ``--keys N`` and ``--usage-records N``.
 
-Two gateways on SQLite run at once on the gateway's core, measured in alternating slices so the
+Two gateways on SQLite (each on a PostgreSQL database of its own with ``--store postgresql``:
+``bench.datasize_pg``) run at once on the gateway's core, measured in alternating slices so the
 machine's drift hits both alike, and every figure of the second is printed as a ratio to the
 first's:
 
@@ -12,7 +13,8 @@ first's:
 
 Figures: small chat requests' p50/p99 at c=4, alone and while a dashboard polls the reports; each
 report call's median latency (``/usage``, ``/usage/daily``, ``/usage/top-keys``,
-``/usage/records``, one busy key's records, a keys page, the second keys page, a keys search);
+``/usage/records``, one busy key's records, a keys page, the second keys page, keys searches of one
+key, of many keys and of two characters);
 the gateways' RSS (and per key); how long after another process created a key, and revoked it,
 the running gateway accepts and refuses it. Each ratio comes from one run.
 """
@@ -35,6 +37,7 @@ from typing import Any
 
 import httpx
 
+from bench import datasize_pg
 from bench import load as lg
 from bench.procs import cpu_ns, rss_kib, tree
 from bench.targets import GATEWAY_CORE, Target, restart_modelgate, start_modelgate
@@ -48,15 +51,21 @@ REPORTS = ("/usage", "/usage/daily", "/usage/top-keys", "/usage/records", "/keys
 KEY_LOG = "/usage/records?key_id=key_seed000000000000"
 #: A keys search (by name) and the second keys page (after the first page's cursor).
 KEY_SEARCH = "/keys?limit=100&q=seeded%2099999"
+#: Searches the trigram index does not narrow: one matching one seeded key in nine (more than it
+#: reads, so the keyset scan) and one of two characters (no trigram).
+KEY_SEARCHES_WIDE = ("/keys?limit=100&q=seeded%201", "/keys?limit=100&q=77")
 KEYS_PAGE_2 = "/keys?limit=100 (second page)"
+#: The keys page after nine in ten of the seeded keys (``--keys`` only).
+KEYS_PAGE_DEEP = "/keys?limit=100 (9/10 deep)"
 MIB = 1 << 20
 #: Keys the seeded usage records are spread over (at most the keys there are).
 RECORD_KEYS = 2_000
 DAY = 86_400.0
 
 
-def seed_keys(db: Path, n: int) -> None:
-    """``n`` active keys of the bench account, each with a random digest (no secret exists)."""
+def seed_keys(db: Path, n: int) -> float:
+    """``n`` active keys of the bench account, each with a random digest (no secret exists), all
+    created at the returned instant."""
     rng = random.Random(34)
     now = time.time()
     with sqlite3.connect(db, timeout=60) as conn:
@@ -82,6 +91,7 @@ def seed_keys(db: Path, n: int) -> None:
             rows,
         )
     checkpoint(db)
+    return now
 
 
 def seed_usage(db: Path, n: int, keys: int) -> None:
@@ -152,16 +162,19 @@ def operator_token(target: Target, workdir: Path) -> str:
     return str(json.loads(done.stdout)["token"])
 
 
-async def report_latencies(clients: list[httpx.AsyncClient], rounds: int = 5) -> list[dict[str, float]]:
+async def report_latencies(
+    clients: list[httpx.AsyncClient], deep: str | None, rounds: int = 5
+) -> list[dict[str, float]]:
     """Median milliseconds of each report call on each gateway (one warm-up call each; the
     gateways' calls alternate, so drift hits them alike). A keys search and the keys page after
     the first are measured too."""
     out: list[dict[str, float]] = [{} for _ in clients]
-    for path in (*REPORTS, KEY_LOG, KEY_SEARCH, KEYS_PAGE_2):
+    deep_page = (KEYS_PAGE_DEEP,) if deep else ()
+    for path in (*REPORTS, KEY_LOG, KEY_SEARCH, *KEY_SEARCHES_WIDE, KEYS_PAGE_2, *deep_page):
         times: list[list[float]] = [[] for _ in clients]
         for turn in range(rounds + 1):
             for client, spent in zip(clients, times, strict=True):
-                url = await _url(client, path)
+                url = deep if path == KEYS_PAGE_DEEP and deep else await _url(client, path)
                 t0 = time.perf_counter()
                 answer = await client.get(url)
                 if turn:
@@ -205,7 +218,9 @@ def chat_load(target: Target) -> lg.Load:
     )
 
 
-async def measure(targets: list[Target], tokens: list[str], seconds: float) -> list[dict[str, float]]:
+async def measure(
+    targets: list[Target], tokens: list[str], seconds: float, deep: str | None = None
+) -> list[dict[str, float]]:
     """Each figure for each gateway, the gateways measured in alternating slices of one run."""
     clients = [
         httpx.AsyncClient(
@@ -222,7 +237,7 @@ async def measure(targets: list[Target], tokens: list[str], seconds: float) -> l
         busy = await lg.interleaved(loads, 4, seconds)
         stop.set()
         await asyncio.gather(*pollers)
-        reports = await report_latencies(clients)
+        reports = await report_latencies(clients, deep)
     finally:
         for client in clients:
             await client.aclose()
@@ -291,32 +306,50 @@ async def main_async(args: argparse.Namespace) -> None:
         upstream = Upstream(workdir)
         # Two gateways on the same core at once: one keeps the small data, the other gets the
         # large data; every figure alternates between them, so the machine's drift hits both.
-        small = start_modelgate(upstream.port, workdir, name="modelgate-small")
-        large = start_modelgate(upstream.port, workdir, name="modelgate-datasize")
+        urls: list[str | None] = [None, None]
+        redis_url = None
+        if args.store == "postgresql":  # each gateway on a database of its own, one Redis
+            (small_url, large_url), redis_url = await datasize_pg.databases()
+            urls = [small_url, large_url]
+        small = start_modelgate(
+            upstream.port, workdir, name="modelgate-small", database_url=urls[0], redis_url=redis_url
+        )
+        large = start_modelgate(
+            upstream.port, workdir, name="modelgate-datasize", database_url=urls[1], redis_url=redis_url
+        )
         targets = [small, large]
         try:
             tokens = [operator_token(t, workdir) for t in targets]
             db = workdir / f"{large.name}-data" / "modelgate.db"
             changes = None
+            deep = None
             if args.keys:
                 t0 = time.perf_counter()
-                seed_keys(db, args.keys)
+                if urls[1] is not None:
+                    created = await datasize_pg.seed_keys(urls[1], args.keys)
+                else:
+                    created = seed_keys(db, args.keys)
+                deep = f"/admin/api/keys?limit=100&after={created!r}~key_seed{args.keys * 9 // 10:012d}"
                 print(f"[datasize] wrote {args.keys:,} keys in {time.perf_counter() - t0:.1f} s")
                 loaded = await wait_for_keys(large, tokens[1], args.keys + 2)
                 print(f"[datasize] the running gateway's key cache took them up in {loaded:.1f} s")
             if args.usage_records:
                 t0 = time.perf_counter()
                 large.stop()
-                seed_usage(db, args.usage_records, args.keys)
+                if urls[1] is not None:
+                    await datasize_pg.seed_usage(urls[1], args.usage_records, args.keys)
+                else:
+                    seed_usage(db, args.usage_records, args.keys)
                 large = targets[1] = restart_modelgate(large, workdir)
                 print(
                     f"[datasize] wrote {args.usage_records:,} usage records in {time.perf_counter() - t0:.1f} s "
                     "(the gateway stopped meanwhile, then started again on them)"
                 )
             label = f"{args.keys:,} keys, {args.usage_records:,} usage records"
+            label += " on PostgreSQL" if urls[1] is not None else ""
             print(f"[datasize] small data (2 keys, no records) and {label}, interleaved, "
                   f"{args.seconds:.0f} s per figure")  # fmt: skip
-            small_figures, large_figures = await measure(targets, tokens, args.seconds)
+            small_figures, large_figures = await measure(targets, tokens, args.seconds, deep)
             if args.keys:
                 changes = await key_change_seconds(large, workdir)
         finally:

@@ -73,3 +73,41 @@ def test_bad_paging_parameters_are_400(admin: Admin) -> None:
         refused = op.request("GET", f"/keys?{query}")
         assert refused.status_code == 400, query
         assert refused.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_search_text_is_plain_text_to_the_index(admin: Admin) -> None:
+    """The search's trigram index has a query language of its own (FTS5 on SQLite: quotes,
+    NEAR, column filters, ``*``, ``^``); a search is plain text to it, found as written."""
+    tenant = admin.tenant()
+    names = ['say "hi"', "NEAR(a b)", "id:odd", "*star*", "^caret", "🙂 smile"]
+    made = {name: admin.gateway.key(tenant.account, "Basic", name=name).record.id for name in names}
+    for q, wanted in (
+        ('"', ['say "hi"']),
+        ('say "', ['say "hi"']),
+        ('" OR "', []),
+        ("near(a", ["NEAR(a b)"]),
+        ("ID:O", ["id:odd"]),
+        ("*", ["*star*"]),
+        ("star*", ["*star*"]),
+        ("^ca", ["^caret"]),
+        ("🙂 S", ["🙂 smile"]),
+        ('"' * 100, []),
+    ):
+        found = tenant.admin.ok("GET", "/keys", params={"q": q})["data"]
+        assert [k["id"] for k in found] == [made[name] for name in wanted], q
+
+
+def test_every_hostile_keys_query_of_the_fuzz_suite_is_a_page_or_a_json_4xx(admin: Admin) -> None:
+    """Each hostile ``/admin/api/keys`` path of the fuzz suite, every one sent (the fuzz run draws
+    a sample): a JSON 400 or a page, never a 5xx."""
+    from tests.fuzz.hostile import ADMIN_PATHS
+
+    paths = [p for p in ADMIN_PATHS if p.startswith("/admin/api/keys?")]
+    assert len(paths) >= 20
+    auth = {"authorization": f"Bearer {admin.operator.token}"}
+    for path in paths:
+        response = admin.client.get(path, headers=auth)
+        assert response.status_code in (200, 400), (path, response.status_code, response.text)
+        assert response.headers["content-type"] == "application/json", path
+        if response.status_code == 200:
+            assert isinstance(response.json()["data"], list), path

@@ -355,6 +355,11 @@ ADMIN_PATHS = [
     "/admin/api/keys?after=%FF", "/admin/api/keys?after=1e400~key_a", "/admin/api/keys?after=99999999999999999~k",
     "/admin/api/keys?limit=%C2%B2", "/admin/api/keys?q=%00%25%5C", "/admin/api/keys?q=" + "q" * 5000,
     "/admin/api/keys?q=%27%20OR%201%3D1--", "/admin/api/keys?after=1.0~" + "k" * 101,
+    # The search's trigram index (FTS5 on SQLite): its query syntax must stay plain text.
+    "/admin/api/keys?q=%22", "/admin/api/keys?q=%22%20OR%20%22", "/admin/api/keys?q=NEAR(a%20b)",
+    "/admin/api/keys?q=id%3Akey", "/admin/api/keys?q=*", "/admin/api/keys?q=%5Eabc*", "/admin/api/keys?q=a%22b%22c",
+    "/admin/api/keys?q=%C4%B0%C4%B0", "/admin/api/keys?q=%F0%9F%98%80%F0%9F%98%80", "/admin/api/keys?q=%E2%80%AEabc",
+    "/admin/api/keys?q=%25%25%25&account_id=1", "/admin/api/keys?q=%5C%5C%5C&after=1.0~key_a", "/admin/api/keys?q=" + "%22" * 100,
     "/admin/api/providers/%00", "/admin/api/providers/" + "x" * 5000, "/admin/api/models/%FF/price",
     "/admin/api/models/..%2f/deployments", "/admin/api/models/aria-haiku-4.5/price?effective_from=%FF",
     "/admin/api/sso/callback?code=%00&state=" + "s" * 5000, "/admin/api/sso/login?invite=%FF%FE",

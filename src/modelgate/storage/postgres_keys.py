@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from modelgate.storage import postgres_audit, rows
+from modelgate.storage import key_search, postgres_audit, rows
 from modelgate.storage.audit import AuditDraft
 from modelgate.storage.key_pages import key_page_sql
 from modelgate.storage.postgres_database import _LOCK_KEY_VERSIONS, PostgresRepository
@@ -186,7 +186,12 @@ class PostgresKeys(PostgresRepository):
         p = Params(dollar)
         sql = key_page_sql(account_id, limit, after, search, p, owner)
         async with self._conn() as conn:
-            found = await conn.fetch(sql, *p.values)
+            if search:
+                async with conn.transaction():
+                    await conn.execute(key_search.CUSTOM_PLANS)
+                    found = await conn.fetch(sql, *p.values)
+            else:
+                found = await conn.fetch(sql, *p.values)
         return [_key(r) for r in found]
 
     async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:

@@ -7,9 +7,9 @@ from typing import Any
 
 import orjson
 
-from modelgate.storage import rows, sqlite_audit
+from modelgate.storage import key_search, rows, sqlite_audit
 from modelgate.storage.audit import AuditDraft
-from modelgate.storage.key_pages import key_page_sql
+from modelgate.storage.key_pages import key_page_sql, key_window_end_sql
 from modelgate.storage.records import KeyControls, KeyRecord, NewKey, window_cap_columns
 from modelgate.storage.reports import Params, qmark
 from modelgate.storage.sqlite_database import SqliteRepository
@@ -200,9 +200,35 @@ class SqliteKeys(SqliteRepository):
         search: str = "",
         owner: str | None = None,
     ) -> list[KeyRecord]:
-        p = Params(qmark)
-        sql = key_page_sql(account_id, limit, after, search, p, owner)
-        return await self._read(lambda db: [_key(r) for r in db.execute(sql, p.values).fetchall()])
+        def page(
+            db: sqlite3.Connection, hits: bool = False, until: tuple[float, str] | None = None
+        ) -> list[KeyRecord]:
+            p = Params(qmark)
+            among = key_search.sqlite_hits(search, p) if hits else None
+            sql = key_page_sql(account_id, limit, after, search, p, owner, among, until)
+            return [_key(r) for r in db.execute(sql, p.values).fetchall()]
+
+        def op(db: sqlite3.Connection) -> list[KeyRecord]:
+            if not search or not key_search.indexed(search):
+                return page(db)
+            cap = key_search.INDEXED_MATCHES
+            (found,) = db.execute(
+                key_search.sqlite_count_sql(), (key_search.fts_phrase(search), cap + 1)
+            ).fetchone()
+            if found <= cap:
+                return page(db, hits=True)
+            # Many matches: usually dense in key order, so the next keys fill the page; when they
+            # do not (the matches sit further on), every candidate is read and sorted instead.
+            p = Params(qmark)
+            end = db.execute(
+                key_window_end_sql(account_id, after, p, owner, key_search.SCAN_WINDOW), p.values
+            ).fetchone()
+            if end is None:  # fewer keys left than the window: scanning them all is the bound
+                return page(db)
+            first = page(db, until=(end[0], end[1]))
+            return first if len(first) == limit else page(db, hits=True)
+
+        return await self._read(op)
 
     async def keys_changed_since(self, version: int, limit: int | None = None) -> list[KeyRecord]:
         # On the reader thread, records built there too: a page of keys costs the event loop
