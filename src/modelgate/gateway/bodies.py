@@ -14,7 +14,7 @@ whole document, parse it again in a worker (the functions at the end of this mod
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import orjson
 
@@ -25,7 +25,7 @@ from modelgate.billing.server_tools import web_search_bound
 from modelgate.formats import CODECS, ClientRequest, FormatName
 from modelgate.formats.base import Codec, decode_untrusted
 from modelgate.formats.jsonutil import Json
-from modelgate.gateway.body import parse_object, shape
+from modelgate.gateway.body import duplicate_key, parse_object, shape
 from modelgate.gateway.body_scan import quick_spans, scan_object
 from modelgate.gateway.translate import HostedToolPolicy, build_body
 from modelgate.upstream.affinity_key import body_session
@@ -60,8 +60,8 @@ class Facts:
     web_search: bool = False
     #: Offloaded: the body's unscoped session key (``upstream.affinity_key.body_session``).
     session_hint: bytes | None = None
-    #: Each top-level value's byte span, keyed as parsed (``body_scan.quick_spans``), so the
-    #: gateway's fields are spliced in without searching the body again.
+    #: Offloaded: each top-level value's byte span, keyed as parsed (``body_scan.quick_spans``),
+    #: so the gateway's fields are spliced in without searching the body again.
     spans: dict[str, tuple[int, int]] | None = None
 
 
@@ -79,12 +79,18 @@ def _duplicated(field: str) -> errors.InvalidRequest:
 
 def analyse(raw: bytes, fmt: FormatName, counting: bool, rules: BodyRules) -> Facts:
     """Parse and check a body; raises ``InvalidRequest`` when it cannot be read at all (inline:
-    a body up to ``server.offload_body_bytes``). The spans come back too, so a splice needs no
-    search of its own when its caller passes them."""
+    a body up to ``server.offload_body_bytes``). One walk over the parsed containers gives the
+    depth and whether any object is media-shaped (``body.shape``); duplicated control fields cost
+    a C-level count per field in the usual case (``body.duplicate_key``)."""
     codec = CODECS[fmt]
-    body, spans, media = _structure(raw, codec, rules)
-    facts = _judged(raw, body, codec, counting, rules, media)
-    return replace(facts, spans=spans)
+    body = parse_object(raw)
+    deep, media = shape(body, rules.max_depth, MEDIA_TYPES)
+    if deep:
+        raise _too_deep(rules)
+    duplicated = duplicate_key(raw, body, codec.control_fields)
+    if duplicated is not None:
+        raise _duplicated(duplicated)
+    return _judged(raw, body, codec, counting, rules, media)
 
 
 def _structure(raw: bytes, codec: Codec, rules: BodyRules) -> tuple[Json, dict[str, tuple[int, int]], bool]:

@@ -135,6 +135,8 @@ def duplicate_key(raw: bytes, parsed: Mapping[str, Any], keys: Iterable[str]) ->
         return None
     if not respellable(raw, suspects) and all(raw.count(orjson.dumps(k)) == 1 for k in suspects):
         return None
+    if quick_spans(raw, parsed) is not None:  # every member found and proved: none twice
+        return None
     return scan_object(raw, _ANY_DEPTH).duplicated(frozenset(suspects))
 
 

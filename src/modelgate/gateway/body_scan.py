@@ -36,6 +36,7 @@ _ESCAPED_ASCII = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
 #: Bodies with more top-level keys than this are left to ``scan_object`` (no real request has
 #: that many; a hostile one must not make a regex of thousands of alternatives compile).
 QUICK_KEYS = 64
+_WHITESPACE = frozenset(b" \t\n\r")
 _OPEN = frozenset(b"{[")
 _CLOSE = frozenset(b"}]")
 
@@ -217,6 +218,8 @@ def _occurrences(tokens: tuple[bytes, ...]) -> re.Pattern[bytes]:
 def content_end(raw: bytes, start: int, end: int) -> int:
     """Where the whitespace before ``end`` begins (looked for in a small window first, so the
     usual case copies nothing large)."""
+    if end <= start or raw[end - 1] not in _WHITESPACE:
+        return max(start, end)  # compact JSON: nothing to skip
     window = max(start, end - 4096)
     kept = raw[window:end].rstrip()
     if kept or window == start:
