@@ -49,6 +49,7 @@ from modelgate.gateway.websocket.session import ENDPOINT
 from modelgate.server import health_access
 from modelgate.server.metrics_port import MetricsPort
 from modelgate.server.unknown_path import unknown_path_message
+from modelgate.server.whole_reply import send_response
 from modelgate.services import Services
 
 log = logging.getLogger("modelgate")
@@ -94,7 +95,7 @@ def _serving(handler: Handler) -> ASGIApp:
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         response = await handler(Request(scope, receive))
         with contextlib.suppress(ClientDisconnect):  # gone before the answer: nobody to tell
-            await response(scope, receive, send)
+            await send_response(response, scope, receive, send)
 
     return app
 
@@ -226,7 +227,7 @@ def _admin_route(
         try:  # the slot is held until the answer is sent (a CSV export streams)
             response = await serve(Request(scope, receive))
             with contextlib.suppress(ClientDisconnect):
-                await response(scope, receive, send)
+                await send_response(response, scope, receive, send)
         finally:
             services.inflight.release()
 
@@ -389,7 +390,7 @@ class EdgeApp:
             shape = self.shape_for(scope["path"], request.headers, request.query_params)
         response = shape(error, headers)
         with contextlib.suppress(RuntimeError, OSError):  # an answer had already begun: nothing to add
-            await response(scope, receive, send)
+            await send_response(response, scope, receive, send)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

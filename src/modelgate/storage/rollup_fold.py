@@ -68,8 +68,12 @@ def sqlite_day(created_at: float) -> str:
     """The UTC day of a timestamp exactly as SQLite's ``strftime('%Y-%m-%d', t, 'unixepoch')``
     computes it (which the rebuild and a scan of the records use): SQLite first rounds the time
     to whole milliseconds, so a record 0.4 ms before midnight belongs to the next day."""
-    ms = int(created_at * 1000.0 + _UNIX_JD_MS + 0.5) - _UNIX_JD_MS
-    return date.fromordinal(_EPOCH_ORDINAL + ms // _DAY_MS).isoformat()
+    return date.fromordinal(_EPOCH_ORDINAL + _sqlite_ms(created_at) // _DAY_MS).isoformat()
+
+
+def _sqlite_ms(created_at: float) -> int:
+    """Milliseconds since the epoch as SQLite rounds them (``sqlite_day``)."""
+    return int(created_at * 1000.0 + _UNIX_JD_MS + 0.5) - _UNIX_JD_MS
 
 
 class UsageSums:
@@ -77,7 +81,7 @@ class UsageSums:
     upsert per distinct row (``write``). (Written out field by field: ``add`` runs once per
     settlement on the serving loop, and this costs a third of a generic loop over the measures.)"""
 
-    __slots__ = ("_accounts", "_days", "_key_months", "_keys")
+    __slots__ = ("_accounts", "_day", "_day_ms", "_key_months", "_keys")
 
     def __init__(self) -> None:
         #: (key, day, model, endpoint, status) -> [account_id, month, *measures]
@@ -86,15 +90,20 @@ class UsageSums:
         self._accounts: dict[tuple[int, str, str, str, str], list[Any]] = {}
         #: (key, month) -> [account_id, requests, tokens, charged_uc]
         self._key_months: dict[tuple[str, str], list[int]] = {}
-        #: Start time -> UTC day (SQLite's, ``sqlite_day``).
-        self._days: dict[float, str] = {}
+        #: The UTC day (SQLite's, ``sqlite_day``) of the last record, and its first millisecond:
+        #: a batch's records almost always share it, so it is computed once.
+        self._day = ""
+        self._day_ms = -(10**18)  # matches no time
 
     def add(self, u: UsageRecord) -> None:
         """Count one usage record as written (its fields as stored: the reservation's key,
         account, month, endpoint, model and start, the amount actually charged)."""
-        day = self._days.get(u.created_at)
-        if day is None:
-            day = self._days[u.created_at] = sqlite_day(u.created_at)
+        ms = _sqlite_ms(u.created_at)
+        if 0 <= ms - self._day_ms < _DAY_MS:
+            day = self._day
+        else:
+            self._day_ms = ms - ms % _DAY_MS
+            day = self._day = date.fromordinal(_EPOCH_ORDINAL + ms // _DAY_MS).isoformat()
         i, o, cc, cr = u.input_tokens, u.output_tokens, u.cache_creation_tokens, u.cache_read_tokens
         w, ws, charged = u.cache_write_1h_tokens, u.web_search_requests, u.charged_uc
         key = (u.key_id, day, u.model, u.endpoint, u.status)

@@ -23,6 +23,10 @@ from modelgate.storage.base import (
 )
 from modelgate.storage.sqlite_database import SqliteRepository
 
+#: The seven window caps of ``reserve``'s row (the key's 5h/day/week, the account's and its month)
+#: when none is set.
+_NO_WINDOW_CAPS = (None,) * 7
+
 
 def reserve(db: sqlite3.Connection, r: ReserveRequest) -> Reservation | Refusal:
     # One read of everything the decision needs, under the write lock taken by BEGIN
@@ -39,7 +43,7 @@ def reserve(db: sqlite3.Connection, r: ReserveRequest) -> Reservation | Refusal:
         return Refusal("balance", 0)
     # Every window cap in force is decided in this same step: none checked on its own. A key and
     # account with no window cap (the common case) make no further statement here.
-    capped = any(cap is not None for cap in row[3:10])
+    capped = row[3:10] != _NO_WINDOW_CAPS
     caps = spend_windows.caps_in_force(r.key_id, r.account_id, row[3:6], row[6:10]) if capped else []
     windows = [(c.reason, c.cap_uc, _window_used(db, c, r.now)) for c in caps]
     decision = decide_hold(r, int(row[0]), row[1], int(row[2]), windows)
@@ -123,12 +127,13 @@ def finish(db: sqlite3.Connection, usage: UsageRecord, *, charge: bool) -> Settl
         "RETURNING balance_uc - reserved_uc",
         (amount, charged, account_id),
     ).fetchall()
+    # The key's monthly cap comes with its month's figures (one statement, not two).
     used = db.execute(
         "UPDATE key_month_spend SET reserved_uc = reserved_uc - ?, spent_uc = spent_uc + ? "
-        "WHERE key_id = ? AND month = ? RETURNING spent_uc + reserved_uc",
+        "WHERE key_id = ? AND month = ? RETURNING spent_uc + reserved_uc, "
+        "(SELECT monthly_cap_uc FROM api_keys WHERE id = key_month_spend.key_id)",
         (amount, charged, key_id, month),
     ).fetchall()
-    cap = db.execute("SELECT monthly_cap_uc FROM api_keys WHERE id = ?", (key_id,)).fetchone()
     db.execute(
         f"INSERT INTO usage_records ({rows.USAGE_COLUMNS}) VALUES ({', '.join('?' * 17)})",
         (
@@ -151,9 +156,12 @@ def finish(db: sqlite3.Connection, usage: UsageRecord, *, charge: bool) -> Settl
             usage.web_search_requests,
         ),
     )
-    cap_left = None
-    if cap is not None and cap[0] is not None:
-        cap_left = max(0, cap[0] - (used[0][0] if used else 0))
+    if used:
+        spent, cap = used[0]
+    else:  # no month row (never so after a reserve): the cap alone
+        key = db.execute("SELECT monthly_cap_uc FROM api_keys WHERE id = ?", (key_id,)).fetchone()
+        spent, cap = 0, (key[0] if key else None)
+    cap_left = None if cap is None else max(0, cap - spent)
     return Settlement(True, charged, balance[0][0] if balance else 0, cap_left)
 
 
