@@ -217,3 +217,19 @@ def test_one_walk_gives_the_depth_and_the_media_bound(value: Any, limit: int) ->
     _, media = shape(body, 1000, MEDIA_TYPES)
     rules = MediaRules(10, 1600, 750, 85, 1600, 100, 400)
     assert input_bound(raw, body, rules, media=media) == input_bound(raw, body, rules)
+
+
+def test_a_large_splice_is_the_same_joined_in_pieces() -> None:
+    """Above ``JOIN_IN_PIECES_BYTES`` the splice is joined from bytes pieces (so the copy releases
+    the GIL): the same bytes as one join of the views."""
+    from modelgate.gateway import body
+
+    text = "é\u001b[0m \\ x" * ((body.JOIN_IN_PIECES_BYTES // 10) + 7)
+    raw = orjson.dumps({"model": "a", "messages": [{"role": "user", "content": text}], "max_tokens": 5})
+    edit = {"model": "b", "max_tokens": 9, "stream": True}
+    spans = scan_object(raw, 10).spans()
+    spliced = splice_top_level(raw, edit, spans=spans)
+    assert len(raw) > body.JOIN_IN_PIECES_BYTES
+    assert orjson.loads(spliced) == {**orjson.loads(raw), **edit}
+    start, end = spans["messages"]
+    assert spliced.count(raw[start:end]) == 1

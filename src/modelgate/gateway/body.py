@@ -24,6 +24,9 @@ _COLON = re.compile(rb"\s*:\s*")
 _SCALAR_END = re.compile(rb"[\s,}\]]")
 #: Bodies larger than this are joined from their chunks on a thread (``read_limited``).
 JOIN_ON_THREAD_BYTES = 4 << 20
+#: Spliced bodies larger than this are joined from GIL-free pieces of ``PIECE_BYTES`` (``_edited``).
+JOIN_IN_PIECES_BYTES = 4 << 20
+PIECE_BYTES = 1 << 20
 #: Deeper than any body gets (the depth limit was applied before these fallbacks run).
 _ANY_DEPTH = 1 << 30
 
@@ -243,7 +246,7 @@ def _read_back(
 
 def _edited(raw: bytes, edits: list[tuple[int, int, bytes]], appended: list[bytes]) -> bytes:
     """``raw`` with each span replaced and members appended before the closing brace, built by
-    one join (one copy of the body, whose copying releases the GIL for a large one)."""
+    one join (one copy of the body; see ``_gil_free_parts`` for a large one)."""
     view = memoryview(raw)
     parts: list[bytes | memoryview] = []
     done = 0
@@ -257,4 +260,22 @@ def _edited(raw: bytes, edits: list[tuple[int, int, bytes]], appended: list[byte
         parts += (view[done:inner_end], b"" if opened else b",", b",".join(appended), view[close:])
     else:
         parts.append(view[done:])
+    if len(raw) > JOIN_IN_PIECES_BYTES:
+        return b"".join(_gil_free_parts(parts))
     return b"".join(parts)
+
+
+def _gil_free_parts(parts: list[bytes | memoryview]) -> list[bytes]:
+    """The parts as ``bytes`` of at most ``PIECE_BYTES`` each. ``bytes.join`` releases the GIL
+    while it copies only when every part is ``bytes``: joined from views of the body, a 31 MiB
+    splice held it for about 27 ms (the loop stalled though the splice ran on a thread). Copied
+    piece by piece, the GIL changes hands between pieces, and the final join releases it; the
+    price is a second copy of the body, on the thread."""
+    pieces: list[bytes] = []
+    for part in parts:
+        if isinstance(part, bytes):
+            pieces.append(part)
+            continue
+        for start in range(0, len(part), PIECE_BYTES):
+            pieces.append(bytes(part[start : start + PIECE_BYTES]))
+    return pieces
