@@ -37,8 +37,11 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 log = logging.getLogger("modelgate.offload")
 
-#: Workers yield some CPU to the serving process when both want it, but not all of it: at a
-#: niceness of 10 on a busy machine the workers starved, and a large request never finished.
+#: The default of ``server.body_worker_niceness``: workers yield the CPU to the serving process
+#: when both want it. At 3 two busy workers took half of a shared core and small requests' p99
+#: grew 4-9x while 31 MiB bodies were parsed; at 10 it grew 1.2-3.2x (a loaded machine) and the
+#: large requests still completed (half as many in the same time on one loaded core). A single
+#: worker at 10 once starved (no large request finished), which is why there are two by default.
 WORKER_NICENESS = 10
 
 #: Bodies up to this size are written into shared memory on the event loop itself: copying into
