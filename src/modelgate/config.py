@@ -96,6 +96,9 @@ class ServerConfig(_Section):
     #: that is not a trusted proxy); from anywhere else the header is ignored. Used by keys'
     #: ``allowed_ips``. Empty: the socket's address always.
     trusted_proxies: list[str] = Field(default_factory=list)
+    #: Niceness the body workers add to the server's (0-19): the serving loop wins the CPU from
+    #: them, so small requests keep their latency while large bodies are parsed on the same cores.
+    body_worker_niceness: int = Field(10, ge=0, le=19)
     _trusted_networks: Networks = PrivateAttr(default=NO_NETWORKS)
 
     @field_validator("trusted_proxies", mode="before")

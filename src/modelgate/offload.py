@@ -8,8 +8,8 @@ result, so a huge body costs its own client time, not everyone's. Results must s
 are unpickled in this process): the callers return figures, short JSON objects and bytes.
 
 Functions given to ``run`` must be module-level (picklable by reference). Workers are started
-with the ``spawn`` method (no copy of the gateway's threads and sockets), on demand, at a slightly
-lower scheduling priority than the serving process.
+with the ``spawn`` method (no copy of the gateway's threads and sockets), on demand, at a lower
+scheduling priority than the serving process (``server.body_worker_niceness``).
 
 A body never crosses the pipe (``run_on_body``): pickling a 30 MiB body copies it three times and
 pushes it through a 64 KiB pipe, which cost about half a worker's time. It is written once into
@@ -37,9 +37,12 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 log = logging.getLogger("modelgate.offload")
 
-#: Workers yield some CPU to the serving process when both want it, but not all of it: at a
-#: niceness of 10 on a busy machine the workers starved, and a large request never finished.
-WORKER_NICENESS = 3
+#: The default of ``server.body_worker_niceness``: workers yield the CPU to the serving process
+#: when both want it. At 3 two busy workers took half of a shared core and small requests' p99
+#: grew 4-9x while 31 MiB bodies were parsed; at 10 it grew 1.2-3.2x (a loaded machine) and the
+#: large requests still completed (half as many in the same time on one loaded core). A single
+#: worker at 10 once starved (no large request finished), which is why there are two by default.
+WORKER_NICENESS = 10
 
 #: Bodies up to this size are written into shared memory on the event loop itself: copying into
 #: tmpfs runs at memory speed (a fraction of a millisecond per MiB), less than the hop to a thread
@@ -150,16 +153,18 @@ def _unspill(result: Any) -> Any:
     return result
 
 
-def _lower_priority() -> None:
+def _lower_priority(niceness: int) -> None:
     # A SIGHUP to the process group (a reload, a closed terminal) is the server's to handle.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    with contextlib.suppress(OSError):
-        os.nice(WORKER_NICENESS)
+    if niceness:
+        with contextlib.suppress(OSError):
+            os.nice(niceness)
 
 
 class Offload:
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, niceness: int = WORKER_NICENESS) -> None:
         self._workers = workers
+        self._niceness = niceness
         self._pool: ProcessPoolExecutor | None = None
         #: Jobs handed to the workers so far (visible in metrics and /health).
         self.jobs = 0
@@ -175,7 +180,9 @@ class Offload:
         # start on demand, so the first large body after a start waits for one (about a second).
         if self._pool is None:
             context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(self._workers, mp_context=context, initializer=_lower_priority)
+            self._pool = ProcessPoolExecutor(
+                self._workers, mp_context=context, initializer=_lower_priority, initargs=(self._niceness,)
+            )
         return self._pool
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:

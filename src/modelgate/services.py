@@ -137,7 +137,7 @@ class Services:
         cls, settings: Settings, *, clock: Clock | None = None, env: Mapping[str, str] | None = None
     ) -> Services:
         env = os.environ if env is None else env
-        offload = Offload(settings.server.body_workers)
+        offload = Offload(settings.server.body_workers, settings.server.body_worker_niceness)
         builder = RoutingBuilder(offload)
         catalogue, router, prints = builder.build(settings, env)
         store = open_store(

@@ -265,6 +265,14 @@ def encode(body: dict[str, Any], rng: random.Random, tags: list[str]) -> bytes:
     elif trick == 5:
         raw = rng.choice([b"", b"null", b"[]", b"5", b'"x"', b"\xff", b"{", b"{}"])
         tags.append("not-an-object")
+    elif trick in (6, 7) and raw.startswith(b"{") and raw.endswith(b"}") and len(raw) > 2:
+        # The control fields also written as keys inside a value (the searches for the top-level
+        # members must prove which occurrence is the member), and with 7 a respelled duplicate too.
+        raw = b'{"zz":{"model":"aria-opus-4.8","stream":true,"max_tokens":1},' + raw[1:]
+        tags.append("nested-keys")
+        if trick == 7:
+            raw = raw[:-1] + b',"\\u006dodel":"aria-opus-4.8"}'
+            tags.append("nested-and-escaped-duplicate")
     return raw
 
 

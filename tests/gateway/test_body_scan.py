@@ -11,7 +11,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modelgate.gateway.body import duplicate_key, splice_top_level, too_deep, top_level_members
+from modelgate.billing.input_bound import MEDIA_TYPES, MediaRules, input_bound
+from modelgate.gateway.body import duplicate_key, shape, splice_top_level, too_deep, top_level_members
 from modelgate.gateway.body_scan import QUICK_KEYS, decoded_key, quick_spans, scan_object
 
 scalars = (
@@ -115,8 +116,50 @@ def test_quick_spans_are_the_scans_when_given(body: dict[str, Any], style: int, 
     if quick is not None:
         assert quick == layout.spans()
         assert layout.duplicated(frozenset(parsed)) is None
-    if twice:  # a key written twice is never answered by the quick path
+    if twice and (twice in body or "x" in body):  # a key twice at the top level: never answered
         assert quick is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=bodies, style=st.integers(0, 2), model=st.text(max_size=5), limit=st.integers(1, 9))
+def test_a_splice_from_some_of_the_fields_loses_no_member(
+    body: dict[str, Any], style: int, model: str, limit: int
+) -> None:
+    """An offloaded body's callers know only its control fields: the spans found from those alone
+    may run over the members between them, which the read-back catches."""
+    raw = _encode(body, style)
+    parsed = orjson.loads(raw)
+    some = {k: v for k, v in parsed.items() if k in ("model", "max_tokens", "stream")}
+    edit = {"model": model, "max_tokens": limit}
+    spliced = splice_top_level(raw, edit, parsed=some)
+    assert orjson.loads(spliced) == {**parsed, **edit}
+    assert spliced == splice_top_level(raw, edit, spans=scan_object(raw, 1000).spans())
+
+
+def test_quick_spans_prove_keys_also_written_inside_values() -> None:
+    """A Claude-Code-shaped body: a top-level ``thinking`` beside thinking blocks, a tool whose
+    parameter is called ``model``, an escaped ``<`` in a text: the spans are the scan's."""
+    block = b'{"type":"thinking","thinking":"hm \\u003cb\\u003e","signature":"s"}'
+    tool = b'{"name":"Task","input_schema":{"properties":{"model":{"type":"string"}}}}'
+    raw = (
+        b'{"model":"claude","messages":[{"role":"assistant","content":['
+        + b",".join([block] * 50)
+        + b']}],"tools":['
+        + tool
+        + b'],"thinking":{"type":"adaptive"},"max_tokens":5}'
+    )
+    spans = quick_spans(raw, orjson.loads(raw))
+    assert spans is not None and spans == scan_object(raw, 10).spans()
+    assert raw[slice(*spans["thinking"])] == b'{"type":"adaptive"}'
+
+
+def test_a_respelled_key_beside_nested_ones_is_left_to_the_scan() -> None:
+    # The top-level "thinking" is written escaped; the only plain ones are nested: no proof holds.
+    raw = b'{"messages":[{"thinking":"a"}],"\\u0074hinking":{"type":"adaptive"}}'
+    assert quick_spans(raw, orjson.loads(raw)) is None
+    raw = b'{"model":"a","messages":[{"model":"b"}],"\\u006dodel":"c"}'  # and a duplicate
+    assert quick_spans(raw, orjson.loads(raw)) is None
+    assert scan_object(raw, 10).duplicated(frozenset({"model"})) == "model"
 
 
 def test_quick_spans_find_a_huge_members_end_without_scanning_it() -> None:
@@ -143,3 +186,50 @@ def test_quick_spans_leave_a_body_of_very_many_keys_to_the_scan() -> None:
     raw = orjson.dumps({f"k{i}": i for i in range(QUICK_KEYS + 1)})
     assert quick_spans(raw, orjson.loads(raw)) is None
     assert len(scan_object(raw, 10).spans()) == QUICK_KEYS + 1
+
+
+media_parts = st.sampled_from(
+    [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+        {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+        {"type": "input_file", "file_id": "file-1"},
+        {"type": "document", "source": {"type": "text", "data": "plain"}},
+        {"type": "text", "text": '"image" "file_data"'},  # a marker in text, no media
+        {"type": ["image"]},  # a type that is not a string
+    ]
+)
+shaped = st.recursive(
+    scalars | media_parts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["content", "type"]), inner),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=shaped, limit=st.integers(1, 6))
+def test_one_walk_gives_the_depth_and_the_media_bound(value: Any, limit: int) -> None:
+    """``shape`` agrees with the depth walk, and the input bound it lets skip the media search is
+    the one computed with the search: the hold stays the same true upper bound."""
+    body = {"model": "m", "messages": [value]}
+    raw = orjson.dumps(body)
+    deep, media = shape(body, limit, MEDIA_TYPES)
+    assert deep == too_deep(body, limit)
+    _, media = shape(body, 1000, MEDIA_TYPES)
+    rules = MediaRules(10, 1600, 750, 85, 1600, 100, 400)
+    assert input_bound(raw, body, rules, media=media) == input_bound(raw, body, rules)
+
+
+def test_a_large_splice_is_the_same_joined_in_pieces() -> None:
+    """Above ``JOIN_IN_PIECES_BYTES`` the splice is joined from bytes pieces (so the copy releases
+    the GIL): the same bytes as one join of the views."""
+    from modelgate.gateway import body
+
+    text = "é\u001b[0m \\ x" * ((body.JOIN_IN_PIECES_BYTES // 10) + 7)
+    raw = orjson.dumps({"model": "a", "messages": [{"role": "user", "content": text}], "max_tokens": 5})
+    edit = {"model": "b", "max_tokens": 9, "stream": True}
+    spans = scan_object(raw, 10).spans()
+    spliced = splice_top_level(raw, edit, spans=spans)
+    assert len(raw) > body.JOIN_IN_PIECES_BYTES
+    assert orjson.loads(spliced) == {**orjson.loads(raw), **edit}
+    start, end = spans["messages"]
+    assert spliced.count(raw[start:end]) == 1

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from modelgate import offload
+from modelgate.config import ConfigError, load_settings
 from modelgate.offload import Offload, sweep_stale
 
 #: Where the body files go: shared memory, or the temporary directory where there is none.
@@ -87,3 +88,30 @@ def test_files_of_dead_processes_are_swept_and_live_ones_kept(own_folder: Path) 
     finally:
         old.unlink(missing_ok=True)
         fresh.unlink(missing_ok=True)
+
+
+def test_body_workers_run_at_the_configured_niceness() -> None:
+    """The serving process wins the CPU from its body workers (``server.body_worker_niceness``)."""
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+
+    async def run(niceness: int) -> int:
+        work = Offload(1, niceness)
+        try:
+            return await work.run(os.getpriority, os.PRIO_PROCESS, 0)
+        finally:
+            await work.stop()
+
+    assert asyncio.run(run(7)) == min(19, mine + 7)
+    assert asyncio.run(run(0)) == mine
+
+
+def test_the_niceness_is_a_setting_checked_at_load(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[server]\nbody_worker_niceness = 4\n")
+    assert load_settings(path, environ={}, data_dir=tmp_path).server.body_worker_niceness == 4
+    env = {"MODELGATE_SERVER__BODY_WORKER_NICENESS": "12"}
+    assert load_settings(None, environ=env, data_dir=tmp_path).server.body_worker_niceness == 12
+    assert load_settings(None, environ={}, data_dir=tmp_path).server.body_worker_niceness == 10
+    path.write_text("[server]\nbody_worker_niceness = 20\n")
+    with pytest.raises(ConfigError, match="body_worker_niceness"):
+        load_settings(path, environ={}, data_dir=tmp_path)

@@ -117,6 +117,45 @@ def test_refusals_made_in_a_worker_come_back_in_the_endpoints_format(
     assert needle in response.content
 
 
+def _claude_code_shaped(duplicate: bool) -> bytes:
+    """A Messages body whose top-level keys recur inside values (a tool parameter called
+    ``model``, tool inputs naming a model and a token limit) with escaped ``<`` in its text: the
+    searches must prove which occurrence is the member. ``duplicate``: a respelled ``model`` at
+    the end as well."""
+    turn = (
+        b'{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"Task",'
+        b'"input":{"model":"aria-opus-4.8","max_tokens":99999}}]},'
+        b'{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1",'
+        b'"content":"\\u003cdiv\\u003e ' + b"x" * 200 + b'"}]},'
+    )
+    raw = (
+        b'{"model":"aria-haiku-4.5","max_tokens":30,"tools":[{"name":"Task","input_schema":'
+        b'{"type":"object","properties":{"model":{"type":"string"}}}}],"messages":['
+        + turn * 40
+        + b'{"role":"user","content":"go on \\u003c"}]'
+    )
+    return raw + (b',"\\u006dodel":"aria-opus-4.8"}' if duplicate else b"}")
+
+
+def test_keys_written_inside_values_are_read_alike_inline_and_in_a_worker(
+    pair: tuple[GatewayServer, GatewayServer],
+) -> None:
+    """The same answer and the same charge whichever side analysed the body, and the same refusal
+    of a respelled duplicate hidden among nested occurrences."""
+    answers = []
+    for gateway in pair:
+        key = gateway.key(gateway.account(f"acct-{next(_accounts)}", 1000), "Basic").secret
+        headers = {"x-api-key": key, "anthropic-version": "2023-06-01", "content-type": "application/json"}
+        url = f"{gateway.base_url}/v1/messages"
+        good = httpx.post(url, content=_claude_code_shaped(False), headers=headers, timeout=60)
+        assert good.status_code == 200, good.text
+        bad = httpx.post(url, content=_claude_code_shaped(True), headers=headers, timeout=60)
+        assert bad.status_code == 400 and b"more than once" in bad.content, bad.text
+        answers.append((without_ids(good.json()), good.headers.get("x-modelgate-credits-charged")))
+    assert answers[0] == answers[1]
+    assert answers[0][1] is not None
+
+
 def test_large_bodies_beyond_the_cap_get_a_fast_429(tmp_path: Path) -> None:
     slow = {"latency_ms": 1500.0, "offload_body_bytes": SMALL}
     with running_gateway(

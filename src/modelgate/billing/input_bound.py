@@ -30,6 +30,8 @@ from typing import Any
 
 from modelgate.billing.media import image_pixels, pdf_pages
 
+#: The ``type`` of every object ``_MediaCount`` prices; a body without one has no media to count.
+MEDIA_TYPES = frozenset({"image", "document", "image_url", "input_image", "file", "input_file"})
 _MEDIA_MARKER = re.compile(rb'"(?:image|document|image_url|input_image|input_file|file|file_data)"')
 _DATA_URL = re.compile(r"^data:([\w.+/-]+);base64,", re.IGNORECASE)
 
@@ -82,9 +84,11 @@ def allowance(body: Any, rules: MediaRules) -> int:
     return rules.overhead_tokens + (rules.tool_overhead_tokens if adds_a_prompt(body) else 0)
 
 
-def input_bound(raw: bytes, body: Any, rules: MediaRules) -> int:
-    """Upper bound on the input tokens of the request whose body is ``raw`` (parsed: ``body``)."""
-    if _MEDIA_MARKER.search(raw) is None:
+def input_bound(raw: bytes, body: Any, rules: MediaRules, *, media: bool = True) -> int:
+    """Upper bound on the input tokens of the request whose body is ``raw`` (parsed: ``body``).
+    ``media=False``: a walk over ``body`` found no object whose ``type`` is in ``MEDIA_TYPES``
+    (``gateway.body.shape``), so nothing is priced as media and the marker search is skipped."""
+    if not media or _MEDIA_MARKER.search(raw) is None:
         return len(raw) + allowance(body, rules)
     count = _MediaCount(rules)
     count.walk(body)

@@ -20,16 +20,19 @@ import orjson
 
 from modelgate import errors, ir
 from modelgate.billing.estimate import count_tokens, prompt_tokens
-from modelgate.billing.input_bound import MediaRules, input_bound
+from modelgate.billing.input_bound import MEDIA_TYPES, MediaRules, input_bound
 from modelgate.billing.server_tools import web_search_bound
 from modelgate.formats import CODECS, ClientRequest, FormatName
 from modelgate.formats.base import Codec, decode_untrusted
 from modelgate.formats.jsonutil import Json
-from modelgate.gateway.body import duplicate_key, parse_object, too_deep
+from modelgate.gateway.body import duplicate_key, parse_object, shape
 from modelgate.gateway.body_scan import quick_spans, scan_object
 from modelgate.gateway.translate import HostedToolPolicy, build_body
 from modelgate.upstream.affinity_key import body_session
 from modelgate.upstream.base import Dialect
+
+#: Deeper than any body gets (the depth limit was applied before the scan runs).
+_ANY_DEPTH = 1 << 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +60,8 @@ class Facts:
     web_search: bool = False
     #: Offloaded: the body's unscoped session key (``upstream.affinity_key.body_session``).
     session_hint: bytes | None = None
-    #: Offloaded: each top-level value's byte span, keyed as parsed (``body_scan.Layout.spans``),
-    #: so the gateway's fields are spliced in without scanning the body again.
+    #: Offloaded: each top-level value's byte span, keyed as parsed (``body_scan.quick_spans``),
+    #: so the gateway's fields are spliced in without searching the body again.
     spans: dict[str, tuple[int, int]] | None = None
 
 
@@ -75,21 +78,42 @@ def _duplicated(field: str) -> errors.InvalidRequest:
 
 
 def analyse(raw: bytes, fmt: FormatName, counting: bool, rules: BodyRules) -> Facts:
-    """Parse and check a body; raises ``InvalidRequest`` when it cannot be read at all.
-
-    A small body's structural checks are a walk over the parsed containers and a C-level count
-    per control field (a large one's: ``scan_object``, in ``analyse_in_worker``)."""
+    """Parse and check a body; raises ``InvalidRequest`` when it cannot be read at all (inline:
+    a body up to ``server.offload_body_bytes``). One walk over the parsed containers gives the
+    depth and whether any object is media-shaped (``body.shape``); duplicated control fields cost
+    a C-level count per field in the usual case (``body.duplicate_key``)."""
     codec = CODECS[fmt]
     body = parse_object(raw)
-    if too_deep(body, rules.max_depth):
+    deep, media = shape(body, rules.max_depth, MEDIA_TYPES)
+    if deep:
         raise _too_deep(rules)
     duplicated = duplicate_key(raw, body, codec.control_fields)
     if duplicated is not None:
         raise _duplicated(duplicated)
-    return _judged(raw, body, codec, counting, rules)
+    return _judged(raw, body, codec, counting, rules, media)
 
 
-def _judged(raw: bytes, body: Json, codec: Codec, counting: bool, rules: BodyRules) -> Facts:
+def _structure(raw: bytes, codec: Codec, rules: BodyRules) -> tuple[Json, dict[str, tuple[int, int]], bool]:
+    """The one parse, then the structural rules: the nesting depth and whether any object is
+    media-shaped, by one walk over the parsed containers (``body.shape``); the top-level spans by
+    C-level searches (``body_scan.quick_spans``), which also prove that no key is duplicated or
+    respelled. Only when those cannot decide does one scan of the bytes (``body_scan.scan_object``)
+    find the spans and the duplicated control fields."""
+    body = parse_object(raw)
+    deep, media = shape(body, rules.max_depth, MEDIA_TYPES)
+    if deep:
+        raise _too_deep(rules)
+    spans = quick_spans(raw, body)
+    if spans is None:
+        layout = scan_object(raw, _ANY_DEPTH)
+        duplicated = layout.duplicated(codec.control_fields)
+        if duplicated is not None:
+            raise _duplicated(duplicated)
+        spans = layout.spans()
+    return body, spans, media
+
+
+def _judged(raw: bytes, body: Json, codec: Codec, counting: bool, rules: BodyRules, media: bool) -> Facts:
     """The format's verdict and the figures of a structurally sound body."""
     try:
         codec.validate(body, counting=counting)
@@ -98,7 +122,7 @@ def _judged(raw: bytes, body: Json, codec: Codec, counting: bool, rules: BodyRul
         invalid = error
     return Facts(
         body,
-        input_bound(raw, body, rules.media),
+        input_bound(raw, body, rules.media, media=media),
         invalid,
         web_searches=web_search_bound(body, rules.max_web_searches),
     )
@@ -106,25 +130,10 @@ def _judged(raw: bytes, body: Json, codec: Codec, counting: bool, rules: BodyRul
 
 def analyse_in_worker(raw: bytes, fmt: FormatName, counting: bool, rules: BodyRules) -> Facts:
     """``analyse`` for a large body, returning only what is small (runs in a worker process):
-    one parse and one scan of the bytes."""
+    the control fields, the spans and the figures."""
     codec = CODECS[fmt]
-    body = parse_object(raw)  # the one parse; a body that is not an object is refused here
-    # Usually every top-level key is written once in the whole body: then C-level searches find
-    # the spans and no key can be duplicated, and the depth is a walk over the parsed containers.
-    # Otherwise the one-pass scan of the bytes decides.
-    spans = quick_spans(raw, body)
-    if spans is not None:
-        if too_deep(body, rules.max_depth):
-            raise _too_deep(rules)
-    else:
-        layout = scan_object(raw, rules.max_depth)
-        if layout.too_deep:
-            raise _too_deep(rules)
-        duplicated = layout.duplicated(codec.control_fields)
-        if duplicated is not None:
-            raise _duplicated(duplicated)
-        spans = layout.spans()
-    facts = _judged(raw, body, codec, counting, rules)
+    body, spans, media = _structure(raw, codec, rules)
+    facts = _judged(raw, body, codec, counting, rules, media)
     request = None
     if facts.invalid is None and codec.echoes_request:
         try:

@@ -8,6 +8,7 @@ escapes and thinking signatures all survive exactly.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
@@ -15,18 +16,23 @@ from typing import Any
 import orjson
 
 from modelgate.errors import InvalidRequest, RequestTooLarge
-from modelgate.gateway.body_scan import content_end, respellable, scan_object
+from modelgate.gateway.body_scan import content_end, quick_spans, respellable, scan_object
 
 # Strings (with escapes) and brackets: all that is needed to know the nesting depth.
 _TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]]', re.DOTALL)
 _COLON = re.compile(rb"\s*:\s*")
 _SCALAR_END = re.compile(rb"[\s,}\]]")
+#: Bodies larger than this are joined from their chunks on a thread (``read_limited``).
+JOIN_ON_THREAD_BYTES = 4 << 20
+#: Spliced bodies larger than this are joined from GIL-free pieces of ``PIECE_BYTES`` (``_edited``).
+JOIN_IN_PIECES_BYTES = 4 << 20
+PIECE_BYTES = 1 << 20
 #: Deeper than any body gets (the depth limit was applied before these fallbacks run).
 _ANY_DEPTH = 1 << 30
 
 
 async def read_limited(
-    chunks: AsyncIterator[bytes],
+    chunks_in: AsyncIterator[bytes],
     declared: str | None,
     limit: int,
     *,
@@ -45,15 +51,22 @@ async def read_limited(
     if on_large is not None and size is not None and size > large:
         on_large()
         on_large = None
-    body = bytearray()
-    async for chunk in chunks:
-        if len(body) + len(chunk) > limit:
+    # The chunks are joined once at the end (one copy; a growing buffer copied them on every
+    # reallocation and once more into the final bytes). A large join runs on a thread: it
+    # releases the GIL while it copies, so the loop keeps serving meanwhile.
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in chunks_in:
+        received += len(chunk)
+        if received > limit:
             raise RequestTooLarge(f"request body exceeds the {limit}-byte limit")
-        if on_large is not None and len(body) + len(chunk) > large:
+        if on_large is not None and received > large:
             on_large()
             on_large = None
-        body += chunk
-    return bytes(body)
+        chunks.append(chunk)
+    if received > JOIN_ON_THREAD_BYTES and len(chunks) > 1:
+        return await asyncio.to_thread(b"".join, chunks)
+    return b"".join(chunks)
 
 
 def parse_object(raw: bytes) -> dict[str, Any]:
@@ -125,6 +138,8 @@ def duplicate_key(raw: bytes, parsed: Mapping[str, Any], keys: Iterable[str]) ->
         return None
     if not respellable(raw, suspects) and all(raw.count(orjson.dumps(k)) == 1 for k in suspects):
         return None
+    if quick_spans(raw, parsed) is not None:  # every member found and proved: none twice
+        return None
     return scan_object(raw, _ANY_DEPTH).duplicated(frozenset(suspects))
 
 
@@ -147,25 +162,32 @@ def too_deep(value: Any, limit: int) -> bool:
     return False
 
 
-def _unique_span(raw: bytes, key: str, value: Any) -> tuple[int, int] | None:
-    """Span of ``value`` after ``key`` found by C-level search, when that is unambiguous.
-
-    Sound only when the body has no escapes of printable ASCII (so the key cannot be spelled
-    another way, ``body_scan.respellable``) and the key occurs once: then the single occurrence
-    is the top-level one the parsed body has.
-    """
-    if isinstance(value, dict | list):
-        return None
-    key_token = orjson.dumps(key)
-    if raw.count(key_token) != 1:
-        return None
-    pattern = re.escape(key_token) + rb"\s*:\s*(" + re.escape(orjson.dumps(value)) + rb")"
-    found = None
-    for match in re.finditer(pattern, raw):
-        if found is not None:
-            return None
-        found = match.span(1)
-    return found
+def shape(value: Any, limit: int, kinds: frozenset[str]) -> tuple[bool, bool]:
+    """One walk over a parsed JSON value's containers (a pass per level, as ``too_deep``): whether
+    it nests more than ``limit`` levels deep, and whether some object in it has a ``type`` among
+    ``kinds`` (``billing.input_bound.MEDIA_TYPES``: then the input bound prices media)."""
+    level: list[Any] = [value]
+    depth = 1
+    typed = False
+    while level:
+        if depth > limit:
+            return True, typed
+        below: list[Any] = []
+        for item in level:
+            if type(item) is dict:
+                if not typed:
+                    tag = item.get("type")
+                    typed = type(tag) is str and tag in kinds
+                children: Iterable[Any] = item.values()
+            else:
+                children = item
+            for child in children:
+                kind = type(child)
+                if kind is dict or kind is list:
+                    below.append(child)
+        level = below
+        depth += 1
+    return False, typed
 
 
 def splice_top_level(
@@ -176,30 +198,26 @@ def splice_top_level(
 ) -> bytes:
     """``raw`` with the given top-level fields replaced (or appended when absent).
 
-    With ``spans`` (each top-level value's span, from ``body_scan.scan_object``) this is a byte
-    copy and nothing else. With ``parsed`` (the decoded ``raw``) the usual case costs a few
-    C-level searches: absent keys are appended without a scan and present ones are found by
-    ``_unique_span``. Anything ambiguous falls back to tokenising the whole body.
+    With ``spans`` (each top-level value's span, from ``bodies.analyse``) this is a byte copy and
+    nothing else. With ``parsed`` (the decoded ``raw``, or only some of its fields) the spans are
+    found by C-level searches (``body_scan.quick_spans``) and each replaced span is checked to
+    read back as the value ``parsed`` has. Anything ambiguous falls back to scanning the whole
+    body, keyed as a parser reads it: a field written with escapes is replaced, never appended a
+    second time.
     """
     if not changes:
         return raw
-    fast = parsed is not None and not respellable(raw, changes)
+    if spans is None and parsed is not None:
+        spans = quick_spans(raw, parsed)
+        if spans is not None and not _read_back(raw, spans, changes, parsed):
+            spans = None
+    if spans is None:
+        spans = scan_object(raw, _ANY_DEPTH).spans()
     edits: list[tuple[int, int, bytes]] = []
     appended: list[bytes] = []
     for key, value in changes.items():
         encoded = orjson.dumps(value)
-        span: tuple[int, int] | None = None
-        if spans is None and fast and parsed is not None:
-            if key not in parsed:
-                appended.append(orjson.dumps(key) + b":" + encoded)
-                continue
-            span = _unique_span(raw, key, parsed[key])
-        if span is None:
-            if spans is None:
-                # Keyed as a parser reads them: a field written with escapes is replaced, never
-                # appended a second time.
-                spans = scan_object(raw, _ANY_DEPTH).spans()
-            span = spans.get(key)
+        span = spans.get(key)
         if span is None:
             appended.append(orjson.dumps(key) + b":" + encoded)
         else:
@@ -207,9 +225,28 @@ def splice_top_level(
     return _edited(raw, edits, appended)
 
 
+def _read_back(
+    raw: bytes, spans: Mapping[str, tuple[int, int]], keys: Iterable[str], parsed: Mapping[str, Any]
+) -> bool:
+    """Whether each of ``keys`` that ``spans`` has holds exactly its parsed value there. A span
+    found from only some of the fields (an offloaded body's control fields) that runs over other
+    members does not parse (the parser stops at the first value's end, so this costs that value)."""
+    view = memoryview(raw)
+    for key in keys:
+        span = spans.get(key)
+        if span is None:
+            continue
+        try:
+            if orjson.loads(view[span[0] : span[1]]) != parsed.get(key):
+                return False
+        except orjson.JSONDecodeError:
+            return False
+    return True
+
+
 def _edited(raw: bytes, edits: list[tuple[int, int, bytes]], appended: list[bytes]) -> bytes:
     """``raw`` with each span replaced and members appended before the closing brace, built by
-    one join (one copy of the body, whose copying releases the GIL for a large one)."""
+    one join (one copy of the body; see ``_gil_free_parts`` for a large one)."""
     view = memoryview(raw)
     parts: list[bytes | memoryview] = []
     done = 0
@@ -223,4 +260,22 @@ def _edited(raw: bytes, edits: list[tuple[int, int, bytes]], appended: list[byte
         parts += (view[done:inner_end], b"" if opened else b",", b",".join(appended), view[close:])
     else:
         parts.append(view[done:])
+    if len(raw) > JOIN_IN_PIECES_BYTES:
+        return b"".join(_gil_free_parts(parts))
     return b"".join(parts)
+
+
+def _gil_free_parts(parts: list[bytes | memoryview]) -> list[bytes]:
+    """The parts as ``bytes`` of at most ``PIECE_BYTES`` each. ``bytes.join`` releases the GIL
+    while it copies only when every part is ``bytes``: joined from views of the body, a 31 MiB
+    splice held it for about 27 ms (the loop stalled though the splice ran on a thread). Copied
+    piece by piece, the GIL changes hands between pieces, and the final join releases it; the
+    price is a second copy of the body, on the thread."""
+    pieces: list[bytes] = []
+    for part in parts:
+        if isinstance(part, bytes):
+            pieces.append(part)
+            continue
+        for start in range(0, len(part), PIECE_BYTES):
+            pieces.append(bytes(part[start : start + PIECE_BYTES]))
+    return pieces

@@ -15,6 +15,7 @@ nothing a parser checks, and stops as soon as the nesting passes the limit.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Iterable, Mapping
@@ -35,6 +36,7 @@ _ESCAPED_ASCII = re.compile(rb"\\u00[2-7][0-9a-fA-F]")
 #: Bodies with more top-level keys than this are left to ``scan_object`` (no real request has
 #: that many; a hostile one must not make a regex of thousands of alternatives compile).
 QUICK_KEYS = 64
+_WHITESPACE = frozenset(b" \t\n\r")
 _OPEN = frozenset(b"{[")
 _CLOSE = frozenset(b"}]")
 
@@ -116,31 +118,48 @@ def respellable(raw: bytes, keys: Iterable[str]) -> bool:
 
 
 def quick_spans(raw: bytes, parsed: Mapping[str, Any]) -> dict[str, tuple[int, int]] | None:
-    """Each top-level value's span found by C-level searches alone, when that is unambiguous:
-    every top-level key of ``parsed`` (the decoded ``raw``) is written exactly once in the whole
-    body, in the one spelling. Then each occurrence is the member itself (a parser saw the key,
-    and an escape-free ``"key"`` inside a string is impossible: its quotes would be escaped), no
-    key is duplicated, and each value runs from its key's colon to the comma before the next
-    key. None when any of that does not hold (``scan_object`` decides then).
+    """Each top-level value's span found by C-level work alone, when that is unambiguous; None
+    when it is not (``scan_object`` decides then).
 
-    One regex pass finds every key's occurrences (a count per key cost a pass over the body
-    each: ten keys, ten passes)."""
-    if len(parsed) > QUICK_KEYS or respellable(raw, parsed):
-        return None
+    One regex pass finds every occurrence of the top-level keys of ``parsed`` (the decoded
+    ``raw``) written as keys the way a serialiser writes them (``"key":``), another any escape of
+    a printable ASCII character (the only way to respell such a key, with ``\\/`` for a slash):
+
+    - no such escape and every key written exactly once as a key in the whole body: each
+      occurrence is the member itself (a parser saw the key, and an escape-free ``"key"`` inside
+      a string is impossible: its quotes would be escaped), no key is duplicated, and each value
+      runs from its key's colon to the comma before the next key;
+    - otherwise (a ``thinking`` block below a top-level ``thinking``, a tool parameter called
+      ``model``, an escaped ``<`` in a text): ``_members`` picks one occurrence per key and proves
+      the choice by parsing the values between them."""
+    if len(parsed) > QUICK_KEYS or not all(k.isascii() for k in parsed):
+        return None  # left to the scan: a hostile body must not compile a regex of thousands
+    if not parsed:
+        return {}
     tokens = {orjson.dumps(key): key for key in parsed}
+    if any(b"\\" in token for token in tokens):
+        return None  # a key with a quote or a control character: left to the scan
+    # JSON may also write "/" as "\\/": a key with a slash is proved by parsing (``_members``).
+    slashed = any(b"/" in token for token in tokens)
     found: list[tuple[int, str, int]] = []
     for match in _occurrences(tuple(tokens)).finditer(raw):
         colon = _COLON.match(raw, match.end())
-        if colon is None:
-            return None
-        found.append((match.start(), tokens[match.group()], colon.end()))
-    if len(found) != len(tokens) or len({key for _, key, _ in found}) != len(tokens):
-        return None  # a key written more than once, or one not found in this spelling
+        if colon is not None:  # else a string value that reads like a key
+            found.append((match.start(), tokens[match.group()], colon.end()))
+    once = len(found) == len(tokens) and len({key for _, key, _ in found}) == len(tokens)
+    if slashed or not once or _ESCAPED_ASCII.search(raw) is not None:
+        return _members(raw, list(parsed), found)
+    return _spans_between(raw, found)
+
+
+def _spans_between(raw: bytes, members: list[tuple[int, str, int]]) -> dict[str, tuple[int, int]] | None:
+    """The value spans of ``members`` (key start, key, value start), each the top-level member
+    after the one before: a value runs to the comma before the next key."""
     spans: dict[str, tuple[int, int]] = {}
     close = raw.rfind(b"}")
-    for index, (_, key, start) in enumerate(found):
-        last = index + 1 == len(found)
-        end = content_end(raw, start, close if last else found[index + 1][0])
+    for index, (_, key, start) in enumerate(members):
+        last = index + 1 == len(members)
+        end = content_end(raw, start, close if last else members[index + 1][0])
         if not last:
             if raw[end - 1 : end] != b",":
                 return None
@@ -149,16 +168,58 @@ def quick_spans(raw: bytes, parsed: Mapping[str, Any]) -> dict[str, tuple[int, i
     return spans
 
 
+def _members(
+    raw: bytes, keys: list[str], found: list[tuple[int, str, int]]
+) -> dict[str, tuple[int, int]] | None:
+    """The top-level members when some keys are also written inside values: for each key in
+    document order (``keys``, as the parser gives them), the last occurrence before the next
+    key's; the first key must open the object. The choice is proved by parsing each value between
+    them on its own (C-level, about one parse of the body): if every one is a complete JSON value
+    and only commas and whitespace lie between them, the object is exactly these members (a JSON
+    value's end is fixed by its start), so none is nested, duplicated or spelled another way.
+    None when the proof fails."""
+    if not keys:
+        return {}
+    hits: dict[str, list[tuple[int, str, int]]] = {}
+    for hit in found:  # in document order
+        hits.setdefault(hit[1], []).append(hit)
+    chosen: list[tuple[int, str, int]] = []
+    limit = len(raw)
+    for key in reversed(keys):
+        mine = hits.get(key, [])
+        index = bisect.bisect_left(mine, limit, key=lambda hit: hit[0]) - 1
+        if index < 0:
+            return None
+        chosen.append(mine[index])
+        limit = mine[index][0]
+    chosen.reverse()
+    if chosen[0][0] != _after_ws(raw, _after_ws(raw, 0) + 1):
+        return None  # the first key does not open the object
+    spans = _spans_between(raw, chosen)
+    if spans is None:
+        return None
+    view = memoryview(raw)
+    for start, end in spans.values():
+        try:
+            orjson.loads(view[start:end])
+        except orjson.JSONDecodeError:
+            return None
+    return spans
+
+
 @functools.lru_cache(maxsize=256)
 def _occurrences(tokens: tuple[bytes, ...]) -> re.Pattern[bytes]:
     """Any of ``tokens``: one plain alternation (no groups, which would cost the engine its fast
-    scan for the common first character), cached per key set: clients send the same few."""
+    scan for the common first character; an escape's alternative there made the pass 20 times
+    slower), cached per key set: clients send the same few."""
     return re.compile(b"|".join(re.escape(token) for token in tokens))
 
 
 def content_end(raw: bytes, start: int, end: int) -> int:
     """Where the whitespace before ``end`` begins (looked for in a small window first, so the
     usual case copies nothing large)."""
+    if end <= start or raw[end - 1] not in _WHITESPACE:
+        return max(start, end)  # compact JSON: nothing to skip
     window = max(start, end - 4096)
     kept = raw[window:end].rstrip()
     if kept or window == start:
