@@ -10,12 +10,11 @@ protocol (the one the gateway serves HTTP/1.1 with, ``server.protocol``), as uvi
 
 - the same bytes: uvicorn's status line, its default headers (``date``, ``server`` when on), the
   response's headers, ``connection: close`` when the connection is not kept alive;
-- the same checks: a header name or value uvicorn would refuse is refused (here with one search
-  over all names and one over all values), and the connection's keep-alive state follows a
-  ``connection: close`` header;
+- the same checks: a header name or value uvicorn would refuse is left to uvicorn, which refuses
+  it (found here with one search over all names and one over all values), and the connection's
+  keep-alive state follows a ``connection: close`` header;
 - the same end: the response is complete, a connection not kept alive is closed, and the
-  protocol is told (it serves the connection's next request, or arms its keep-alive timer).
-
+  protocol is told (it serves the connection's next request, or arms its keep-alive timer);
 - the same access log line, when uvicorn's access log is on.
 
 Anything else goes through ASGI unchanged: a stream, a file, a ``HEAD`` request, a connection
@@ -48,19 +47,37 @@ def written_whole(response: Response, send: Send) -> bool:
     if type(response) is not Response or response.background is not None:
         return False
     cycle = getattr(send, "__self__", None)
-    return type(cycle) is _CYCLE and _write(cycle, response)
+    if type(cycle) is not _CYCLE:
+        return False
+    try:
+        ready = _ready(cycle)
+    except AttributeError:  # another uvicorn than the one this was written against: ASGI
+        return False
+    return ready and _write(cycle, response)
 
 
-def _write(cycle: httptools_impl.RequestResponseCycle, response: Response) -> bool:
-    """Write ``response`` whole on ``cycle``'s connection; False when only ASGI may (nothing was
-    written or changed then)."""
-    if (
+def _ready(cycle: httptools_impl.RequestResponseCycle) -> bool:
+    """The cycle has not started answering and its connection takes a write now (reads every
+    attribute ``_write`` uses, so a uvicorn without one fails here, before anything changed)."""
+    return not (
         cycle.response_started
+        or cycle.response_complete
         or cycle.disconnected
         or cycle.flow.write_paused
         or cycle.scope["method"] == "HEAD"
-    ):
-        return False
+        or cycle.default_headers is None
+        or cycle.message_event is None
+        or cycle.transport is None
+        or cycle.on_response is None
+        or (cycle.access_log and cycle.access_logger is None)
+        or cycle.waiting_for_100_continue is None
+        or cycle.keep_alive is None
+    )
+
+
+def _write(cycle: httptools_impl.RequestResponseCycle, response: Response) -> bool:
+    """Write ``response`` whole on ``cycle``'s connection (``_ready``); False when only ASGI may
+    (nothing was written or changed then)."""
     status = response.status_code
     status_line = _STATUS_LINE.get(status)
     body = response.body
