@@ -23,8 +23,8 @@ from modelgate.storage.base import (
 )
 from modelgate.storage.sqlite_database import SqliteRepository
 
-#: The seven window caps of ``reserve``'s row (the key's 5h/day/week, the account's and its month)
-#: when none is set.
+#: The seven spend caps of ``reserve``'s row beyond the key's month (the key's 5h, day and week;
+#: the account's 5h, day, week and month) when none is set.
 _NO_WINDOW_CAPS = (None,) * 7
 
 
