@@ -68,12 +68,17 @@ def sqlite_day(created_at: float) -> str:
     """The UTC day of a timestamp exactly as SQLite's ``strftime('%Y-%m-%d', t, 'unixepoch')``
     computes it (which the rebuild and a scan of the records use): SQLite first rounds the time
     to whole milliseconds, so a record 0.4 ms before midnight belongs to the next day."""
-    return date.fromordinal(_EPOCH_ORDINAL + _sqlite_ms(created_at) // _DAY_MS).isoformat()
+    return _day_of(_sqlite_ms(created_at))
 
 
 def _sqlite_ms(created_at: float) -> int:
     """Milliseconds since the epoch as SQLite rounds them (``sqlite_day``)."""
     return int(created_at * 1000.0 + _UNIX_JD_MS + 0.5) - _UNIX_JD_MS
+
+
+def _day_of(ms: int) -> str:
+    """The UTC day (``YYYY-MM-DD``) of a time in SQLite's milliseconds since the epoch."""
+    return date.fromordinal(_EPOCH_ORDINAL + ms // _DAY_MS).isoformat()
 
 
 class UsageSums:
@@ -103,7 +108,7 @@ class UsageSums:
             day = self._day
         else:
             self._day_ms = ms - ms % _DAY_MS
-            day = self._day = date.fromordinal(_EPOCH_ORDINAL + ms // _DAY_MS).isoformat()
+            day = self._day = _day_of(ms)
         i, o, cc, cr = u.input_tokens, u.output_tokens, u.cache_creation_tokens, u.cache_read_tokens
         w, ws, charged = u.cache_write_1h_tokens, u.web_search_requests, u.charged_uc
         key = (u.key_id, day, u.model, u.endpoint, u.status)
