@@ -16,22 +16,10 @@ from modelgate.storage import key_search
 from modelgate.storage.key_pages import key_page_sql
 from modelgate.storage.reports import Params, dollar, qmark
 from tests.storage.engines import fresh_database
+from tests.storage.test_contract_key_search import searched
 from tests.whole_store import PostgresStore, SqliteStore
 
 NOW = 1_780_000_000.0
-
-
-async def walk(
-    store: SqliteStore | PostgresStore, account_id: int | None, search: str, limit: int
-) -> list[str]:
-    out: list[str] = []
-    after: tuple[float, str] | None = None
-    while True:
-        page = await store.key_page(account_id, limit=limit, after=after, search=search)
-        out += [k.id for k in page]
-        if len(page) < limit:
-            return out
-        after = (page[-1].created_at, page[-1].id)
 
 
 def key_rows(account_id: int, names: list[str]) -> list[tuple[object, ...]]:
@@ -65,7 +53,7 @@ async def test_sqlite_search_past_the_index_cap_pages_in_key_order(tmp_path: Pat
         mine = [r for r in order if r[1] == account.id]
         for search, limit in (("bulk", 1000), ("BULK 1", 700), ("rare", 7), ("are 2", 3), ("bulk 10023", 5)):
             expected = [str(r[0]) for r in mine if search.lower() in str(r[2]).lower()]
-            assert expected and await walk(store, account.id, search, limit) == expected, search
+            assert expected and await searched(store, account.id, search, limit) == expected, search
         with sqlite3.connect(tmp_path / "keys.db") as db:  # a page after a cursor seeks the index to it
             p = Params(qmark)
             sql = key_page_sql(account.id, 100, (NOW + 5, "key_x"), "", p)
@@ -73,7 +61,7 @@ async def test_sqlite_search_past_the_index_cap_pages_in_key_order(tmp_path: Pat
             assert "api_keys_account_created (account_id=? AND (created_at,id)>(?,?))" in plan, plan
         everyone = [str(r[0]) for r in order if "bulk" in str(r[2]).lower()]
         assert len(everyone) == dense + 1
-        assert await walk(store, None, "bulk", 1000) == everyone
+        assert await searched(store, None, "bulk", 1000) == everyone
     finally:
         await store.close()
 
@@ -95,7 +83,7 @@ async def test_sqlite_search_of_many_keys_that_come_late_in_key_order(tmp_path: 
         expected = [str(r[0]) for r in order if "late bot" in str(r[2]).lower()]
         first = await store.key_page(account.id, limit=50, search="late bot")
         assert [k.id for k in first] == expected[:50]
-        assert await walk(store, account.id, "LATE BOT", 2500) == expected
+        assert await searched(store, account.id, "LATE BOT", 2500) == expected
     finally:
         await store.close()
 
@@ -168,7 +156,7 @@ async def test_postgresql_without_pg_trgm_migrates_and_searches_the_same() -> No
                 order = sorted(rows, key=lambda r: (float(str(r[8])), str(r[0])))
                 for search in ("plain 1", "PLAIN", "n 3"):
                     expected = [str(r[0]) for r in order if search.lower() in str(r[2]).lower()]
-                    assert await walk(store, account.id, search, 4) == expected, search
+                    assert await searched(store, account.id, search, 4) == expected, search
             finally:
                 await store.close()
         finally:
