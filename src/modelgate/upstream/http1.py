@@ -110,6 +110,8 @@ class Connection(asyncio.Protocol):
     # -- httptools callbacks -------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        if self.reply is None:  # a second message behind the one asked for: not to be trusted
+            self.close()
         self._raw_headers = []
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -299,8 +301,8 @@ class Http1Reply:
         ``until``)."""
         while not self.status and self._error is None:
             await self._wait(until, error)
-        if self._error is not None:
-            raise self._error
+        if not self.status and self._error is not None:
+            raise self._error  # (after the head, a failure is the body's: read and iter_chunks)
 
     async def read(self) -> bytes:
         self._whole = True
@@ -349,8 +351,11 @@ class Http1Reply:
         try:
             while True:
                 if chunks:
-                    chunk = chunks.popleft()
-                    self._buffered -= len(chunk)
+                    # Everything that arrived together leaves together (a chunked upstream's
+                    # chunks, several events of one write), as one piece.
+                    chunk = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+                    chunks.clear()
+                    self._buffered = 0
                     if self._paused and self._buffered < LOW_WATER:
                         self._resume()
                     self._read_since = None

@@ -44,6 +44,8 @@ BODY_SLICE_BYTES = 1 << 20
 _TARGETS_KEPT = 256
 #: A header name or value that would split the request head.
 _LINE_BREAK = re.compile(r"[\r\n\x00]")
+#: Headers the client writes itself (a configured ``host`` is honoured).
+_OURS = frozenset({"content-length", "host"})
 
 
 class Origin(NamedTuple):
@@ -73,12 +75,9 @@ def _target_of(url: str | yarl.URL) -> _Target:
 
 
 def _head(target: _Target, headers: Mapping[str, str], length: int) -> bytes:
-    fields = [
-        f"{name}: {value}\r\n" for name, value in headers.items() if name not in ("content-length", "host")
-    ]
-    text = "".join(fields)
-    if _LINE_BREAK.search(text.replace("\r\n", "")):
+    if _LINE_BREAK.search("".join(headers) + "".join(headers.values())):
         raise ValueError("an upstream request header holds a line break")
+    text = "".join(f"{name}: {value}\r\n" for name, value in headers.items() if name not in _OURS)
     host = headers.get("host", target.host)
     return f"{target.line}host: {host}\r\n{text}content-length: {length}\r\n\r\n".encode()
 
@@ -310,6 +309,8 @@ class HttpClient:
                 f"upstream {self._label}: no response within {timeouts.first_byte:g}s"
             ) from None
         except ConnectionError as exc:
+            if reply.status:
+                return reply  # the upstream answered (and closed) before taking the whole body
             await reply.close()
             raise errors.UpstreamFailed(
                 f"upstream {self._label}: connection failed before a response ({type(exc).__name__})"
