@@ -292,7 +292,7 @@ class HttpClient:
             connection = await self._connect(pool, target.origin)
         first_byte = min(loop.time() + timeouts.first_byte, deadline)
         reply = Http1Reply(loop, connection, idle=timeouts.idle, deadline=deadline, label=self._label)
-        connection.reply = reply
+        connection.start(reply)
         transport = connection.transport
         assert transport is not None
         try:
