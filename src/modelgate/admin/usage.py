@@ -1,5 +1,6 @@
 """Usage endpoints: the monthly summary, the filtered and paged usage log with its CSV export,
-per-day totals by model, and the keys that spent most.
+per-day totals by model, and the keys that spent most. Each JSON answer carries an ``ETag``, and a
+poller that sends it back gets 304 while the answer is unchanged (``admin.conditional``).
 
 Scope: an account token sees its own account; an operator sees one account (``account_id``),
 one key (``key_id``) or everything; a member sees the records of their own keys (all of them, or
@@ -21,8 +22,9 @@ from starlette.responses import Response, StreamingResponse
 
 from modelgate.admin import query, schemas
 from modelgate.admin.auth import Principal
+from modelgate.admin.conditional import conditional_json
 from modelgate.admin.context import AdminContext
-from modelgate.admin.http import NO_STORE, bad_request, json_response, query_int
+from modelgate.admin.http import NO_STORE, bad_request, query_int
 from modelgate.management import format_credits
 from modelgate.storage.base import UsageRecord
 from modelgate.storage.reports import KeySpend, UsageCursor, UsageFilter
@@ -120,13 +122,15 @@ class UsageEndpoints:
             records = (await self.reports.usage_page(where, limit=limit)).records if limit > 0 else []
         else:
             records = await self.usage.usage_records(month, account_id=account_id, key_id=key_id, limit=limit)
-        return json_response(
+        return conditional_json(
+            request,
+            principal.token_id,
             {
                 "month": month,
                 "scope": scope,
                 "summary": schemas.usage_summary_view(summary),
                 "records": [schemas.usage_record_view(r) for r in records],
-            }
+            },
         )
 
     async def filter_of(self, request: Request, principal: Principal) -> UsageFilter:
@@ -176,7 +180,7 @@ class UsageEndpoints:
                 "endpoints": list(facets.endpoints),
                 "statuses": list(facets.statuses),
             }
-        return json_response(body)
+        return conditional_json(request, principal.token_id, body)
 
     async def records_csv(self, request: Request, principal: Principal) -> Response:
         """``GET /usage/records.csv``: every record of the filter, streamed in batches (bounded
@@ -214,7 +218,9 @@ class UsageEndpoints:
         month = self.context.month(request)
         account_id, key_id = await self.context.scope(principal, request)
         days = await self.reports.usage_daily(month, account_id=account_id, key_id=key_id)
-        return json_response({"month": month, "data": [schemas.daily_view(d) for d in days]})
+        return conditional_json(
+            request, principal.token_id, {"month": month, "data": [schemas.daily_view(d) for d in days]}
+        )
 
     async def top_keys(self, request: Request, principal: Principal) -> Response:
         """``GET /usage/top-keys``: the keys that spent most in a month."""
@@ -225,7 +231,9 @@ class UsageEndpoints:
             spenders = (await self._own_spend(principal, month))[:limit]
         else:
             spenders = await self.reports.top_keys(month, account_id=account_id, limit=limit)
-        return json_response({"month": month, "data": [schemas.top_key_view(s) for s in spenders]})
+        return conditional_json(
+            request, principal.token_id, {"month": month, "data": [schemas.top_key_view(s) for s in spenders]}
+        )
 
     async def _own_spend(self, principal: Principal, month: str) -> list[KeySpend]:
         """A member's own keys that spent in ``month``, in ``top_keys`` order (charged, requests,
