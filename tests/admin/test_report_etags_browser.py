@@ -1,13 +1,14 @@
 """The dashboard asks for a report it has already shown with ``If-None-Match`` (admin.conditional):
 drawn again with nothing changed, the overview's reports come back 304 and the page shows the
-same figures; after new usage they come back whole and the page shows the new figures; signing
-out forgets every remembered answer. Driven in Debian's headless Chromium, as
+same figures; after new usage (once ``admin.report_recheck_seconds`` has passed) they come back
+whole and the page shows the new figures; signing out forgets every remembered answer. Driven in Debian's headless Chromium, as
 tests/admin/test_dashboard_browser.py."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,7 +16,7 @@ import pytest
 
 from tests.admin.conftest import Admin, Tenant
 from tests.browser import BROWSER, DESKTOP, Page, chromium
-from tests.gateway_server import running_gateway
+from tests.gateway_server import ManualClock, running_gateway
 
 if BROWSER is None and os.environ.get("CI"):
     raise RuntimeError("CI needs Chromium for the dashboard tests: apt-get install chromium-headless-shell")
@@ -42,8 +43,13 @@ REPORTS = ("/admin/api/usage?", "/admin/api/usage/daily?", "/admin/api/usage/top
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Admin, Tenant]]:
-    with running_gateway(tmp_path_factory.mktemp("etags") / "data") as server:
+def clock() -> ManualClock:
+    return ManualClock(time.time())
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory, clock: ManualClock) -> Iterator[tuple[Admin, Tenant]]:
+    with running_gateway(tmp_path_factory.mktemp("etags") / "data", clock=clock) as server:
         helper = Admin(server)
         try:
             tenant = helper.tenant(credits=100)
@@ -79,7 +85,7 @@ def _sign_in(page: Page, token: str) -> None:
 
 
 def test_an_unchanged_overview_is_answered_304_and_drawn_the_same(
-    page: Page, world: tuple[Admin, Tenant]
+    page: Page, world: tuple[Admin, Tenant], clock: ManualClock
 ) -> None:
     admin, tenant = world
     _sign_in(page, tenant.admin.token)
@@ -89,8 +95,12 @@ def test_an_unchanged_overview_is_answered_304_and_drawn_the_same(
     assert page.js(REQUESTS_CARD) == "1"
     assert page.js("document.querySelectorAll('#top-keys tr').length") == 1
 
-    # New usage: the same tags no longer match; whole answers, and the page shows them.
+    # New usage: within admin.report_recheck_seconds the tags are taken as current; after it, they
+    # no longer match: whole answers, and the page shows them.
     assert admin.chat(tenant.key.secret).status_code == 200
+    assert [status for _, status, _ in _show_overview_again(page)] == [304, 304, 304]
+    assert page.js(REQUESTS_CARD) == "1"
+    clock.advance(admin.gateway.services.settings.admin.report_recheck_seconds)
     changed = _show_overview_again(page)
     assert len(changed) == 3 and all(status == 200 and sent for _, status, sent in changed), changed
     assert page.js(REQUESTS_CARD) == "2"

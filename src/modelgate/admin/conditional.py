@@ -10,6 +10,14 @@ only that their own answer is the one they already hold, and a tag taken from an
 answer matches nothing, even an identical body. The report is still read to compute the tag: the
 tag is exact, never a guess from a clock or a counter.
 
+A poller that sends back the tag it got for the same URL less than ``admin.report_recheck_seconds``
+ago (2 s by default) is answered 304 at once, without reading the report again (``RecentTags``):
+a dashboard polling every half second reads each report about once per window instead of four
+times, and sees new usage at most that late. Only such a request is: one without
+``If-None-Match`` (a page load, a script), with another tag, or after the window always reads the
+report, so it is exact. A 304 carries no data (it tells the caller that the answer they hold is
+still theirs), and the caller has been authenticated first, as for every admin request.
+
 Answers keep ``cache-control: no-store`` (no cache stores a report; the dashboard keeps the last
 body of each report in memory only). ``If-None-Match`` is read leniently: ``*``, a list of tags,
 weak or strong (compared weakly, as the RFC says for ``If-None-Match``); anything unreadable
@@ -19,6 +27,7 @@ matches nothing and the full answer is sent.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -32,6 +41,8 @@ TAG_BYTES = 16
 #: An ``If-None-Match`` longer than this is not read (it matches nothing): a real client sends
 #: one tag, and the server's own header limit bounds it anyway.
 MAX_IF_NONE_MATCH = 4096
+#: Tags remembered per serving process (``RecentTags``): about 200 bytes each.
+MAX_RECENT_TAGS = 4096
 
 
 def entity_tag(caller: str, body: bytes) -> str:
@@ -61,10 +72,57 @@ def conditional_json(request: Request, caller: str, data: Any) -> Response:
     person's), or 304 (no body, the same tag) when the request's ``If-None-Match`` names it."""
     body = orjson.dumps(data)
     tag = entity_tag(caller, body)
-    headers = {**NO_STORE, "etag": tag}
     if matches(request.headers.get("if-none-match"), tag):
-        return Response(status_code=304, headers=headers)
-    return Response(body, status_code=200, media_type="application/json", headers=headers)
+        return not_modified(tag)
+    return Response(body, status_code=200, media_type="application/json", headers={**NO_STORE, "etag": tag})
+
+
+def not_modified(tag: str) -> Response:
+    return Response(status_code=304, headers={**NO_STORE, "etag": tag})
+
+
+class RecentTags:
+    """The tag each caller last got for each report URL, and when (``steady`` seconds): for
+    ``admin.report_recheck_seconds`` a request naming it is answered 304 without reading the
+    report again. At most ``MAX_RECENT_TAGS`` are kept (the oldest answer's dropped first); one
+    per serving process."""
+
+    def __init__(self, steady: Callable[[], float], window: Callable[[], float]) -> None:
+        self._steady = steady
+        self._window = window
+        self._tags: dict[tuple[str, str], tuple[str, float]] = {}
+
+    @staticmethod
+    def _url(request: Request) -> str:
+        query = request.url.query
+        return request.url.path + ("?" + query if query else "")
+
+    def unchanged(self, request: Request, caller: str) -> Response | None:
+        """304 when ``If-None-Match`` names the tag ``caller`` got for this URL within the
+        window; None: the report must be read."""
+        header = request.headers.get("if-none-match")
+        if not header:
+            return None
+        key = (caller, self._url(request))
+        found = self._tags.get(key)
+        if found is None:
+            return None
+        tag, at = found
+        if self._steady() - at >= self._window():
+            del self._tags[key]
+            return None
+        return not_modified(tag) if matches(header, tag) else None
+
+    def answer(self, request: Request, caller: str, data: Any) -> Response:
+        """``conditional_json``, its tag remembered for this caller and URL (a fresh read)."""
+        response = conditional_json(request, caller, data)
+        if self._window() > 0:
+            key = (caller, self._url(request))
+            self._tags.pop(key, None)  # re-inserted last: the dict stays oldest first
+            self._tags[key] = (response.headers["etag"], self._steady())
+            while len(self._tags) > MAX_RECENT_TAGS:
+                del self._tags[next(iter(self._tags))]
+        return response
 
 
 def described_conditional(operation: dict[str, Any]) -> dict[str, Any]:
