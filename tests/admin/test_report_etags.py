@@ -113,7 +113,10 @@ def test_a_tag_is_taken_as_current_only_for_its_own_caller_and_url(admin: Admin,
     tenant = _with_usage(admin)
     owner = tenant.admin
     tag, _ = _tagged(owner, "/usage/daily")
+    long_url = "/usage/daily?pad=" + "x" * 600  # longer than MAX_RECENT_URL: never remembered
+    long_tag, _ = _tagged(owner, long_url)
     assert admin.chat(tenant.key.secret).status_code == 200
+    assert owner.request("GET", long_url, headers={"if-none-match": long_tag}).status_code == 200
     # Within the window, the same URL with the old tag is 304; another URL of the same report
     # (another query) or another caller holding the tag reads the report.
     assert owner.request("GET", "/usage/daily", headers={"if-none-match": tag}).status_code == 304

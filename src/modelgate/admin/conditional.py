@@ -41,8 +41,11 @@ TAG_BYTES = 16
 #: An ``If-None-Match`` longer than this is not read (it matches nothing): a real client sends
 #: one tag, and the server's own header limit bounds it anyway.
 MAX_IF_NONE_MATCH = 4096
-#: Tags remembered per serving process (``RecentTags``): about 200 bytes each.
+#: Tags remembered per serving process (``RecentTags``): a few hundred bytes each.
 MAX_RECENT_TAGS = 4096
+#: A report URL (path and query) longer than this is not remembered (always read), so the tags
+#: kept stay within about 4,096 x 1 KiB whatever the callers send.
+MAX_RECENT_URL = 512
 
 
 def entity_tag(caller: str, body: bytes) -> str:
@@ -116,8 +119,9 @@ class RecentTags:
     def answer(self, request: Request, caller: str, data: Any) -> Response:
         """``conditional_json``, its tag remembered for this caller and URL (a fresh read)."""
         response = conditional_json(request, caller, data)
-        if self._window() > 0:
-            key = (caller, self._url(request))
+        url = self._url(request)
+        if self._window() > 0 and len(url) <= MAX_RECENT_URL:
+            key = (caller, url)
             self._tags.pop(key, None)  # re-inserted last: the dict stays oldest first
             self._tags[key] = (response.headers["etag"], self._steady())
             while len(self._tags) > MAX_RECENT_TAGS:
