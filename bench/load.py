@@ -345,3 +345,18 @@ async def together(loads: list[tuple[Load, int]], seconds: float) -> list[Stats]
     for st in stats:
         st.busy = seconds
     return stats
+
+
+async def timed_slice(pool: Pool, stats: Stats, concurrency: int, seconds: float) -> None:
+    """One slice of ``pool``'s load into ``stats``, with its CPU and core accounting, as each slice
+    of ``interleaved`` (for callers that choose what runs between slices, bench.datasize_polling)."""
+    core = pool.load.core
+    cpu0 = pool.load.cpu() if pool.load.cpu else 0
+    busy0 = core_busy_seconds(core) if core is not None else 0.0
+    t0 = time.perf_counter()
+    await _run_slice(pool, stats, concurrency, t0 + seconds)
+    stats.busy += time.perf_counter() - t0
+    if pool.load.cpu:
+        stats.cpu_ns += pool.load.cpu() - cpu0
+    if core is not None:
+        stats.core_busy_s += core_busy_seconds(core) - busy0

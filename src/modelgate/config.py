@@ -206,6 +206,11 @@ class AdminConfig(_Section):
     #: How often each serving process checks the database for providers, deployments, aliases
     #: and prices changed through the admin API (seconds; docs/upstreams.md).
     upstreams_refresh_seconds: float = Field(0.25, gt=0, le=1.0)
+    #: How long a usage report's ETag is taken as current without reading the report again: a
+    #: request whose If-None-Match names the tag the same caller got for the same URL less than
+    #: this long ago is answered 304 at once (a polling dashboard sees new usage at most this
+    #: late; requests without If-None-Match always read). 0: every request reads (seconds).
+    report_recheck_seconds: float = Field(2.0, ge=0, le=60)
 
 
 class MetricsConfig(_Section):

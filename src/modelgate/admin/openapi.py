@@ -11,6 +11,7 @@ from typing import Any
 
 from modelgate import __version__
 from modelgate.admin import openapi_people, openapi_windows, schemas
+from modelgate.admin.conditional import described_conditional
 from modelgate.admin.openapi_schemas import RESPONSE_SCHEMAS, ref
 from modelgate.admin.openapi_sso import SSO_PATHS, SSO_SCHEMAS, sso_request_schemas
 from modelgate.admin.openapi_upstreams import upstream_components, upstream_paths
@@ -264,30 +265,38 @@ def openapi_document() -> dict[str, Any]:
             )
         },
         "/admin/api/usage": {
-            "get": _op(
-                "getUsage",
-                "Usage summary and recent records for a key, an account or (operator) everything",
-                ("200", "Usage"),
-                params=[
-                    _MONTH,
-                    _query("key_id", {"type": "string"}, "one key"),
-                    _query("account_id", {"type": "integer"}, "one account (default: the token's)"),
-                    _query("limit", {"type": "integer", "minimum": 0, "maximum": 500}, "records, default 50"),
-                ],
-                errors=("400", "401", "404"),
+            "get": described_conditional(
+                _op(
+                    "getUsage",
+                    "Usage summary and recent records for a key, an account or (operator) everything",
+                    ("200", "Usage"),
+                    params=[
+                        _MONTH,
+                        _query("key_id", {"type": "string"}, "one key"),
+                        _query("account_id", {"type": "integer"}, "one account (default: the token's)"),
+                        _query(
+                            "limit", {"type": "integer", "minimum": 0, "maximum": 500}, "records, default 50"
+                        ),
+                    ],
+                    errors=("400", "401", "404"),
+                )
             )
         },
         "/admin/api/usage/records": {
-            "get": _op(
-                "listUsageRecords",
-                "The usage log: filtered records, newest first, one page at a time",
-                ("200", "UsagePage"),
-                params=[
-                    *_FILTERS,
-                    _query("limit", {"type": "integer", "minimum": 1, "maximum": 500}, "records, default 50"),
-                    _query("cursor", {"type": "string"}, "next_cursor of the previous page"),
-                ],
-                errors=("400", "401", "404"),
+            "get": described_conditional(
+                _op(
+                    "listUsageRecords",
+                    "The usage log: filtered records, newest first, one page at a time",
+                    ("200", "UsagePage"),
+                    params=[
+                        *_FILTERS,
+                        _query(
+                            "limit", {"type": "integer", "minimum": 1, "maximum": 500}, "records, default 50"
+                        ),
+                        _query("cursor", {"type": "string"}, "next_cursor of the previous page"),
+                    ],
+                    errors=("400", "401", "404"),
+                )
             )
         },
         "/admin/api/usage/records.csv": {
@@ -312,25 +321,29 @@ def openapi_document() -> dict[str, Any]:
             )
         },
         "/admin/api/usage/daily": {
-            "get": _op(
-                "getDailyUsage",
-                "Requests, tokens and spend per UTC day and model in a month",
-                ("200", "DailyUsage"),
-                params=[_MONTH, *_SCOPE],
-                errors=("400", "401", "404"),
+            "get": described_conditional(
+                _op(
+                    "getDailyUsage",
+                    "Requests, tokens and spend per UTC day and model in a month",
+                    ("200", "DailyUsage"),
+                    params=[_MONTH, *_SCOPE],
+                    errors=("400", "401", "404"),
+                )
             )
         },
         "/admin/api/usage/top-keys": {
-            "get": _op(
-                "getTopKeys",
-                "The keys that spent most in a month",
-                ("200", "TopKeys"),
-                params=[
-                    _MONTH,
-                    _SCOPE[0],
-                    _query("limit", {"type": "integer", "minimum": 1, "maximum": 50}, "keys, default 5"),
-                ],
-                errors=("400", "401", "404"),
+            "get": described_conditional(
+                _op(
+                    "getTopKeys",
+                    "The keys that spent most in a month",
+                    ("200", "TopKeys"),
+                    params=[
+                        _MONTH,
+                        _SCOPE[0],
+                        _query("limit", {"type": "integer", "minimum": 1, "maximum": 50}, "keys, default 5"),
+                    ],
+                    errors=("400", "401", "404"),
+                )
             )
         },
     }

@@ -10,7 +10,7 @@ Unknown fields are a 400 (``extra="forbid"``): a body that tries to set ``accoun
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -190,8 +190,11 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
 
 
 def when(ts: float | None) -> str | None:
-    """RFC 3339 UTC timestamps (second precision)."""
-    return None if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 UTC timestamps (second precision). The same text as
+    ``datetime.fromtimestamp(ts, UTC).strftime(...)`` (which rounds to the microsecond first, as
+    ``round(ts, 6)`` does) at a fifth of its cost: a page of usage records formats two per record,
+    on the event loop."""
+    return None if ts is None else time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(round(ts, 6)))
 
 
 def money(name: str, micro: int | None) -> dict[str, Any]:

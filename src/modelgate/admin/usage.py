@@ -1,5 +1,6 @@
 """Usage endpoints: the monthly summary, the filtered and paged usage log with its CSV export,
-per-day totals by model, and the keys that spent most.
+per-day totals by model, and the keys that spent most. Each JSON answer carries an ``ETag``, and a
+poller that sends it back gets 304 while the answer is unchanged (``admin.conditional``).
 
 Scope: an account token sees its own account; an operator sees one account (``account_id``),
 one key (``key_id``) or everything; a member sees the records of their own keys (all of them, or
@@ -21,8 +22,9 @@ from starlette.responses import Response, StreamingResponse
 
 from modelgate.admin import query, schemas
 from modelgate.admin.auth import Principal
+from modelgate.admin.conditional import RecentTags
 from modelgate.admin.context import AdminContext
-from modelgate.admin.http import NO_STORE, bad_request, json_response, query_int
+from modelgate.admin.http import NO_STORE, bad_request, query_int
 from modelgate.management import format_credits
 from modelgate.storage.base import UsageRecord
 from modelgate.storage.reports import KeySpend, UsageCursor, UsageFilter
@@ -89,9 +91,12 @@ class UsageEndpoints:
         self.context = context
         self.usage = context.services.usage
         self.reports = context.services.reports
+        self.recent = RecentTags(context.clock.steady, lambda: context.settings.admin.report_recheck_seconds)
 
     async def summary(self, request: Request, principal: Principal) -> Response:
         """``GET /usage``: the month's totals and the latest records of a key, an account or all."""
+        if (unchanged := self.recent.unchanged(request, principal.token_id)) is not None:
+            return unchanged
         month = self.context.month(request)
         key_id = request.query_params.get("key_id") or None
         account_id = query_int(request, "account_id")
@@ -120,13 +125,15 @@ class UsageEndpoints:
             records = (await self.reports.usage_page(where, limit=limit)).records if limit > 0 else []
         else:
             records = await self.usage.usage_records(month, account_id=account_id, key_id=key_id, limit=limit)
-        return json_response(
+        return self.recent.answer(
+            request,
+            principal.token_id,
             {
                 "month": month,
                 "scope": scope,
                 "summary": schemas.usage_summary_view(summary),
                 "records": [schemas.usage_record_view(r) for r in records],
-            }
+            },
         )
 
     async def filter_of(self, request: Request, principal: Principal) -> UsageFilter:
@@ -160,6 +167,8 @@ class UsageEndpoints:
     async def records(self, request: Request, principal: Principal) -> Response:
         """``GET /usage/records``: one page of the filtered log, newest first. The first page
         (no ``cursor``) also carries the number of matching records and the facets."""
+        if (unchanged := self.recent.unchanged(request, principal.token_id)) is not None:
+            return unchanged
         where = await self.filter_of(request, principal)
         limit = query.bounded_int(request, "limit", DEFAULT_RECORDS, 1, MAX_RECORDS)
         after = query.cursor(request)
@@ -176,7 +185,7 @@ class UsageEndpoints:
                 "endpoints": list(facets.endpoints),
                 "statuses": list(facets.statuses),
             }
-        return json_response(body)
+        return self.recent.answer(request, principal.token_id, body)
 
     async def records_csv(self, request: Request, principal: Principal) -> Response:
         """``GET /usage/records.csv``: every record of the filter, streamed in batches (bounded
@@ -211,13 +220,19 @@ class UsageEndpoints:
 
     async def daily(self, request: Request, principal: Principal) -> Response:
         """``GET /usage/daily``: per UTC day and model in a month, for the overview's charts."""
+        if (unchanged := self.recent.unchanged(request, principal.token_id)) is not None:
+            return unchanged
         month = self.context.month(request)
         account_id, key_id = await self.context.scope(principal, request)
         days = await self.reports.usage_daily(month, account_id=account_id, key_id=key_id)
-        return json_response({"month": month, "data": [schemas.daily_view(d) for d in days]})
+        return self.recent.answer(
+            request, principal.token_id, {"month": month, "data": [schemas.daily_view(d) for d in days]}
+        )
 
     async def top_keys(self, request: Request, principal: Principal) -> Response:
         """``GET /usage/top-keys``: the keys that spent most in a month."""
+        if (unchanged := self.recent.unchanged(request, principal.token_id)) is not None:
+            return unchanged
         month = self.context.month(request)
         account_id, _ = await self.context.scope(principal, request)
         limit = query.bounded_int(request, "limit", 5, 1, 50)
@@ -225,7 +240,9 @@ class UsageEndpoints:
             spenders = (await self._own_spend(principal, month))[:limit]
         else:
             spenders = await self.reports.top_keys(month, account_id=account_id, limit=limit)
-        return json_response({"month": month, "data": [schemas.top_key_view(s) for s in spenders]})
+        return self.recent.answer(
+            request, principal.token_id, {"month": month, "data": [schemas.top_key_view(s) for s in spenders]}
+        )
 
     async def _own_spend(self, principal: Principal, month: str) -> list[KeySpend]:
         """A member's own keys that spent in ``month``, in ``top_keys`` order (charged, requests,

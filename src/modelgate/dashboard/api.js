@@ -1,7 +1,8 @@
 // The admin API client. The token lives in sessionStorage (this tab only) and goes to /admin/api
-// as Authorization: Bearer, never in a URL; responses are never cached. Without a token, a person
+// as Authorization: Bearer, never in a URL; the browser caches no response. Without a token, a person
 // signed in with single sign-on is authenticated by the HttpOnly session cookie, and every write
-// carries the session's CSRF token (from GET /admin/api/sso/session) as X-CSRF-Token.
+// carries the session's CSRF token (from GET /admin/api/sso/session) as X-CSRF-Token. A report
+// answered with an ETag is asked for again with If-None-Match (a 304 reuses the last answer).
 
 const TOKEN_KEY = "modelgate.adminToken";
 const API = "/admin/api";
@@ -22,9 +23,21 @@ export const token = {
 // The signed-in session's CSRF token (null: no session, or an admin token is used).
 const signedIn = { csrf: null };
 
-async function call(method, path, body) {
+// The last answer of each GET that carried an ETag (the usage reports), in this tab's memory only
+// and dropped on sign-out: its tag goes back as If-None-Match, and a 304 (nothing changed) reuses
+// the text instead of the server encoding and sending the same report again. At most
+// REMEMBERED answers are kept, the least recently used dropped first.
+const REMEMBERED = 32;
+const remembered = new Map();
+
+export function forget() {
+  remembered.clear();
+}
+
+async function call(method, path, body, ifNoneMatch) {
   const bearer = token.get();
   const headers = bearer ? { Authorization: "Bearer " + bearer } : {};
+  if (ifNoneMatch) headers["If-None-Match"] = ifNoneMatch;
   if (!bearer && signedIn.csrf && method !== "GET" && method !== "HEAD") headers["X-CSRF-Token"] = signedIn.csrf;
   const credentials = bearer ? "omit" : "same-origin";
   const init = { method, headers, cache: "no-store", credentials, redirect: "error" };
@@ -33,6 +46,7 @@ async function call(method, path, body) {
     init.body = JSON.stringify(body);
   }
   const res = await fetch(API + path, init);
+  if (res.status === 304 && ifNoneMatch) return res;
   if (!res.ok) {
     const data = await res.json().catch(() => null);
     throw new ApiError(res.status, data && data.error ? data.error.message : "HTTP " + res.status);
@@ -41,7 +55,21 @@ async function call(method, path, body) {
 }
 
 export async function api(method, path, body) {
-  return (await call(method, path, body)).json();
+  if (method !== "GET") return (await call(method, path, body)).json();
+  const known = remembered.get(path);
+  const res = await call(method, path, undefined, known && known.etag);
+  remembered.delete(path);
+  if (res.status === 304) {
+    remembered.set(path, known);
+    return JSON.parse(known.text);
+  }
+  const text = await res.text();
+  const etag = res.headers.get("ETag");
+  if (etag) {
+    remembered.set(path, { etag, text });
+    if (remembered.size > REMEMBERED) remembered.delete(remembered.keys().next().value);
+  }
+  return JSON.parse(text);
 }
 
 export function query(params) {

@@ -3,7 +3,7 @@
 // server is inserted as text (see dom.js). Routes live in the URL fragment (#/keys?account=2), so
 // back/forward and bookmarks work and nothing secret is ever in a URL.
 
-import { ApiError, api, ssoSession, ssoSignOut, ssoStatus, token } from "./api.js";
+import { ApiError, api, forget, ssoSession, ssoSignOut, ssoStatus, token } from "./api.js";
 import { closeAll, onUnauthorized, wireDialogs } from "./dialogs.js";
 import { $ } from "./dom.js";
 import * as accounts from "./view-accounts.js";
@@ -144,6 +144,7 @@ async function enter() {
 function signOut(message, isError, keepRoute) {
   if (session.person) ssoSignOut().catch(() => {});
   token.clear();
+  forget();
   session.me = null;
   session.person = null;
   session.shown = "";
