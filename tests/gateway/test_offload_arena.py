@@ -10,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import platform
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -174,3 +177,39 @@ def test_jobs_beyond_the_workers_wait_for_one() -> None:
             await work.stop()
 
     asyncio.run(run())
+
+
+#: A request's buffers as the serving process makes them: the body joined from its chunks, then
+#: a splice of it, both freed at the end; the page faults of 50 such requests.
+_FAULTS_OF_REQUESTS = """
+import resource, sys
+from modelgate.offload.heap import keep_body_buffers
+print(keep_body_buffers(int(sys.argv[1])))
+chunks = [bytes([i]) * 65536 for i in range(16)]
+def request():
+    body = b"".join(chunks)
+    spliced = b"".join([body[:10], b"x", body[11:]])
+    return len(spliced)
+for _ in range(5):
+    request()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(50):
+    request()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def faults_of_requests(arena: int) -> tuple[str, int]:
+    ran = subprocess.run(
+        [sys.executable, "-c", _FAULTS_OF_REQUESTS, str(arena)], capture_output=True, text=True, check=True
+    )
+    kept, faults = ran.stdout.split()
+    return kept, int(faults)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the thresholds are glibc's malloc's")
+def test_the_serving_process_keeps_body_buffers_in_its_heap() -> None:
+    kept, faults = faults_of_requests(8 << 20)
+    assert kept == "True" and faults < 50  # the same pages, request after request
+    default, default_faults = faults_of_requests(0)  # glibc's own thresholds
+    assert default == "False" and default_faults > 10 * max(faults, 1)
