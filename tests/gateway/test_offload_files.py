@@ -68,3 +68,16 @@ def test_the_niceness_is_a_setting_checked_at_load(tmp_path: Path) -> None:
     path.write_text("[server]\nbody_worker_niceness = 20\n")
     with pytest.raises(ConfigError, match="body_worker_niceness"):
         load_settings(path, environ={}, data_dir=tmp_path)
+
+
+def test_the_arena_size_is_a_setting_checked_at_load(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[server]\nbody_arena_bytes = 1048576\n")
+    assert load_settings(path, environ={}, data_dir=tmp_path).server.body_arena_bytes == 1 << 20
+    env = {"MODELGATE_SERVER__BODY_ARENA_BYTES": "0"}
+    assert load_settings(None, environ=env, data_dir=tmp_path).server.body_arena_bytes == 0
+    assert load_settings(None, environ={}, data_dir=tmp_path).server.body_arena_bytes == 8 << 20
+    for wrong in ("-1", str(2 << 30)):
+        path.write_text(f"[server]\nbody_arena_bytes = {wrong}\n")
+        with pytest.raises(ConfigError, match="body_arena_bytes"):
+            load_settings(path, environ={}, data_dir=tmp_path)
