@@ -15,13 +15,25 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
+import uvloop
 
 from modelgate.offload import Offload, WorkerLost
 
 KIB = 1024
+Runner = Callable[[Coroutine[Any, Any, Any]], Any]
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run_on(request: pytest.FixtureRequest) -> Runner:
+    """Each test on asyncio's loop (the test gateways') and on uvloop (``modelgate serve``'s)."""
+    return asyncio.run if request.param == "asyncio" else uvloop.run
+
+
 ARENA_NAME = "modelgate-body-arena"
 
 
@@ -65,7 +77,7 @@ def arenas_here() -> list[int]:
     return [arena.st_size for arena in arenas()]
 
 
-def test_the_arena_is_reused_from_job_to_job() -> None:
+def test_the_arena_is_reused_from_job_to_job(run_on: Runner) -> None:
     async def run() -> list[tuple[int, int, int]]:
         work = Offload(1, arena_bytes=256 * KIB)
         try:
@@ -75,13 +87,13 @@ def test_the_arena_is_reused_from_job_to_job() -> None:
         finally:
             await work.stop()
 
-    seen = asyncio.run(run())
+    seen = run_on(run())
     assert len(set(seen)) == 1  # the same worker, the same arena, never grown
     assert arenas_here() == []  # stopped: its arena is gone
 
 
 @pytest.mark.parametrize("arena", [0, 4 * KIB, 8 << 20])
-def test_bodies_and_results_larger_than_the_arena_come_through_whole(arena: int) -> None:
+def test_bodies_and_results_larger_than_the_arena_come_through_whole(arena: int, run_on: Runner) -> None:
     body = os.urandom(3 << 20)  # also larger than what is copied on the loop itself
 
     async def run() -> None:
@@ -98,10 +110,10 @@ def test_bodies_and_results_larger_than_the_arena_come_through_whole(arena: int)
         finally:
             await work.stop()
 
-    asyncio.run(run())
+    run_on(run())
 
 
-def test_a_worker_killed_mid_job_fails_that_job_and_is_replaced() -> None:
+def test_a_worker_killed_mid_job_fails_that_job_and_is_replaced(run_on: Runner) -> None:
     async def run() -> None:
         work = Offload(1, arena_bytes=64 * KIB)
         try:
@@ -121,10 +133,10 @@ def test_a_worker_killed_mid_job_fails_that_job_and_is_replaced() -> None:
         finally:
             await work.stop()
 
-    asyncio.run(run())
+    run_on(run())
 
 
-def test_a_worker_dead_while_idle_is_replaced_without_failing_a_job() -> None:
+def test_a_worker_dead_while_idle_is_replaced_without_failing_a_job(run_on: Runner) -> None:
     async def run() -> None:
         work = Offload(1)
         try:
@@ -142,10 +154,10 @@ def test_a_worker_dead_while_idle_is_replaced_without_failing_a_job() -> None:
         finally:
             await work.stop()
 
-    asyncio.run(run())
+    run_on(run())
 
 
-def test_a_caller_gone_mid_job_leaves_its_worker_usable() -> None:
+def test_a_caller_gone_mid_job_leaves_its_worker_usable(run_on: Runner) -> None:
     async def run() -> None:
         work = Offload(1)
         try:
@@ -162,10 +174,10 @@ def test_a_caller_gone_mid_job_leaves_its_worker_usable() -> None:
         finally:
             await work.stop()
 
-    asyncio.run(run())
+    run_on(run())
 
 
-def test_jobs_beyond_the_workers_wait_for_one() -> None:
+def test_jobs_beyond_the_workers_wait_for_one(run_on: Runner) -> None:
     async def run() -> None:
         work = Offload(2)
         try:
@@ -176,7 +188,7 @@ def test_jobs_beyond_the_workers_wait_for_one() -> None:
         finally:
             await work.stop()
 
-    asyncio.run(run())
+    run_on(run())
 
 
 #: A request's buffers as the serving process makes them: the body joined from its chunks, then
@@ -213,3 +225,24 @@ def test_the_serving_process_keeps_body_buffers_in_its_heap() -> None:
     assert kept == "True" and faults < 50  # the same pages, request after request
     default, default_faults = faults_of_requests(0)  # glibc's own thresholds
     assert default == "False" and default_faults > 10 * max(faults, 1)
+
+
+def test_stopping_mid_copy_waits_for_the_copy_and_ends_the_workers(run_on: Runner) -> None:
+    async def run() -> None:
+        work = Offload(1, arena_bytes=64 * KIB)
+        try:
+            first = (await work.run_on_body(whose, b"x"))[0]
+            job = asyncio.ensure_future(work.run_on_body(digest, os.urandom(64 << 20)))
+            await asyncio.sleep(0.005)  # the 64 MiB copy into the arena is under way on a thread
+        finally:
+            await work.stop()
+        with pytest.raises((asyncio.CancelledError, WorkerLost)):
+            await job
+        assert work.pids() == [] and arenas_here() == []
+        for _ in range(500):  # killed, then reaped
+            if not Path(f"/proc/{first}").exists():
+                break
+            await asyncio.sleep(0.01)
+        assert not Path(f"/proc/{first}").exists()
+
+    run_on(run())

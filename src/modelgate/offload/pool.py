@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
+from modelgate.offload.channel import Channel
 from modelgate.offload.wire import (
-    HEADER_BYTES,
     ArenaFd,
     InArena,
     Job,
@@ -61,10 +61,11 @@ class WorkerLost(Exception):
 @dataclass(eq=False, slots=True)
 class _Worker:
     process: BaseProcess
-    #: Our end of the worker's socket (non-blocking: read and written by the loop).
-    channel: socket.socket
+    #: Our end of the worker's socket, until the first job makes it a ``Channel``.
+    sock: socket.socket
     #: The worker's arena (``wire.new_arena``).
     arena: int
+    channel: Channel | None = None
 
 
 class Offload:
@@ -190,12 +191,13 @@ class Offload:
         except Exception:  # a job that does not pickle: the caller's error; the worker is untouched
             self._release(worker)
             raise
-        loop = asyncio.get_running_loop()
         try:
             if body is not None:
                 await _copy(write_arena, worker.arena, body, 0, size=len(body))
-            await loop.sock_sendall(worker.channel, request)
-            reply: Reply = loads(await _receive(loop, worker.channel))
+            if worker.channel is None:
+                worker.channel = await Channel.over(worker.sock)
+            worker.channel.send(request)
+            reply: Reply = loads(await worker.channel.receive())
             value = await self._fetched(worker, reply.value) if reply.ok else reply.value
         except (OSError, EOFError) as exc:
             self.lost += 1
@@ -225,8 +227,7 @@ class Offload:
         its arena freed, and a job waiting for a worker gets a new one."""
         if worker in self._live:
             self._live.remove(worker)
-        worker.channel.close()
-        os.close(worker.arena)
+        _close(worker)
         with contextlib.suppress(OSError, ValueError):
             worker.process.kill()
         asyncio.get_running_loop().run_in_executor(None, _reap, worker.process, 0.0)
@@ -252,8 +253,7 @@ class Offload:
         await asyncio.gather(*exchanges, return_exceptions=True)
         workers, self._live, self._idle = self._live, [], []
         for worker in workers:
-            worker.channel.close()
-            os.close(worker.arena)
+            _close(worker)
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(loop.run_in_executor(None, _reap, w.process, EXIT_SECONDS) for w in workers))
 
@@ -263,24 +263,25 @@ async def _copy(fn: Callable[..., T], *args: Any, size: int) -> T:
     thread when large (the system call releases the GIL, so the loop keeps serving)."""
     if size <= INLINE_COPY_BYTES:
         return fn(*args)
-    return await asyncio.to_thread(fn, *args)
+    copy = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(copy)
+    except asyncio.CancelledError:
+        # The thread still uses the arena's descriptor: it must not be closed (and its number
+        # reused by another file) before the copy ends.
+        while not copy.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([copy])
+        raise
 
 
-async def _receive(loop: asyncio.AbstractEventLoop, channel: socket.socket) -> bytes:
-    head = await _exactly(loop, channel, HEADER_BYTES)
-    return await _exactly(loop, channel, int.from_bytes(head, "little"))
-
-
-async def _exactly(loop: asyncio.AbstractEventLoop, channel: socket.socket, length: int) -> bytes:
-    buffer = bytearray(length)
-    view = memoryview(buffer)
-    done = 0
-    while done < length:
-        count = await loop.sock_recv_into(channel, view[done:])
-        if count == 0:
-            raise EOFError("the body worker closed its channel")
-        done += count
-    return bytes(buffer)
+def _close(worker: _Worker) -> None:
+    """Close our ends of the worker's socket and arena (the worker sees its channel close)."""
+    if worker.channel is not None:
+        worker.channel.close()
+    else:
+        worker.sock.close()
+    os.close(worker.arena)
 
 
 def _extent(value: Any) -> int:
