@@ -1,9 +1,10 @@
-"""Measure aiohttp vs httpx as the gateway's upstream HTTP client for streaming responses.
+"""Measure the gateway's upstream HTTP client against aiohttp and httpx, streamed and whole.
 
 A local aiohttp.web fake SSE server runs in a *separate process* (so the CPU time measured here is
 the client's alone). For each client library and each concurrency level, N streaming requests of
 ``CHUNKS`` SSE events are issued through ONE shared pooled client, and we report requests/s (wall)
-and client CPU milliseconds per request (``time.process_time``).
+and client CPU milliseconds per request (``time.process_time``). ``--chunks 1`` is a whole answer
+read at once. ``modelgate`` is ``upstream.transport.HttpClient`` (its own HTTP/1.1 pool).
 
 Run: ``.venv/bin/python bench/http_clients.py [--requests 2000] [--chunks 50]``
 """
@@ -100,6 +101,28 @@ async def bench_httpx(url: str, total: int, concurrency: int) -> tuple[float, fl
         return await _run(one, total, concurrency)
 
 
+async def bench_modelgate(url: str, total: int, concurrency: int) -> tuple[float, float]:
+    from modelgate.upstream.kind import TimeoutConfig
+    from modelgate.upstream.transport import HttpClient
+
+    client = HttpClient(label="bench", timeouts=TimeoutConfig(), max_concurrency=concurrency)
+    headers = {"content-type": "application/json"}
+    try:
+
+        async def one() -> int:
+            size = 0
+            reply = await client.post(url, b'{"stream":true}', headers)
+            async for chunk in reply.iter_chunks():
+                size += len(chunk)
+            await reply.close()
+            return size
+
+        await _run(one, concurrency, concurrency)
+        return await _run(one, total, concurrency)
+    finally:
+        await client.aclose()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=2000)
@@ -114,11 +137,15 @@ async def main() -> None:
     try:
         await _wait_up(url)
         print(f"{args.requests} streaming requests x {args.chunks} SSE chunks, server in a separate process")
-        print(f"{'client':8} {'conc':>5} {'req/s':>9} {'client CPU ms/req':>18}")
+        print(f"{'client':9} {'conc':>5} {'req/s':>9} {'client CPU ms/req':>18}")
         for conc in args.concurrency:
-            for name, fn in (("aiohttp", bench_aiohttp), ("httpx", bench_httpx)):
+            for name, fn in (
+                ("modelgate", bench_modelgate),
+                ("aiohttp", bench_aiohttp),
+                ("httpx", bench_httpx),
+            ):
                 rps, cpu_ms = await fn(url, args.requests, conc)
-                print(f"{name:8} {conc:>5} {rps:>9.0f} {cpu_ms:>18.3f}")
+                print(f"{name:9} {conc:>5} {rps:>9.0f} {cpu_ms:>18.3f}")
     finally:
         server.terminate()
         server.join()

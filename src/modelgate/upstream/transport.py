@@ -1,197 +1,199 @@
-"""HTTP transport for upstream providers: one pooled aiohttp session per provider.
+"""HTTP transport for upstream providers: one connection pool per provider.
 
-aiohttp was chosen over httpx by measurement (bench/http_clients.py: for 50-chunk SSE streams it
-served 4-10x the requests/s at 5-10x less client CPU per request). Each provider gets one
-long-lived ``ClientSession`` whose ``TCPConnector(limit=max_concurrency)`` is the per-provider
-concurrency cap: requests beyond it wait for a pooled connection (bounded by the connect timeout).
+Each provider gets one ``HttpClient`` whose pool holds at most ``max_concurrency`` connections
+busy at once (its per-provider concurrency cap): requests beyond it wait for a pooled connection,
+bounded by the connect timeout. Connections are kept alive for ``KEEPALIVE_SECONDS`` between
+requests. The exchange itself is ``http1.Connection`` and ``http1.Http1Reply``.
+
+(aiohttp's client did this job until its per-request machinery, about a third of a request's CPU
+in the gateway, was measured against this one: see docs/bench.md.)
 
 All deadlines use the event loop's monotonic clock. ``total`` is measured from the moment
-``request`` is called, and bounds header wait, body reads and every idle gap.
+``post`` is called, and bounds pool wait, header wait, body reads and every idle gap; the
+first-byte clock starts once a connection is held, so requests queued for a pooled connection do
+not time out early.
 """
 
 from __future__ import annotations
 
 import asyncio
 import errno
-from collections.abc import AsyncIterator, Mapping
-from contextvars import ContextVar
-from typing import Any
+import re
+import ssl
+from collections import deque
+from collections.abc import Mapping
+from typing import NamedTuple
 
-import aiohttp
 import yarl
 
 from modelgate import errors
-from modelgate.upstream.base import (
-    ConnectFailed,
-    ConnectTimeout,
-    FirstByteTimeout,
-    IdleTimeout,
-    StreamBroken,
-)
+from modelgate.upstream.base import ConnectFailed, ConnectTimeout, FirstByteTimeout
+from modelgate.upstream.http1 import Connection, Http1Reply
 from modelgate.upstream.kind import TimeoutConfig
 
-#: Read errors that mean the connection broke or the transfer was malformed.
-_BROKEN = (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, ConnectionError)
+#: The reply type providers get (``UpstreamReply``).
+HttpReply = Http1Reply
 
-
-class HttpReply:
-    """``UpstreamReply`` over an aiohttp response; see base.UpstreamReply for the contract."""
-
-    __slots__ = (
-        "_deadline",
-        "_done",
-        "_expired",
-        "_idle",
-        "_label",
-        "_read_since",
-        "_response",
-        "_watchdog",
-        "headers",
-        "status",
-    )
-
-    def __init__(self, response: aiohttp.ClientResponse, *, idle: float, deadline: float, label: str) -> None:
-        self._response = response
-        self._idle = idle
-        self._deadline = deadline
-        self._label = label
-        # True once the body was read to EOF (connection reusable) or the reply was closed.
-        self._done = False
-        # Streaming watchdog state: when the pending read began (None between reads), and which
-        # timeout fired, if any.
-        self._read_since: float | None = None
-        self._expired: errors.UpstreamTimeout | None = None
-        self._watchdog: asyncio.TimerHandle | None = None
-        self.status: int = response.status
-        self.headers: Mapping[str, str] = {k.lower(): v for k, v in response.headers.items()}
-
-    def _remaining(self) -> float:
-        return self._deadline - asyncio.get_running_loop().time()
-
-    async def read(self) -> bytes:
-        remaining = self._remaining()
-        try:
-            async with asyncio.timeout(max(remaining, 0.0)):
-                body = await self._response.read()
-        except TimeoutError:
-            raise errors.UpstreamTimeout(f"upstream {self._label} exceeded its total timeout") from None
-        except _BROKEN as exc:
-            raise StreamBroken(f"upstream {self._label} connection broke: {type(exc).__name__}") from None
-        self._done = True
-        return body
-
-    def _check(self) -> None:
-        """The streaming watchdog: one timer per stream instead of a timeout per chunk.
-
-        Idle means the upstream sent nothing while we were waiting for it; time the consumer
-        spends sending to a slow client does not count. On expiry the response is closed, which
-        ends the pending read; ``iter_chunks`` then raises the recorded timeout.
-        """
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        since = self._read_since
-        if now >= self._deadline:
-            self._expired = errors.UpstreamTimeout(f"upstream {self._label} exceeded its total timeout")
-        elif since is not None and now - since >= self._idle:
-            self._expired = IdleTimeout(
-                f"upstream {self._label} sent nothing for {self._idle:g}s mid-response"
-            )
-        if self._expired is not None:
-            self._response.close()
-            return
-        wake = (since if since is not None else now) + self._idle
-        self._watchdog = loop.call_at(min(wake, self._deadline), self._check)
-
-    async def iter_chunks(self) -> AsyncIterator[bytes]:
-        loop = asyncio.get_running_loop()
-        content = self._response.content
-        self._read_since = loop.time()
-        self._watchdog = loop.call_at(min(self._read_since + self._idle, self._deadline), self._check)
-        try:
-            while True:
-                self._read_since = loop.time()
-                try:
-                    chunk = await content.readany()
-                except _BROKEN as exc:
-                    if self._expired is not None:
-                        raise self._expired from None
-                    raise StreamBroken(
-                        f"upstream {self._label} connection broke mid-response: {type(exc).__name__}"
-                    ) from None
-                self._read_since = None
-                if self._expired is not None:
-                    raise self._expired
-                if not chunk:
-                    self._done = True
-                    return
-                yield chunk
-        finally:
-            if self._watchdog is not None:
-                self._watchdog.cancel()
-
-    async def close(self) -> None:
-        if self._done:
-            self._response.release()
-            return
-        self._done = True
-        # Closing (not releasing) drops the connection: the upstream sees the disconnect and stops
-        # generating, instead of us draining a stream nobody will read.
-        self._response.close()
-
-
-class _FirstByteClock:
-    __slots__ = ("_deadline", "_first_byte", "_scope")
-
-    def __init__(self, scope: asyncio.Timeout, first_byte: float, deadline: float) -> None:
-        self._scope = scope
-        self._first_byte = first_byte
-        self._deadline = deadline
-
-    def start(self) -> None:
-        now = asyncio.get_running_loop().time()
-        self._scope.reschedule(min(now + self._first_byte, self._deadline))
-
-
-#: The clock of the request being sent in this task; the connector starts it once a connection
-#: is held (aiohttp acquires the connection in the caller's task, so the context is shared).
+#: Seconds an idle pooled connection is kept.
+KEEPALIVE_SECONDS = 30.0
 #: Bodies larger than this go out in slices of this size, each written when the connection has
 #: taken the last (flow control): never a copy of a whole 30 MiB body into the transport's
 #: buffer on the loop.
 BODY_SLICE_BYTES = 1 << 20
+#: Parsed request targets kept per client (a provider posts to a handful of URLs).
+_TARGETS_KEPT = 256
+#: A header name or value that would split the request head.
+_LINE_BREAK = re.compile(r"[\r\n\x00]")
+#: Headers the client writes itself (a configured ``host`` is honoured).
+_OURS = frozenset({"content-length", "host"})
 
 
-async def _slices(body: bytes) -> AsyncIterator[memoryview]:
-    view = memoryview(body)
-    for start in range(0, len(view), BODY_SLICE_BYTES):
-        yield view[start : start + BODY_SLICE_BYTES]
+class Origin(NamedTuple):
+    tls: bool
+    host: str
+    port: int
 
 
-def _payload(body: bytes, headers: Mapping[str, str]) -> tuple[Any, dict[str, str]]:
-    """What aiohttp is given to send ``body``: the bytes, or for a large body its slices with
-    the length declared (so it is not sent chunked)."""
-    sent = dict(headers)
-    if len(body) <= BODY_SLICE_BYTES:
-        return body, sent
-    sent["content-length"] = str(len(body))
-    return _slices(body), sent
+class _Target(NamedTuple):
+    origin: Origin
+    #: The Host header and the request line's start (``POST /path?query HTTP/1.1``).
+    host: str
+    line: str
 
 
-_first_byte_clock: ContextVar[_FirstByteClock | None] = ContextVar("modelgate_first_byte_clock", default=None)
+def _target_of(url: str | yarl.URL) -> _Target:
+    parsed = url if isinstance(url, yarl.URL) else yarl.URL(url)
+    if parsed.scheme not in ("http", "https") or not parsed.raw_host:
+        raise ValueError(f"not an http(s) URL: {parsed.scheme}://…")
+    tls = parsed.scheme == "https"
+    port = parsed.port or (443 if tls else 80)
+    host = parsed.raw_host
+    host_header = f"[{host}]" if ":" in host else host  # an IPv6 literal in brackets
+    if not parsed.is_default_port():
+        host_header = f"{host_header}:{port}"
+    return _Target(Origin(tls, host, port), host_header, f"POST {parsed.raw_path_qs or '/'} HTTP/1.1\r\n")
 
 
-class _ClockedConnector(aiohttp.TCPConnector):
-    """Starts the first-byte clock when a pooled or new connection is handed out.
+def _head(target: _Target, headers: Mapping[str, str], length: int) -> bytes:
+    if _LINE_BREAK.search("".join(headers) + "".join(headers.values())):
+        raise ValueError("an upstream request header holds a line break")
+    text = "".join(f"{name}: {value}\r\n" for name, value in headers.items() if name not in _OURS)
+    host = headers.get("host", target.host)
+    return f"{target.line}host: {host}\r\n{text}content-length: {length}\r\n\r\n".encode()
 
-    (aiohttp's trace hooks could do this too, but they build parameter objects for every signal
-    of every request, a measurable cost on the hot path.)
-    """
 
-    async def connect(self, req: Any, traces: Any, timeout: Any) -> Any:  # noqa: ASYNC109 - aiohttp signature
-        connection = await super().connect(req, traces, timeout)
-        clock = _first_byte_clock.get()
-        if clock is not None:
-            clock.start()
-        return connection
+class _Pool:
+    """Connections of one client, idle ones per origin, at most ``limit`` held (0: no limit)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, limit: int) -> None:
+        self._loop = loop
+        self._limit = limit
+        self._held = 0
+        self._idle: dict[Origin, list[Connection]] = {}
+        self._origin_of: dict[Connection, Origin] = {}
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._sweep: asyncio.TimerHandle | None = None
+
+    def full(self) -> bool:
+        return 0 < self._limit <= self._held
+
+    def take(self, origin: Origin) -> Connection | None:
+        """A kept-alive connection to ``origin``, held; None when there is none or no room."""
+        if self.full():
+            return None
+        idle = self._idle.get(origin)
+        if not idle:
+            return None
+        now = self._loop.time()
+        while idle:
+            connection = idle.pop()
+            if connection.usable and now - connection.idle_since < KEEPALIVE_SECONDS:
+                connection.held = True
+                self._held += 1
+                return connection
+            connection.close()
+        return None
+
+    async def room(self) -> None:
+        """Until fewer than ``limit`` connections are held."""
+        while self.full():
+            waiter = self._loop.create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # pass the room on
+                raise
+
+    def hold(self, connection: Connection, origin: Origin) -> None:
+        connection.held = True
+        self._held += 1
+        self._origin_of[connection] = origin
+
+    def release(self, connection: Connection) -> None:
+        """A held connection's message is complete and it stays open: keep it for the next."""
+        self._unhold(connection)
+        origin = self._origin_of.get(connection)
+        if origin is None:  # the pool was closed meanwhile
+            connection.close()
+            return
+        connection.idle_since = self._loop.time()
+        self._idle.setdefault(origin, []).append(connection)
+        if self._sweep is None:
+            self._sweep = self._loop.call_later(KEEPALIVE_SECONDS, self._close_stale)
+
+    def lost(self, connection: Connection) -> None:
+        self._unhold(connection)
+        origin = self._origin_of.pop(connection, None)
+        idle = self._idle.get(origin) if origin is not None else None
+        if idle and connection in idle:
+            idle.remove(connection)
+
+    def unreserve(self) -> None:
+        """A connection counted by ``reserve`` was never made."""
+        self._held -= 1
+        self._wake()
+
+    def reserve(self) -> None:
+        self._held += 1
+
+    def _unhold(self, connection: Connection) -> None:
+        if connection.held:
+            connection.held = False
+            self._held -= 1
+            self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _close_stale(self) -> None:
+        self._sweep = None
+        now = self._loop.time()
+        for idle in self._idle.values():
+            for connection in [c for c in idle if now - c.idle_since >= KEEPALIVE_SECONDS]:
+                idle.remove(connection)
+                connection.close()
+        if any(self._idle.values()):
+            self._sweep = self._loop.call_later(KEEPALIVE_SECONDS, self._close_stale)
+
+    def close(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        connections = list(self._origin_of)
+        self._origin_of.clear()
+        self._idle.clear()
+        for connection in connections:
+            connection.close()
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(errors.UpstreamFailed("the upstream client was closed"))
+        self._waiters.clear()
 
 
 class HttpClient:
@@ -201,65 +203,125 @@ class HttpClient:
         self._label = label
         self._timeouts = timeouts
         self._max_concurrency = max_concurrency
-        # Created on first use: a ClientSession must be created inside the running event loop.
-        self._session: aiohttp.ClientSession | None = None
+        self._targets: dict[str | yarl.URL, _Target] = {}
+        # Created on first use, inside the running event loop.
+        self._pool: _Pool | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tls: ssl.SSLContext | None = None
 
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = _ClockedConnector(
-                limit=self._max_concurrency, limit_per_host=0, ttl_dns_cache=300, keepalive_timeout=30
-            )
-            timeout = aiohttp.ClientTimeout(
-                total=None,
-                connect=self._timeouts.connect,
-                sock_connect=self._timeouts.connect,
-                sock_read=None,
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=timeout,
-                auto_decompress=True,
-                raise_for_status=False,
-                cookie_jar=aiohttp.DummyCookieJar(),  # upstream cookies are never wanted
-            )
-        return self._session
+    def _target(self, url: str | yarl.URL) -> _Target:
+        target = self._targets.get(url)
+        if target is None:
+            if len(self._targets) >= _TARGETS_KEPT:
+                self._targets.clear()
+            target = self._targets[url] = _target_of(url)
+        return target
 
-    async def post(self, url: str | yarl.URL, body: bytes, headers: Mapping[str, str]) -> HttpReply:
-        loop = asyncio.get_running_loop()
+    async def _connect(self, pool: _Pool, origin: Origin) -> Connection:
+        """A new connection (or a pooled one freed while waiting for room), held; within the
+        connect timeout."""
+        loop = pool._loop
         timeouts = self._timeouts
-        deadline = loop.time() + timeouts.total
-        session = self._get_session()
         try:
-            # Until a connection is held only the total deadline applies here (pool wait and
-            # connect are bounded by ClientTimeout.connect); once it is held, the first-byte
-            # clock starts, so requests queued for a pooled connection do not time out early.
-            async with asyncio.timeout_at(deadline) as scope:
-                token = _first_byte_clock.set(_FirstByteClock(scope, timeouts.first_byte, deadline))
-                data, sent_headers = _payload(body, headers)
+            async with asyncio.timeout(timeouts.connect):
+                await pool.room()
+                connection = pool.take(origin)
+                if connection is not None:
+                    return connection
+                pool.reserve()
                 try:
-                    response = await session.post(url, data=data, headers=sent_headers, allow_redirects=False)
+                    tls = None
+                    if origin.tls:
+                        if self._tls is None:
+                            self._tls = ssl.create_default_context()
+                        tls = self._tls
+                    _, connection = await loop.create_connection(
+                        lambda: Connection(pool.release, pool.lost),
+                        origin.host,
+                        origin.port,
+                        ssl=tls,
+                        server_hostname=origin.host if tls else None,
+                    )
                 finally:
-                    _first_byte_clock.reset(token)
-        except aiohttp.ConnectionTimeoutError:
+                    pool.unreserve()
+        except TimeoutError:
             raise ConnectTimeout(
                 f"upstream {self._label}: no connection within {timeouts.connect:g}s"
             ) from None
-        except aiohttp.ClientConnectorError as exc:
+        except ssl.SSLError as exc:
+            raise ConnectFailed(f"upstream {self._label}: cannot connect ({type(exc).__name__})") from None
+        except OSError as exc:
             # str(exc) and strerror name host and port; keep only the errno name.
-            os_error = exc.os_error
-            reason = errno.errorcode.get(os_error.errno or 0) or type(os_error).__name__
+            reason = errno.errorcode.get(exc.errno or 0) or type(exc).__name__
             raise ConnectFailed(f"upstream {self._label}: cannot connect ({reason})") from None
+        if connection.transport is None or connection.transport.is_closing():
+            raise errors.UpstreamFailed(f"upstream {self._label}: connection failed before a response")
+        pool.hold(connection, origin)
+        return connection
+
+    async def _send_slices(self, connection: Connection, body: bytes, until: float) -> None:
+        """A large body in slices, each written once the connection took the last."""
+        assert connection.transport is not None
+        view = memoryview(body)
+        connection.sending = True
+        try:
+            async with asyncio.timeout_at(until):
+                for start in range(0, len(view), BODY_SLICE_BYTES):
+                    await connection.drain()
+                    connection.transport.write(view[start : start + BODY_SLICE_BYTES])
+        finally:
+            connection.sending = False
+
+    async def post(self, url: str | yarl.URL, body: bytes, headers: Mapping[str, str]) -> Http1Reply:
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+            self._pool = _Pool(loop, self._max_concurrency)
+        pool = self._pool
+        assert pool is not None
+        timeouts = self._timeouts
+        deadline = loop.time() + timeouts.total
+        target = self._target(url)
+        head = _head(target, headers, len(body))
+        connection = pool.take(target.origin)
+        if connection is None:
+            connection = await self._connect(pool, target.origin)
+        first_byte = min(loop.time() + timeouts.first_byte, deadline)
+        reply = Http1Reply(loop, connection, idle=timeouts.idle, deadline=deadline, label=self._label)
+        connection.reply = reply
+        transport = connection.transport
+        assert transport is not None
+        try:
+            if len(body) <= BODY_SLICE_BYTES:
+                transport.writelines((head, body))
+            else:
+                transport.write(head)
+                await self._send_slices(connection, body, first_byte)
+            await reply.wait_head(
+                first_byte,
+                lambda: FirstByteTimeout(
+                    f"upstream {self._label}: no response within {timeouts.first_byte:g}s"
+                ),
+            )
         except TimeoutError:
+            await reply.close()
             raise FirstByteTimeout(
                 f"upstream {self._label}: no response within {timeouts.first_byte:g}s"
             ) from None
-        except (aiohttp.ClientError, ConnectionError) as exc:
+        except ConnectionError as exc:
+            if reply.status:
+                return reply  # the upstream answered (and closed) before taking the whole body
+            await reply.close()
             raise errors.UpstreamFailed(
                 f"upstream {self._label}: connection failed before a response ({type(exc).__name__})"
             ) from None
-        return HttpReply(response, idle=timeouts.idle, deadline=deadline, label=self._label)
+        except BaseException:
+            await reply.close()
+            raise
+        return reply
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+            self._loop = None
