@@ -78,6 +78,8 @@ PINNED: dict[str, tuple[str, frozenset[str]]] = {
     "modelgate_deployment_cooling": ("gauge", frozenset({"provider", "deployment"})),
     "modelgate_deployment_cooldown_seconds": ("gauge", frozenset({"provider", "deployment"})),
     "modelgate_deployment_consecutive_failures": ("gauge", frozenset({"provider", "deployment"})),
+    "modelgate_upstream_connections": ("gauge", frozenset({"provider", "state"})),
+    "modelgate_upstream_connection_waiting": ("gauge", frozenset({"provider"})),
     "modelgate_database_up": ("gauge", frozenset()),
     "modelgate_reservations_pending": ("gauge", frozenset()),
     "modelgate_reservation_oldest_age_seconds": ("gauge", frozenset()),
@@ -251,7 +253,8 @@ def test_metric_names_and_labels_are_pinned(gateway: GatewayServer, sdk: SdkClie
     # yet, such as retries here, shows no sample and so no labels).
     with_samples = {name: labels for name, (_, labels) in exported.items() if labels or not PINNED[name][1]}
     assert with_samples == {name: PINNED[name][1] for name in with_samples}
-    assert len(with_samples) >= len(PINNED) - 3
+    # (The upstream connection gauges need an HTTP provider: the failover test reads them.)
+    assert len(with_samples) >= len(PINNED) - 5
     # Every family is documented for operators.
     docs = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
     missing = [name for name in {**PINNED, **REDIS_ONLY, **POSTGRESQL_ONLY} if name not in docs]
@@ -339,4 +342,20 @@ def test_failover_counts_two_attempts_an_error_and_the_cooling_deployment(
     # The failed deployment cools down (503 without retry-after: the configured cooldown).
     assert found.by("modelgate_deployment_cooling", "provider") == {"ant-bad": 1}
     assert found.value("modelgate_deployment_cooldown_seconds", provider="ant-bad") > 0
+    # Both answers were whole and kept alive: one idle connection per provider, none busy.
+    assert found.by("modelgate_upstream_connections", "provider", state="idle") == {
+        "ant-bad": 1,
+        "ant-good": 1,
+    }
+    busy = [
+        s.labels["provider"]
+        for s in found.samples("modelgate_upstream_connections")
+        if s.labels["state"] == "busy"
+    ]
+    assert sorted(busy) == ["ant-bad", "ant-good"]
+    assert found.value("modelgate_upstream_connections", state="busy") == 0
+    assert (
+        sorted(s.labels["provider"] for s in found.samples("modelgate_upstream_connection_waiting")) == busy
+    )
+    assert found.value("modelgate_upstream_connection_waiting") == 0
     assert found.by("modelgate_requests_total", "outcome") == {"ok": 1}

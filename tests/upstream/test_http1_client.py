@@ -21,7 +21,14 @@ from cryptography.x509.oid import NameOID
 
 from modelgate import errors
 from modelgate.upstream import transport
-from modelgate.upstream.base import ConnectFailed, ConnectTimeout, FirstByteTimeout, IdleTimeout, StreamBroken
+from modelgate.upstream.base import (
+    ConnectFailed,
+    ConnectionCounts,
+    ConnectTimeout,
+    FirstByteTimeout,
+    IdleTimeout,
+    StreamBroken,
+)
 from modelgate.upstream.kind import TimeoutConfig
 from modelgate.upstream.transport import HttpClient
 
@@ -310,10 +317,12 @@ async def test_the_pool_limit_queues_requests_and_bounds_the_wait_by_the_connect
             waiting = asyncio.ensure_future(c.post(f"http://127.0.0.1:{port}/", b"{}", JSON))
             await asyncio.sleep(0.05)
             assert not waiting.done() and len(seen.requests) == 1
+            assert c.connection_counts() == ConnectionCounts(busy=1, idle=0, waiting=1)
             release.set()
             assert b"".join([chunk async for chunk in first.iter_chunks()]) == b"hi"
             second = await waiting
             assert await second.read() == b"hi"
+            assert c.connection_counts() == ConnectionCounts(busy=0, idle=1, waiting=0)
         finally:
             await c.aclose()
     assert len(seen.connections) == 1  # the queued request took the freed connection

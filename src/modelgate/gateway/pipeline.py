@@ -55,7 +55,7 @@ from modelgate.gateway.translate import Built, HostedToolPolicy, build_body, cho
 from modelgate.services import Services
 from modelgate.storage.base import KeyRecord, Refusal, Settlement
 from modelgate.telemetry.logs import CURRENT_REQUEST
-from modelgate.upstream.base import Deployment, Dialect, Provider, Redacts
+from modelgate.upstream.base import Deployment, Dialect, Provider
 from modelgate.upstream.error_mapping import sanitise
 from modelgate.upstream.router import Router
 
@@ -515,8 +515,10 @@ async def input_estimate(services: Services, admitted: Admitted) -> int:
 def redactor(provider: Provider) -> Callable[[str], str]:
     """What scrubs upstream text before a client sees it: the provider's own secrets (key, base
     URL, host) and anything else shaped like an API key (``upstream.error_mapping.sanitise``)."""
-    own = provider.redact if isinstance(provider, Redacts) else None
-    return functools.partial(sanitise, redact=own) if own is not None else sanitise
+    # (``Redacts`` by attribute: an isinstance check against a runtime protocol costs ~10 µs
+    # per request on Python 3.11.)
+    own: Callable[[str], str] | None = getattr(provider, "redact", None)
+    return functools.partial(sanitise, redact=own) if callable(own) else sanitise
 
 
 def client_gone(exchange: Exchange) -> Response:

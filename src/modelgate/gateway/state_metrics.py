@@ -1,7 +1,7 @@
 """Metrics read from state the gateway already keeps, when Prometheus scrapes (nothing on the
 request path): limits and queues, the drain, the ledger's pending holds and the sweeper, the rate
-limiter's fallbacks, the key cache's age, the database connection pool, deployment health,
-session affinity and account balances.
+limiter's fallbacks, the key cache's age, the database connection pool, deployment health, the
+upstream connection pools, session affinity and account balances.
 
 The database readings (pending reservations and the oldest one's age, account balances) are
 database-wide: every instance reports the same values. They are read once per scrape with a
@@ -176,6 +176,7 @@ class StateMetrics:
             services.stored_room.remembered,
         )
         yield from self._deployments()
+        yield from self._upstream_connections()
         yield from self._affinity()
         yield gauge(
             "modelgate_database_up", "1 when the last scrape could read the database.", int(self._database_up)
@@ -230,6 +231,27 @@ class StateMetrics:
             "Failures of a deployment since its last success.",
             labels,
             ((key, failures) for key, (_, failures) in seen.items()),
+        )
+
+    def _upstream_connections(self) -> Iterable[Metric]:
+        counts = self._services.router.connection_counts()
+        yield labelled_gauge(
+            "modelgate_upstream_connections",
+            "This process's connections to each provider, by state: busy (at most the provider's "
+            "max_concurrency) or idle (kept alive for the next request).",
+            ("provider", "state"),
+            (
+                ((name, state), value)
+                for name, each in counts.items()
+                for state, value in (("busy", each.busy), ("idle", each.idle))
+            ),
+        )
+        yield labelled_gauge(
+            "modelgate_upstream_connection_waiting",
+            "Requests waiting for room in a provider's connection pool (max_concurrency reached); "
+            "each waits at most timeouts.connect.",
+            ("provider",),
+            (((name,), each.waiting) for name, each in counts.items()),
         )
 
     def _affinity(self) -> Iterable[Metric]:

@@ -97,6 +97,24 @@ class CredentialStatus:
     back_in: float
 
 
+@dataclass(frozen=True, slots=True)
+class ConnectionCounts:
+    """A provider's pooled upstream connections now: ``busy`` carry an exchange (at most the
+    provider's ``max_concurrency``), ``idle`` are kept alive for the next, ``waiting`` requests
+    queue for room."""
+
+    busy: int
+    idle: int
+    waiting: int
+
+
+@runtime_checkable
+class ReportsConnections(Protocol):
+    """Optional: a provider with a connection pool reports its use (``/metrics``)."""
+
+    def connection_counts(self) -> ConnectionCounts: ...
+
+
 @runtime_checkable
 class ReportsCredentials(Protocol):
     """Optional: a provider with a credential pool reports the credentials out of rotation."""

@@ -132,9 +132,11 @@ class Connection(asyncio.Protocol):
             self._informational = False
             return
         reply, self.reply = self.reply, None
+        if reply is None:  # a message nobody asked for (on_message_begin closed the connection)
+            self.close()
+            return
+        reply.complete()
         keep = self._parser.should_keep_alive()
-        if reply is not None:
-            reply.complete()
         if keep and not self.sending and self.transport is not None and not self.transport.is_closing():
             self._on_free(self)
         else:

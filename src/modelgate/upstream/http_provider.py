@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import orjson
 import yarl
 
-from modelgate.upstream.base import BufferedReply, CredentialStatus, Dialect, UpstreamReply
+from modelgate.upstream.base import BufferedReply, ConnectionCounts, CredentialStatus, Dialect, UpstreamReply
 from modelgate.upstream.credentials import CREDENTIAL_HEADERS, ApiKey, Credential, CredentialRefused, Outgoing
 from modelgate.upstream.error_mapping import UpstreamError, credentials_rejected
 from modelgate.upstream.kind import ProviderConfig
@@ -174,6 +174,9 @@ class HttpProvider:
 
     def credential_status(self) -> list[CredentialStatus]:
         return self._pool.status() if self._pool is not None else []
+
+    def connection_counts(self) -> ConnectionCounts:
+        return self._client.connection_counts()
 
     def credential_count(self) -> int:
         """Credentials in the pool (session affinity only steers where there is a choice)."""

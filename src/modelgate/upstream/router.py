@@ -39,12 +39,14 @@ from modelgate.upstream.affinity import (
 from modelgate.upstream.affinity_key import SessionKey, session_key
 from modelgate.upstream.base import (
     ConnectFailed,
+    ConnectionCounts,
     CredentialStatus,
     Deployment,
     Dialect,
     JudgesCredentials,
     Provider,
     Redacts,
+    ReportsConnections,
     ReportsCredentials,
     UpstreamReply,
 )
@@ -503,6 +505,14 @@ class Router:
             for model, deps in self._deployments.items()
             for dep in deps
         ]
+
+    def connection_counts(self) -> dict[str, ConnectionCounts]:
+        """Each pooled provider's upstream connections now, by provider name."""
+        return {
+            name: provider.connection_counts()
+            for name, provider in self._providers.items()
+            if isinstance(provider, ReportsConnections)
+        }
 
     def credential_status(self) -> list[CredentialStatus]:
         """Credentials out of rotation (refused or resting) across the providers' pools."""

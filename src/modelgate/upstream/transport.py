@@ -27,7 +27,7 @@ from typing import NamedTuple
 import yarl
 
 from modelgate import errors
-from modelgate.upstream.base import ConnectFailed, ConnectTimeout, FirstByteTimeout
+from modelgate.upstream.base import ConnectFailed, ConnectionCounts, ConnectTimeout, FirstByteTimeout
 from modelgate.upstream.http1 import Connection, Http1Reply
 from modelgate.upstream.kind import TimeoutConfig
 
@@ -93,6 +93,10 @@ class _Pool:
         self._origin_of: dict[Connection, Origin] = {}
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._sweep: asyncio.TimerHandle | None = None
+
+    def counts(self) -> ConnectionCounts:
+        waiting = sum(1 for waiter in self._waiters if not waiter.done())
+        return ConnectionCounts(self._held, sum(map(len, self._idle.values())), waiting)
 
     def full(self) -> bool:
         return 0 < self._limit <= self._held
@@ -319,6 +323,9 @@ class HttpClient:
             await reply.close()
             raise
         return reply
+
+    def connection_counts(self) -> ConnectionCounts:
+        return ConnectionCounts(0, 0, 0) if self._pool is None else self._pool.counts()
 
     async def aclose(self) -> None:
         if self._pool is not None:
