@@ -212,6 +212,11 @@ async def test_hostile_and_broken_replies_fail_in_the_gateways_terms() -> None:
     scripts = {
         "garbage": (answer(b"SSH-2.0-OpenSSH\r\n\r\n"), errors.UpstreamFailed, "malformed response"),
         "closed": (answer(keep=False), errors.UpstreamFailed, "closed before a response"),
+        "endless head": (
+            answer(b"HTTP/1.1 200 OK\r\nx-pad: " + b"a" * 32768, b"b" * 40000),
+            errors.UpstreamFailed,
+            "a head over 65536 bytes",
+        ),
     }
     for name, (script, error, message) in scripts.items():
         async with scripted(script) as (port, _):

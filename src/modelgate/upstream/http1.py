@@ -27,6 +27,9 @@ from modelgate.upstream.base import IdleTimeout, StreamBroken
 HIGH_WATER = 256 * 1024
 #: ... and resumes once the consumer has taken it below this.
 LOW_WATER = 64 * 1024
+#: A response head (status line and headers) larger than this is malformed: an upstream that
+#: never ends its head cannot grow the gateway's memory.
+MAX_HEAD_BYTES = 64 * 1024
 
 
 def _decoder(encoding: str | None) -> Any:
@@ -55,8 +58,15 @@ class Connection(asyncio.Protocol):
         self.sending = False
         self._raw_headers: list[tuple[bytes, bytes]] = []
         self._informational = False
+        #: Bytes received since the current message began, until its head is complete.
+        self._head_bytes: int | None = None
         self._write_paused = False
         self._drained: asyncio.Future[None] | None = None
+
+    def start(self, reply: Http1Reply) -> None:
+        """``reply`` is the exchange whose request is about to be written."""
+        self.reply = reply
+        self._head_bytes = 0
 
     @property
     def usable(self) -> bool:
@@ -78,10 +88,18 @@ class Connection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            reply, self.reply = self.reply, None
-            self.close()
-            if reply is not None:
-                reply.broke(f"malformed response ({type(exc).__name__})")
+            self._malformed(type(exc).__name__)
+            return
+        if self._head_bytes is not None:  # the head is not complete yet
+            self._head_bytes += len(data)
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self._malformed(f"a head over {MAX_HEAD_BYTES} bytes")
+
+    def _malformed(self, why: str) -> None:
+        reply, self.reply = self.reply, None
+        self.close()
+        if reply is not None:
+            reply.broke(f"malformed response ({why})")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._on_lost(self)
@@ -120,6 +138,8 @@ class Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         status = self._parser.get_status_code()
         self._informational = status < 200
+        if not self._informational:
+            self._head_bytes = None
         if not self._informational and self.reply is not None:
             self.reply.head(status, self._raw_headers, self._parser.should_keep_alive())
 

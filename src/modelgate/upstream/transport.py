@@ -221,10 +221,9 @@ class HttpClient:
             target = self._targets[url] = _target_of(url)
         return target
 
-    async def _connect(self, pool: _Pool, origin: Origin) -> Connection:
+    async def _connect(self, loop: asyncio.AbstractEventLoop, pool: _Pool, origin: Origin) -> Connection:
         """A new connection (or a pooled one freed while waiting for room), held; within the
         connect timeout."""
-        loop = pool._loop
         timeouts = self._timeouts
         try:
             async with asyncio.timeout(timeouts.connect):
@@ -289,10 +288,10 @@ class HttpClient:
         head = _head(target, headers, len(body))
         connection = pool.take(target.origin)
         if connection is None:
-            connection = await self._connect(pool, target.origin)
+            connection = await self._connect(loop, pool, target.origin)
         first_byte = min(loop.time() + timeouts.first_byte, deadline)
         reply = Http1Reply(loop, connection, idle=timeouts.idle, deadline=deadline, label=self._label)
-        connection.reply = reply
+        connection.start(reply)
         transport = connection.transport
         assert transport is not None
         try:
