@@ -46,8 +46,9 @@ def chat_body(model: str, size: int, many_turns: bool) -> bytes:
 
 
 async def bench_body_sizes(
-    target: Target, upstream_port: int, workdir: Path, seconds: float
+    target: Target, upstream_port: int, workdir: Path, seconds: float, sizes: dict[str, int] | None = None
 ) -> dict[str, Any]:
+    """The points of ``sizes`` (label -> bytes; all of ``SIZES`` by default), both shapes each."""
     port = free_port()
     cmd = [sys.executable, "-m", "bench.floors", FLOOR_PROCESSES, str(port), str(upstream_port)]
     floor = Proc("floor (body sizes)", pinned(cmd, GATEWAY_CORE), log=workdir / "floor-sizes.log")
@@ -58,7 +59,7 @@ async def bench_body_sizes(
         direct = next(ep for ep in direct_endpoints() if ep.name == "chat")
         gateway_pid, floor_pid = target.proc.pid, floor.pid
         for shape, many in (("one message", False), ("many turns", True)):
-            for label, size in SIZES.items():
+            for label, size in (SIZES if sizes is None else sizes).items():
                 mine = chat_body(ours.model, size, many)
                 theirs = chat_body(direct.model, size, many)
                 loads = [

@@ -99,6 +99,10 @@ class ServerConfig(_Section):
     #: Niceness the body workers add to the server's (0-19): the serving loop wins the CPU from
     #: them, so small requests keep their latency while large bodies are parsed on the same cores.
     body_worker_niceness: int = Field(10, ge=0, le=19)
+    #: Shared memory each body worker keeps between jobs (its arena, ``modelgate.offload``): a
+    #: body or result up to this size is copied into pages already there; a larger one grows the
+    #: arena for its job, and the excess is given back when the job ends. 0 keeps none.
+    body_arena_bytes: int = Field(8 * MIB, ge=0, le=1024 * MIB)
     _trusted_networks: Networks = PrivateAttr(default=NO_NETWORKS)
 
     @field_validator("trusted_proxies", mode="before")

@@ -137,7 +137,8 @@ class Services:
         cls, settings: Settings, *, clock: Clock | None = None, env: Mapping[str, str] | None = None
     ) -> Services:
         env = os.environ if env is None else env
-        offload = Offload(settings.server.body_workers, settings.server.body_worker_niceness)
+        server = settings.server
+        offload = Offload(server.body_workers, server.body_worker_niceness, server.body_arena_bytes)
         builder = RoutingBuilder(offload)
         catalogue, router, prints = builder.build(settings, env)
         store = open_store(

@@ -4,7 +4,10 @@ same answers as inline processing; their number in memory is capped."""
 from __future__ import annotations
 
 import itertools
+import os
+import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,15 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[GatewayServ
         running_gateway(root / "offloaded", server=offload, simulator=offload) as worker,
     ):
         yield inline, worker
+
+
+@pytest.fixture(scope="module")
+def tight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayServer]:
+    """Bodies go to one worker whose arena is far smaller than them (it grows for each job)."""
+    server = {"offload_body_bytes": SMALL, "body_arena_bytes": 1024, "body_workers": 1}
+    simulator = {"offload_body_bytes": SMALL}
+    with running_gateway(tmp_path_factory.mktemp("tight"), server=server, simulator=simulator) as gateway:
+        yield gateway
 
 
 _accounts = itertools.count()
@@ -74,6 +86,66 @@ def test_offloaded_answers_equal_inline_ones(
     assert got.headers.get("x-modelgate-credits-charged") == expected.headers.get(
         "x-modelgate-credits-charged"
     )
+
+
+@pytest.mark.parametrize(("path", "group", "body"), CASES)
+def test_answers_are_the_same_through_an_arena_smaller_than_the_body(
+    pair: tuple[GatewayServer, GatewayServer],
+    tight: GatewayServer,
+    path: str,
+    group: str,
+    body: dict[str, Any],
+) -> None:
+    inline, _ = pair
+    before = tight.services.offload.jobs
+    expected = call(inline, path, body, group)
+    got = call(tight, path, body, group)
+    assert expected.status_code == got.status_code == 200, got.text
+    assert without_ids(got.json()) == without_ids(expected.json())
+    assert tight.services.offload.jobs > before
+    assert got.headers.get("x-modelgate-credits-charged") == expected.headers.get(
+        "x-modelgate-credits-charged"
+    )
+
+
+def test_a_body_worker_killed_under_a_request_answers_503_in_format_and_charges_nothing(
+    tight: GatewayServer,
+) -> None:
+    body: dict[str, Any] = {
+        "model": "aria-haiku-4.5",
+        "max_tokens": 30,
+        "messages": [{"role": "user", "content": TEXT}],
+    }
+    assert call(tight, "/v1/messages", body, "Basic").status_code == 200  # the worker is running
+    (pid,) = tight.services.offload.pids()
+    account = tight.account(f"acct-{next(_accounts)}", 1000)
+    key = tight.key(account, "Basic").secret
+    headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
+    answers: list[httpx.Response] = []
+    os.kill(pid, signal.SIGSTOP)  # it cannot answer: the request's job waits in its socket
+    try:
+        sender = threading.Thread(
+            target=lambda: answers.append(
+                httpx.post(f"{tight.base_url}/v1/messages", json=body, headers=headers, timeout=60)
+            )
+        )
+        sender.start()
+        deadline = time.monotonic() + 20
+        while tight.services.offload.pending == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert tight.services.offload.pending == 1
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    sender.join(30)
+    (answer,) = answers
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["type"] == "error" and "retry" in answer.json()["error"]["message"]
+    assert tight.services.offload.lost == 1
+    after = tight.call(tight.services.accounts.get_account(account.id))
+    assert after is not None and after.balance_uc == account.balance_uc  # nothing charged
+    # The next large request gets a new worker.
+    assert call(tight, "/v1/messages", body, "Basic").status_code == 200
+    assert tight.services.offload.pids() != [pid]
 
 
 def test_offloaded_streams_carry_the_same_text(pair: tuple[GatewayServer, GatewayServer]) -> None:

@@ -61,6 +61,8 @@ PINNED: dict[str, tuple[str, frozenset[str]]] = {
     "modelgate_protective_refusals": ("counter", frozenset({"reason"})),
     "modelgate_offload_jobs": ("counter", frozenset()),
     "modelgate_offload_pending": ("gauge", frozenset()),
+    "modelgate_offload_workers_lost": ("counter", frozenset()),
+    "modelgate_offload_arena_bytes": ("gauge", frozenset()),
     "modelgate_draining": ("gauge", frozenset()),
     "modelgate_sweeper_releases": ("counter", frozenset()),
     "modelgate_settles_waiting": ("gauge", frozenset()),

@@ -26,6 +26,7 @@ from modelgate.cli.context import Options, console, fail, with_management
 from modelgate.config import ConfigError, Settings
 from modelgate.liveconfig.routing import check_routing
 from modelgate.management import Management
+from modelgate.offload.heap import keep_body_buffers
 from modelgate.server.app import create_app
 from modelgate.server.reload import ConfigSource
 from modelgate.server.runner import serve, tune_garbage_collector
@@ -171,4 +172,5 @@ def serve_command(
         # A parent that supervises the serving processes; each builds its own gateway.
         raise typer.Exit(supervise(settings, app, source=source))
     tune_garbage_collector()
+    keep_body_buffers(settings.server.body_arena_bytes)
     serve(settings, app, source)

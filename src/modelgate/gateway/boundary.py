@@ -3,7 +3,8 @@ answer is rendered (the route table's boundary in ``server.app``; the model pipe
 records the refusal with its usage before the answer goes out; the guarded API routes').
 
 A ``GatewayError`` is already one; a storage failure is a retryable 503 (the database is down or
-unreachable, not a bug); anything else is a bug, logged with its traceback, and a 500 that says
+unreachable, not a bug), and so is a body worker that ended under a request (killed, out of
+memory); anything else is a bug, logged with its traceback, and a 500 that says
 only that the request id identifies it in the logs.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from modelgate import errors
+from modelgate.offload import WorkerLost
 from modelgate.storage.base import StorageError
 
 log = logging.getLogger("modelgate.request")
@@ -21,6 +23,11 @@ def refusal_of(exc: Exception) -> errors.GatewayError:
     """``exc`` as the refusal to answer with (logged unless it is one already)."""
     if isinstance(exc, errors.GatewayError):
         return exc
+    if isinstance(exc, WorkerLost):
+        log.warning("a body worker ended during a request: %s", exc)
+        return errors.Unavailable(
+            "the worker reading this request's body ended unexpectedly; retry the request"
+        )
     if isinstance(exc, StorageError):
         log.warning("storage unavailable: %s", exc)
         return errors.Unavailable("the gateway's database is unavailable; retry shortly")

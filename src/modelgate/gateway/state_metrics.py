@@ -92,6 +92,16 @@ class StateMetrics:
         yield gauge(
             "modelgate_offload_pending", "Body-worker jobs running or waiting now.", services.offload.pending
         )
+        yield counter(
+            "modelgate_offload_workers_lost",
+            "Body workers that ended while they had a job (the job's request got a 503).",
+            services.offload.lost,
+        )
+        yield gauge(
+            "modelgate_offload_arena_bytes",
+            "Shared memory the running body workers keep between jobs (server.body_arena_bytes each).",
+            services.offload.arena_bytes,
+        )
         yield gauge(
             "modelgate_draining",
             "1 while the instance drains for shutdown.",

@@ -35,6 +35,7 @@ from modelgate.clock import Clock
 from modelgate.config import Settings
 from modelgate.limits.inflight import Counters, SharedInFlight
 from modelgate.limits.shared_tickets import SharedTickets
+from modelgate.offload.heap import keep_body_buffers
 from modelgate.server.app import EdgeApp, create_app
 from modelgate.server.file_limit import fit_connection_cap
 from modelgate.server.reload import ConfigSource, Reloader
@@ -140,6 +141,7 @@ def run_worker(spec: WorkerSpec) -> None:
     if window is not None:
         services.tickets = window
     tune_garbage_collector()
+    keep_body_buffers(settings.server.body_arena_bytes)
     set_min_free_bytes(services.database, settings.database_min_free_bytes)
     config = uvicorn_config(fit_connection_cap(settings), app)
     reloader = None

@@ -76,7 +76,7 @@ async def read_json(services: Services, request: Request) -> Json:
     limit = min(server.max_body_bytes, services.settings.responses.max_object_bytes)
     raw = await read_limited(request.stream(), request.headers.get("content-length"), limit)
     if len(raw) > server.offload_body_bytes:
-        return await services.offload.run(_parse_checked, raw, server.max_json_depth)
+        return await services.offload.run_on_body(_parse_checked, raw, server.max_json_depth)
     return _parse_checked(raw, server.max_json_depth)
 
 

@@ -101,7 +101,7 @@ def _may_refer(admitted: Admitted) -> bool:
 
 async def _plan(services: Services, admitted: Admitted) -> Planned:
     if admitted.facts.offloaded:
-        return await services.offload.run(plan_in_worker, admitted.raw)
+        return await services.offload.run_on_body(plan_in_worker, admitted.raw)
     return plan_body(admitted.facts.body)
 
 

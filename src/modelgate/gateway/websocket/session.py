@@ -190,7 +190,7 @@ class Session:
         size = len(data) + (len(link.items) if link is not None else 0)
         if size <= self.services.settings.server.offload_body_bytes:
             return prepare(data, link)
-        return await self.services.offload.run(prepare, data, link)
+        return await self.services.offload.run_on_body(prepare, data, link)
 
     async def _work(self, exchange: Exchange, prepared: Prepared) -> Response:
         services = self.services
