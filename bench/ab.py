@@ -139,6 +139,7 @@ async def compare(ref_target: Side, ours: Side, upstream: Upstream, args: argpar
             rows.append(
                 f"{name:10} c={c:<3} req/s/core  ref {a.rps_per_core:8,.0f}   this {b.rps_per_core:8,.0f}"
                 f"   ratio {b.rps_per_core / a.rps_per_core:5.3f}   (errors {a.errors}/{b.errors})"
+                f"   p50 ms ref {lg.pct(a.latencies, 0.5) * 1000:.2f} this {lg.pct(b.latencies, 0.5) * 1000:.2f}"
             )
     for name in args.endpoints:
         per_stream: dict[int, tuple[float, float]] = {}
