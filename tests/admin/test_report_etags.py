@@ -15,6 +15,7 @@ import pytest
 from modelgate.clock import month_of
 from tests.admin.conftest import Admin, Caller, Tenant
 from tests.gateway_server import ManualClock, running_gateway
+from tests.observability.scrape import scrape
 
 RECHECK = 2.0
 
@@ -105,6 +106,26 @@ def test_without_a_recheck_window_every_request_reads_the_report(tmp_path: Path)
             after = owner.request("GET", "/usage?limit=0", headers={"if-none-match": tag})
             assert after.status_code == 200 and after.json()["summary"]["requests"] == 2
             assert after.json()["month"] == month_of(server.services.clock.time())
+            found = scrape(server.base_url)
+            # One 304, from a read report; nothing remembered without a window.
+            assert found.by("modelgate_admin_reports_not_modified_total", "how") == {"read": 1}
+            assert found.value("modelgate_admin_report_tags_remembered") == 0
+        finally:
+            admin.client.close()
+
+
+def test_the_304s_and_the_remembered_tags_are_counted(tmp_path: Path) -> None:
+    with running_gateway(tmp_path / "data", admin={"report_recheck_seconds": 60}) as server:
+        admin = Admin(server)
+        try:
+            owner = _with_usage(admin).admin
+            tags = [_tagged(owner, path)[0] for path in ("/usage?limit=0", "/usage/daily")]
+            for _ in range(3):
+                response = owner.request("GET", "/usage/daily", headers={"if-none-match": tags[1]})
+                assert response.status_code == 304
+            found = scrape(server.base_url)
+            assert found.by("modelgate_admin_reports_not_modified_total", "how") == {"recent": 3}
+            assert found.value("modelgate_admin_report_tags_remembered") == 2
         finally:
             admin.client.close()
 

@@ -78,6 +78,8 @@ PINNED: dict[str, tuple[str, frozenset[str]]] = {
     "modelgate_deployment_cooling": ("gauge", frozenset({"provider", "deployment"})),
     "modelgate_deployment_cooldown_seconds": ("gauge", frozenset({"provider", "deployment"})),
     "modelgate_deployment_consecutive_failures": ("gauge", frozenset({"provider", "deployment"})),
+    "modelgate_admin_reports_not_modified": ("counter", frozenset({"how"})),
+    "modelgate_admin_report_tags_remembered": ("gauge", frozenset()),
     "modelgate_upstream_connections": ("gauge", frozenset({"provider", "state"})),
     "modelgate_upstream_connection_waiting": ("gauge", frozenset({"provider"})),
     "modelgate_database_up": ("gauge", frozenset()),

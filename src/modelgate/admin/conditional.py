@@ -27,14 +27,17 @@ matches nothing and the full answer is sent.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
+from prometheus_client.core import Metric
 from starlette.requests import Request
 from starlette.responses import Response
 
 from modelgate.admin.http import NO_STORE
+from modelgate.telemetry.hub import Telemetry
+from modelgate.telemetry.metrics import gauge, labelled_counter
 
 #: Bytes of digest in a tag (128 bits: two different answers never share one in practice).
 TAG_BYTES = 16
@@ -94,6 +97,28 @@ class RecentTags:
         self._steady = steady
         self._window = window
         self._tags: dict[tuple[str, str], tuple[str, float]] = {}
+        #: 304s answered, by how: ``recent`` (a remembered tag, the report not read) or ``read``
+        #: (the report read, its answer the caller's tag).
+        self.not_modified = {"recent": 0, "read": 0}
+
+    def collect(self) -> Iterable[Metric]:
+        """For ``/metrics`` (``install``)."""
+        yield labelled_counter(
+            "modelgate_admin_reports_not_modified",
+            "Usage report requests answered 304 Not Modified, by how: recent (the tag this caller "
+            "got for the URL within admin.report_recheck_seconds; the report not read) or read.",
+            ("how",),
+            {(how,): n for how, n in self.not_modified.items()},
+        )
+        yield gauge(
+            "modelgate_admin_report_tags_remembered",
+            f"Report tags this process remembers for the recheck window (at most {MAX_RECENT_TAGS:,}).",
+            len(self._tags),
+        )
+
+    def install(self, telemetry: Telemetry) -> None:
+        """Register with the metrics page (once per gateway: ``server.app``)."""
+        telemetry.metrics.collect_from(self.collect)
 
     @staticmethod
     def _url(request: Request) -> str:
@@ -114,11 +139,16 @@ class RecentTags:
         if self._steady() - at >= self._window():
             del self._tags[key]
             return None
-        return not_modified(tag) if matches(header, tag) else None
+        if not matches(header, tag):
+            return None
+        self.not_modified["recent"] += 1
+        return not_modified(tag)
 
     def answer(self, request: Request, caller: str, data: Any) -> Response:
         """``conditional_json``, its tag remembered for this caller and URL (a fresh read)."""
         response = conditional_json(request, caller, data)
+        if response.status_code == 304:
+            self.not_modified["read"] += 1
         url = self._url(request)
         if self._window() > 0 and len(url) <= MAX_RECENT_URL:
             key = (caller, url)

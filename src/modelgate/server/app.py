@@ -245,6 +245,7 @@ def admin_table(services: Services) -> list[Route]:
     every other path (the admin API's 404, the dashboard's missing file)."""
     api = admin.AdminAPI(services)
     api.sessions.metrics.install(services.telemetry)  # once per gateway: sign-ins in /metrics
+    api.usage.recent.install(services.telemetry)  # the reports' 304s and remembered tags
     unknown = admin.Route(admin.PREFIX, dict.fromkeys(admin.UNKNOWN_METHODS, admin.unknown))
     missing = admin.Route("/dashboard", dict.fromkeys(("GET", "HEAD"), admin.dashboard_missing))
     return [
