@@ -255,6 +255,21 @@ async def _run_slice(pool: Pool, stats: Stats, concurrency: int, until: float) -
     await asyncio.gather(*(worker(c) for c in conns))
 
 
+async def timed_slice(pool: Pool, stats: Stats, concurrency: int, seconds: float) -> None:
+    """One slice of ``pool``'s load into ``stats``, with its CPU and core accounting: each slice of
+    ``interleaved``, and of callers that choose what runs between slices (bench.datasize_polling)."""
+    core = pool.load.core
+    cpu0 = pool.load.cpu() if pool.load.cpu else 0
+    busy0 = core_busy_seconds(core) if core is not None else 0.0
+    t0 = time.perf_counter()
+    await _run_slice(pool, stats, concurrency, t0 + seconds)
+    stats.busy += time.perf_counter() - t0
+    if pool.load.cpu:
+        stats.cpu_ns += pool.load.cpu() - cpu0
+    if core is not None:
+        stats.core_busy_s += core_busy_seconds(core) - busy0
+
+
 async def interleaved(
     loads: list[Load], concurrency: int, seconds: float, slice_seconds: float = 0.5
 ) -> list[Stats]:
@@ -267,16 +282,7 @@ async def interleaved(
         rounds = max(1, round(seconds / slice_seconds))
         for _ in range(rounds):
             for pool, st in zip(pools, stats, strict=True):
-                core = pool.load.core
-                cpu0 = pool.load.cpu() if pool.load.cpu else 0
-                busy0 = core_busy_seconds(core) if core is not None else 0.0
-                t0 = time.perf_counter()
-                await _run_slice(pool, st, concurrency, t0 + slice_seconds)
-                st.busy += time.perf_counter() - t0
-                if pool.load.cpu:
-                    st.cpu_ns += pool.load.cpu() - cpu0
-                if core is not None:
-                    st.core_busy_s += core_busy_seconds(core) - busy0
+                await timed_slice(pool, st, concurrency, slice_seconds)
     finally:
         for pool in pools:
             pool.close()
@@ -345,18 +351,3 @@ async def together(loads: list[tuple[Load, int]], seconds: float) -> list[Stats]
     for st in stats:
         st.busy = seconds
     return stats
-
-
-async def timed_slice(pool: Pool, stats: Stats, concurrency: int, seconds: float) -> None:
-    """One slice of ``pool``'s load into ``stats``, with its CPU and core accounting, as each slice
-    of ``interleaved`` (for callers that choose what runs between slices, bench.datasize_polling)."""
-    core = pool.load.core
-    cpu0 = pool.load.cpu() if pool.load.cpu else 0
-    busy0 = core_busy_seconds(core) if core is not None else 0.0
-    t0 = time.perf_counter()
-    await _run_slice(pool, stats, concurrency, t0 + seconds)
-    stats.busy += time.perf_counter() - t0
-    if pool.load.cpu:
-        stats.cpu_ns += pool.load.cpu() - cpu0
-    if core is not None:
-        stats.core_busy_s += core_busy_seconds(core) - busy0
