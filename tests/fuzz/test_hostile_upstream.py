@@ -5,10 +5,6 @@ gateway goes on serving."""
 
 from __future__ import annotations
 
-import socket
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +12,7 @@ import httpx
 import orjson
 
 from modelgate.clock import month_of
+from tests.fakes.raw_upstream import raw_upstream
 from tests.gateway_server import running_gateway
 from tests.resilience.harness import ENV, QUICK_ROUTING, openai_provider
 
@@ -46,22 +43,6 @@ HOSTILE: dict[str, bytes] = {
 }
 
 
-def _read_request(conn: socket.socket) -> bytes:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        more = conn.recv(65536)
-        if not more:
-            return b""
-        data += more
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next(
-        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
-    )
-    while len(body) < length:
-        body += conn.recv(65536)
-    return body
-
-
 GOOD_REPLY = (
     b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
     + b"content-length: %d\r\nconnection: close\r\n\r\n" % len(GOOD)
@@ -69,44 +50,16 @@ GOOD_REPLY = (
 )
 
 
-@contextmanager
-def scripted_upstream() -> Iterator[str]:
-    """Answers a request whose prompt names a case of HOSTILE with its bytes (then closes the
-    connection), any other with a good answer."""
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-    cases = {f"case {name}".encode(): answer for name, answer in HOSTILE.items()}
-
-    def serve() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                try:
-                    body = _read_request(conn)
-                    answer = next((a for case, a in cases.items() if case + b'"' in body), GOOD_REPLY)
-                    conn.sendall(answer)
-                except OSError:
-                    pass
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join(5)
-        server.close()
+def answer_for(body: bytes) -> bytes:
+    """The bytes of the HOSTILE case a request's prompt names (``case <name>``), else a good answer."""
+    return next((a for name, a in HOSTILE.items() if f'case {name}"'.encode() in body), GOOD_REPLY)
 
 
 def test_hostile_upstream_replies_are_a_502_in_format_and_charge_no_output(tmp_path: Path) -> None:
     names = list(HOSTILE)
     routing = {**QUICK_ROUTING, "failures_to_cooldown": 1_000_000}
     with (
-        scripted_upstream() as upstream,
+        raw_upstream(answer_for) as upstream,
         running_gateway(
             tmp_path / "data",
             env=ENV,

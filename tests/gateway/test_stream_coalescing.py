@@ -4,13 +4,11 @@ arrive in one write is relayed in one or two writes (HTTP chunks), not fifty."""
 from __future__ import annotations
 
 import socket
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
 
+from tests.fakes.raw_upstream import raw_upstream
 from tests.gateway_server import running_gateway
 from tests.resilience.harness import ENV, openai_provider
 
@@ -42,43 +40,6 @@ def _stream() -> bytes:
     return head + body
 
 
-@contextmanager
-def one_write_upstream() -> Iterator[str]:
-    """An upstream that answers every request with the whole stream in a single write."""
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
-
-    def serve() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    data += conn.recv(65536)
-                head, _, body = data.partition(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length")
-                )
-                while len(body) < length:
-                    body += conn.recv(65536)
-                conn.sendall(_stream())
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    finally:
-        stop.set()
-        thread.join(5)
-        server.close()
-
-
 def _read_chunks(sock: socket.socket) -> list[bytes]:
     """The HTTP chunks of a chunked response, in order (the head is skipped)."""
     data = b""
@@ -101,7 +62,7 @@ def _read_chunks(sock: socket.socket) -> list[bytes]:
 
 def test_events_that_arrive_together_leave_in_one_write(tmp_path: Path) -> None:
     with (
-        one_write_upstream() as upstream,
+        raw_upstream(lambda _: _stream()) as upstream,  # the whole stream in one write
         running_gateway(
             tmp_path / "data",
             env=ENV,
