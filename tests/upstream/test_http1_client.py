@@ -114,20 +114,23 @@ def answer(*chunks: bytes, keep: bool = True) -> Script:
     return script
 
 
-def client(limit: int = 4) -> HttpClient:
-    return HttpClient(label="'t'", timeouts=FAST, max_concurrency=limit)
+@asynccontextmanager
+async def pooled(limit: int = 4) -> AsyncIterator[HttpClient]:
+    """A client (a provider's pool) for the block, closed after it."""
+    client = HttpClient(label="'t'", timeouts=FAST, max_concurrency=limit)
+    try:
+        yield client
+    finally:
+        await client.aclose()
 
 
 async def test_requests_reuse_one_connection_and_say_exactly_what_was_asked() -> None:
-    async with scripted(answer(reply(b'{"ok":1}', extra="x-request-id: r1\r\n"))) as (port, seen):
-        c = client()
-        try:
-            for _ in range(3):
-                got = await c.post(f"http://127.0.0.1:{port}/v1/messages?beta=true", b'{"a":1}', JSON)
-                assert (got.status, got.headers["x-request-id"], await got.read()) == (200, "r1", b'{"ok":1}')
-                await got.close()
-        finally:
-            await c.aclose()
+    script = answer(reply(b'{"ok":1}', extra="x-request-id: r1\r\n"))
+    async with scripted(script) as (port, seen), pooled() as c:
+        for _ in range(3):
+            got = await c.post(f"http://127.0.0.1:{port}/v1/messages?beta=true", b'{"a":1}', JSON)
+            assert (got.status, got.headers["x-request-id"], await got.read()) == (200, "r1", b'{"ok":1}')
+            await got.close()
     assert len(seen.connections) == 1 and len(seen.requests) == 3
     line, headers, body = seen.requests[0]
     assert line == "POST /v1/messages?beta=true HTTP/1.1"
@@ -155,19 +158,15 @@ async def test_chunked_stream_arrives_in_order_and_until_eof_bodies_end_with_the
         writer.write(b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\nall of it")
         return False
 
-    async with scripted(script) as (port, seen):
-        c = client()
-        try:
-            got = await c.post(f"http://127.0.0.1:{port}/s", b"{}", JSON)
-            assert b"".join([chunk async for chunk in got.iter_chunks()]) == b"".join(events)
-            await got.close()
-            whole = await c.post(f"http://127.0.0.1:{port}/w", b"{}", JSON)
-            assert await whole.read() == b"all of it"
-            await whole.close()
-            again = await c.post(f"http://127.0.0.1:{port}/w", b"{}", JSON)
-            assert await again.read() == b"all of it"
-        finally:
-            await c.aclose()
+    async with scripted(script) as (port, seen), pooled() as c:
+        got = await c.post(f"http://127.0.0.1:{port}/s", b"{}", JSON)
+        assert b"".join([chunk async for chunk in got.iter_chunks()]) == b"".join(events)
+        await got.close()
+        whole = await c.post(f"http://127.0.0.1:{port}/w", b"{}", JSON)
+        assert await whole.read() == b"all of it"
+        await whole.close()
+        again = await c.post(f"http://127.0.0.1:{port}/w", b"{}", JSON)
+        assert await again.read() == b"all of it"
     # The until-EOF body's connection is not reused: a third request needed a new one.
     assert [len(conn) for conn in seen.connections] == [2, 1]
 
@@ -184,28 +183,20 @@ async def test_gzip_and_deflate_bodies_are_decoded_and_a_corrupt_one_is_a_broken
         writer.write(bodies[n - 1])
         return True
 
-    async with scripted(script) as (port, _):
-        c = client()
-        try:
-            for _ in range(2):
-                got = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-                assert await got.read() == text
-            bad = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-            with pytest.raises(StreamBroken, match="does not decompress"):
-                await bad.read()
-        finally:
-            await c.aclose()
+    async with scripted(script) as (port, _), pooled() as c:
+        for _ in range(2):
+            got = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
+            assert await got.read() == text
+        bad = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
+        with pytest.raises(StreamBroken, match="does not decompress"):
+            await bad.read()
 
 
 async def test_an_informational_head_is_skipped() -> None:
     script = answer(b"HTTP/1.1 100 Continue\r\n\r\n", reply(b"done", status="201 Created"))
-    async with scripted(script) as (port, _):
-        c = client()
-        try:
-            got = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-            assert (got.status, await got.read()) == (201, b"done")
-        finally:
-            await c.aclose()
+    async with scripted(script) as (port, _), pooled() as c:
+        got = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
+        assert (got.status, await got.read()) == (201, b"done")
 
 
 async def test_hostile_and_broken_replies_fail_in_the_gateways_terms() -> None:
@@ -219,60 +210,39 @@ async def test_hostile_and_broken_replies_fail_in_the_gateways_terms() -> None:
         ),
     }
     for name, (script, error, message) in scripts.items():
-        async with scripted(script) as (port, _):
-            c = client()
-            try:
-                with pytest.raises(error, match=message):
-                    await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-            finally:
-                await c.aclose()
+        async with scripted(script) as (port, _), pooled() as c:
+            with pytest.raises(error, match=message):
+                await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
         assert name
-    async with scripted(answer(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly ten..", keep=False)) as (
-        port,
-        _,
-    ):
-        c = client()
-        try:
-            got = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-            assert got.status == 200
-            with pytest.raises(StreamBroken, match="broke mid-response"):
-                await got.read()
-        finally:
-            await c.aclose()
+    cut = answer(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly ten..", keep=False)
+    async with scripted(cut) as (port, _), pooled() as c:
+        got = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
+        assert got.status == 200
+        with pytest.raises(StreamBroken, match="broke mid-response"):
+            await got.read()
 
 
 async def test_a_header_with_a_line_break_is_refused_before_anything_is_sent() -> None:
-    async with scripted(answer(reply(b"ok"))) as (port, seen):
-        c = client()
-        try:
-            with pytest.raises(ValueError, match="line break"):
-                await c.post(f"http://127.0.0.1:{port}/", b"{}", {"x-trace": "a\r\nx-injected: 1"})
-        finally:
-            await c.aclose()
+    async with scripted(answer(reply(b"ok"))) as (port, seen), pooled() as c:
+        with pytest.raises(ValueError, match="line break"):
+            await c.post(f"http://127.0.0.1:{port}/", b"{}", {"x-trace": "a\r\nx-injected: 1"})
     assert seen.requests == []
 
 
 async def test_refused_connections_and_silent_upstreams_time_out_as_their_phase() -> None:
     async with scripted(answer(reply(b"ok"))) as (port, _):
         pass  # the port is closed again
-    c = client()
-    try:
+    async with pooled() as c:
         with pytest.raises(ConnectFailed, match=r"cannot connect \(ECONNREFUSED\)"):
             await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-    finally:
-        await c.aclose()
 
     async def silent(n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         await reader.read()  # until the client gives up and closes
         return False
 
-    async with scripted(silent) as (port, seen):
-        c = client()
-        try:
-            with pytest.raises(FirstByteTimeout, match=r"no response within 0\.5s"):
-                await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-        finally:
-            await c.aclose()
+    async with scripted(silent) as (port, seen), pooled() as c:
+        with pytest.raises(FirstByteTimeout, match=r"no response within 0\.5s"):
+            await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
     assert seen.closed == [] and len(seen.requests) == 1  # the server saw the client hang up
 
 
@@ -286,20 +256,16 @@ async def test_a_stalled_stream_hits_the_idle_timeout_and_its_connection_is_drop
         writer.write(reply(b"fresh"))
         return True
 
-    async with scripted(stall) as (port, seen):
-        c = client()
-        try:
-            got = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-            received = []
-            with pytest.raises(IdleTimeout, match=r"sent nothing for 0\.3s"):
-                async for chunk in got.iter_chunks():
-                    received.append(chunk)
-            assert received == [b"hello"]
-            await got.close()
-            after = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-            assert await after.read() == b"fresh"
-        finally:
-            await c.aclose()
+    async with scripted(stall) as (port, seen), pooled() as c:
+        got = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
+        received = []
+        with pytest.raises(IdleTimeout, match=r"sent nothing for 0\.3s"):
+            async for chunk in got.iter_chunks():
+                received.append(chunk)
+        assert received == [b"hello"]
+        await got.close()
+        after = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
+        assert await after.read() == b"fresh"
     assert [len(conn) for conn in seen.connections] == [1, 1]
 
 
@@ -313,23 +279,19 @@ async def test_the_pool_limit_queues_requests_and_bounds_the_wait_by_the_connect
         writer.write(b"0\r\n\r\n")
         return True
 
-    async with scripted(held) as (port, seen):
-        c = client(limit=1)
-        try:
-            first = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-            with pytest.raises(ConnectTimeout, match=r"no connection within 0\.5s"):
-                await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-            waiting = asyncio.ensure_future(c.post(f"http://127.0.0.1:{port}/", b"{}", JSON))
-            await asyncio.sleep(0.05)
-            assert not waiting.done() and len(seen.requests) == 1
-            assert c.connection_counts() == ConnectionCounts(busy=1, idle=0, waiting=1)
-            release.set()
-            assert b"".join([chunk async for chunk in first.iter_chunks()]) == b"hi"
-            second = await waiting
-            assert await second.read() == b"hi"
-            assert c.connection_counts() == ConnectionCounts(busy=0, idle=1, waiting=0)
-        finally:
-            await c.aclose()
+    async with scripted(held) as (port, seen), pooled(limit=1) as c:
+        first = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
+        with pytest.raises(ConnectTimeout, match=r"no connection within 0\.5s"):
+            await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
+        waiting = asyncio.ensure_future(c.post(f"http://127.0.0.1:{port}/", b"{}", JSON))
+        await asyncio.sleep(0.05)
+        assert not waiting.done() and len(seen.requests) == 1
+        assert c.connection_counts() == ConnectionCounts(busy=1, idle=0, waiting=1)
+        release.set()
+        assert b"".join([chunk async for chunk in first.iter_chunks()]) == b"hi"
+        second = await waiting
+        assert await second.read() == b"hi"
+        assert c.connection_counts() == ConnectionCounts(busy=0, idle=1, waiting=0)
     assert len(seen.connections) == 1  # the queued request took the freed connection
 
 
@@ -341,19 +303,15 @@ async def test_a_large_body_goes_out_whole_and_a_big_stream_reply_pauses_then_fr
         writer.write(reply(answer_body if n == 1 else b"next"))
         return True
 
-    async with scripted(script) as (port, seen):
-        c = client()
-        try:
-            got = await c.post(f"http://127.0.0.1:{port}/", big, JSON)
-            await asyncio.sleep(0.1)  # the reply arrives while nobody reads it
-            total = 0
-            async for chunk in got.iter_chunks():
-                total += len(chunk)
-            assert total == len(answer_body)
-            again = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-            assert await asyncio.wait_for(again.read(), 2) == b"next"
-        finally:
-            await c.aclose()
+    async with scripted(script) as (port, seen), pooled() as c:
+        got = await c.post(f"http://127.0.0.1:{port}/", big, JSON)
+        await asyncio.sleep(0.1)  # the reply arrives while nobody reads it
+        total = 0
+        async for chunk in got.iter_chunks():
+            total += len(chunk)
+        assert total == len(answer_body)
+        again = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
+        assert await asyncio.wait_for(again.read(), 2) == b"next"
     assert seen.requests[0][2] == big and len(seen.connections) == 1
 
 
@@ -365,36 +323,28 @@ async def test_closing_an_unread_reply_drops_its_connection_and_unsolicited_byte
         writer.write(reply(b"ok") + b"HTTP/1.1 200 OK\r\n")  # a second head nobody asked for
         return True
 
-    async with scripted(script) as (port, seen):
-        c = client()
-        try:
-            got = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-            await got.close()
-            for _ in range(2):
-                again = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-                assert await again.read() == b"ok"
-                await asyncio.sleep(0.05)
-        finally:
-            await c.aclose()
+    async with scripted(script) as (port, seen), pooled() as c:
+        got = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
+        await got.close()
+        for _ in range(2):
+            again = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
+            assert await again.read() == b"ok"
+            await asyncio.sleep(0.05)
     assert [len(conn) for conn in seen.connections] == [1, 1, 1]
 
 
 async def test_idle_connections_are_closed_after_the_keepalive(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(transport, "KEEPALIVE_SECONDS", 0.1)
-    async with scripted(answer(reply(b"ok"))) as (port, seen):
-        c = client()
-        try:
-            first = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-            assert await first.read() == b"ok"
-            for _ in range(50):
-                if seen.closed:
-                    break
-                await asyncio.sleep(0.02)
-            assert seen.closed == [0]  # the sweep closed it
-            second = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
-            assert await second.read() == b"ok"
-        finally:
-            await c.aclose()
+    async with scripted(answer(reply(b"ok"))) as (port, seen), pooled() as c:
+        first = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
+        assert await first.read() == b"ok"
+        for _ in range(50):
+            if seen.closed:
+                break
+            await asyncio.sleep(0.02)
+        assert seen.closed == [0]  # the sweep closed it
+        second = await c.post(f"http://127.0.0.1:{port}/", b"{}", JSON)
+        assert await second.read() == b"ok"
     assert len(seen.connections) == 2
 
 
@@ -429,17 +379,11 @@ async def test_https_upstreams_are_verified(tmp_path: Path, monkeypatch: pytest.
     server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_tls.load_cert_chain(cert, key)
     async with scripted(answer(reply(b"secure")), tls=server_tls) as (port, seen):
-        untrusting = client()
-        try:
+        async with pooled() as untrusting:
             with pytest.raises(ConnectFailed, match="SSLCertVerificationError"):
                 await untrusting.post(f"https://localhost:{port}/", b"{}", JSON)
-        finally:
-            await untrusting.aclose()
         monkeypatch.setenv("SSL_CERT_FILE", str(cert))
-        trusting = client()
-        try:
+        async with pooled() as trusting:
             got = await trusting.post(f"https://localhost:{port}/v1/x", b"{}", JSON)
             assert (got.status, await got.read()) == (200, b"secure")
-        finally:
-            await trusting.aclose()
     assert seen.requests[0][1]["host"] == f"localhost:{port}"
