@@ -26,7 +26,7 @@ from modelgate.formats import CODECS, ClientRequest, FormatName
 from modelgate.formats.base import Codec, decode_untrusted
 from modelgate.formats.jsonutil import Json
 from modelgate.gateway.body import duplicate_key, parse_object, shape
-from modelgate.gateway.body_scan import quick_spans, scan_object
+from modelgate.gateway.body_scan import canonical_spans, quick_spans, scan_object
 from modelgate.gateway.translate import HostedToolPolicy, build_body
 from modelgate.upstream.affinity_key import body_session
 from modelgate.upstream.base import Dialect
@@ -96,14 +96,18 @@ def analyse(raw: bytes, fmt: FormatName, counting: bool, rules: BodyRules) -> Fa
 def _structure(raw: bytes, codec: Codec, rules: BodyRules) -> tuple[Json, dict[str, tuple[int, int]], bool]:
     """The one parse, then the structural rules: the nesting depth and whether any object is
     media-shaped, by one walk over the parsed containers (``body.shape``); the top-level spans by
-    C-level searches (``body_scan.quick_spans``), which also prove that no key is duplicated or
-    respelled. Only when those cannot decide does one scan of the bytes (``body_scan.scan_object``)
-    find the spans and the duplicated control fields."""
+    writing the parsed members back and comparing them with the body (``body_scan.canonical_spans``:
+    compact JSON as agents send it) or else by C-level searches (``body_scan.quick_spans``), either
+    of which also proves that no key is duplicated or respelled. Only when neither can decide does
+    one scan of the bytes (``body_scan.scan_object``) find the spans and the duplicated control
+    fields."""
     body = parse_object(raw)
     deep, media = shape(body, rules.max_depth, MEDIA_TYPES)
     if deep:
         raise _too_deep(rules)
-    spans = quick_spans(raw, body)
+    spans = canonical_spans(raw, body)
+    if spans is None:
+        spans = quick_spans(raw, body)
     if spans is None:
         layout = scan_object(raw, _ANY_DEPTH)
         duplicated = layout.duplicated(codec.control_fields)

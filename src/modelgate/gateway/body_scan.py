@@ -152,6 +152,58 @@ def quick_spans(raw: bytes, parsed: Mapping[str, Any]) -> dict[str, tuple[int, i
     return _spans_between(raw, found)
 
 
+def canonical_spans(raw: bytes, parsed: Mapping[str, Any]) -> dict[str, tuple[int, int]] | None:
+    """Each top-level value's span when ``raw`` is written member by member as the serialiser
+    writes ``parsed`` (its decoded value) back, whitespace between the top-level tokens allowed;
+    None otherwise (``quick_spans`` decides then).
+
+    Coding agents send compact JSON that ``orjson`` writes back byte for byte, so this usually
+    holds, and then costs a serialisation of the values (about half a parse) and one comparison
+    per member, against the two regex passes over every byte that ``quick_spans`` needs. The
+    proof: the bytes are read from the opening brace as ``{key:value,...}``, where each key and
+    value must be exactly the serialiser's output for the next member of ``parsed`` in order.
+    Each of those is a complete JSON value, whose end is fixed by its start (a number must be
+    followed by a comma or the closing brace), so the object is exactly these members: each key
+    written once, plainly (no escape can respell it), and each span exact."""
+    view = _Cursor(raw)
+    if not view.take(b"{"):
+        return None
+    spans: dict[str, tuple[int, int]] = {}
+    for index, (key, value) in enumerate(parsed.items()):
+        if index and not view.take(b","):
+            return None
+        if not view.take(orjson.dumps(key)) or not view.take(b":"):
+            return None
+        try:
+            encoded = orjson.dumps(value)
+        except orjson.JSONEncodeError:  # nested beyond what the serialiser writes: left to the others
+            return None
+        start = view.pos
+        if not view.take(encoded):
+            return None
+        spans[key] = (start, start + len(encoded))
+    if not view.take(b"}") or view.pos != len(raw):
+        return None
+    return spans
+
+
+class _Cursor:
+    """A position in a body that advances over exact bytes and the whitespace after them."""
+
+    __slots__ = ("pos", "raw")
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self.pos = _after_ws(raw, 0)
+
+    def take(self, token: bytes) -> bool:
+        """Advance past ``token`` and the whitespace after it when it is written here."""
+        if not self.raw.startswith(token, self.pos):
+            return False
+        self.pos = _after_ws(self.raw, self.pos + len(token))
+        return True
+
+
 def _spans_between(raw: bytes, members: list[tuple[int, str, int]]) -> dict[str, tuple[int, int]] | None:
     """The value spans of ``members`` (key start, key, value start), each the top-level member
     after the one before: a value runs to the comma before the next key."""
