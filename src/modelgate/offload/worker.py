@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -23,6 +24,9 @@ from modelgate.offload.wire import (
     write_arena,
 )
 
+#: A full collection after this many jobs; the two younger generations after every job.
+FULL_COLLECTION_JOBS = 64
+
 
 def serve(channel: socket.socket, arena: ArenaFd, niceness: int, arena_bytes: int) -> None:
     """The worker's whole life: set up, then answer jobs until the channel closes."""
@@ -36,12 +40,20 @@ def serve(channel: socket.socket, arena: ArenaFd, niceness: int, arena_bytes: in
     if arena_bytes:
         with contextlib.suppress(OSError):  # the pages up front, so no job waits for them
             os.posix_fallocate(arena.fd, 0, arena_bytes)
+    # No collection in the middle of a job: parsing a large body creates thousands of containers,
+    # which set off collections that walk them (and every older object) while they are all still
+    # alive. A parsed body holds no cycles, so reference counting frees it when the job ends; what
+    # the job left is collected after its answer is sent, off the request's time.
+    gc.disable()
+    jobs = 0
     while True:
         try:
             job: Job = loads(receive(channel))
         except EOFError:
             return
         channel.sendall(frame(_answer(job, arena.fd)))
+        jobs += 1
+        gc.collect(2 if jobs % FULL_COLLECTION_JOBS == 0 else 1)
 
 
 def _answer(job: Job, arena: int) -> bytes:
