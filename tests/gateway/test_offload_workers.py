@@ -1,0 +1,71 @@
+"""Body workers as processes: each is started from a thread while the loop keeps serving, and
+the jobs that wait for it get it once it is up; a worker runs each job without automatic garbage
+collections (a large body's parse would set them off again and again while its containers are
+all alive) and collects what a job left once its answer is sent: cyclic garbage of one job is
+gone by the next.
+
+The functions given to the workers are module-level (pickled by reference); ``_WATCHED`` lives in
+the worker's own copy of this module."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import weakref
+
+from modelgate.offload import Offload
+
+_WATCHED: list[weakref.ref[_Node]] = []
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a cycle: only the collector frees it
+
+
+def leave_cycles(body: bytes, count: int) -> bool:
+    """Leaves ``count`` cycles behind, watching one; says whether collections were automatic."""
+    nodes = [_Node() for _ in range(count)]
+    _WATCHED.append(weakref.ref(nodes[0]))
+    return gc.isenabled()
+
+
+def watched_alive(body: bytes) -> list[bool]:
+    return [ref() is not None for ref in _WATCHED]
+
+
+def test_a_jobs_cycles_are_collected_after_it_without_collections_during_it() -> None:
+    async def run() -> tuple[list[bool], list[bool]]:
+        work = Offload(1, arena_bytes=0)
+        try:
+            automatic = [await work.run_on_body(leave_cycles, b"{}", 20_000) for _ in range(3)]
+            return automatic, await work.run_on_body(watched_alive, b"{}")
+        finally:
+            await work.stop()
+
+    automatic, alive = asyncio.run(run())
+    assert automatic == [False, False, False]
+    assert alive == [False, False, False]
+
+
+def pid_of(body: bytes) -> int:
+    return os.getpid()
+
+
+def test_workers_start_while_the_loop_serves_and_take_the_jobs_waiting() -> None:
+    async def run() -> tuple[int, list[int], list[int]]:
+        work = Offload(2, arena_bytes=0)
+        try:
+            jobs = [asyncio.ensure_future(work.run_on_body(pid_of, b"{}")) for _ in range(5)]
+            turns = 0  # loop turns taken by others before any worker was up
+            while not work.pids():
+                turns += 1
+                await asyncio.sleep(0)
+            return turns, await asyncio.gather(*jobs), work.pids()
+        finally:
+            await work.stop()
+
+    turns, ran_in, workers = asyncio.run(run())
+    assert turns >= 3  # started on the loop, the first job's step held it until the process was up
+    assert sorted(set(ran_in)) == sorted(workers) and len(workers) == 2
