@@ -135,3 +135,20 @@ def test_a_control_field_twice_is_refused_in_the_worker_as_inline() -> None:
     for analysis in (analyse, analyse_in_worker):
         with pytest.raises(errors.InvalidRequest, match="given more than once"):
             analysis(raw, "chat", False, RULES)
+
+
+def test_a_body_above_the_size_for_writing_back_first_gets_the_same_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Either order of the two proofs gives the same spans, and a body neither proves goes to the
+    scan (here: a control field twice, refused)."""
+    from modelgate.gateway import bodies
+
+    raw = b'{"model":"m","messages":[{"role":"user","content":"a \\u001b[0m"}],"max_tokens":5}'
+    twice = b'{"model":"m","messages":[{"model":"m"}],"model":"m"}'
+    small_first = analyse_in_worker(raw, "chat", False, RULES)
+    monkeypatch.setattr(bodies, "CANONICAL_FIRST_BYTES", 0)
+    assert analyse_in_worker(raw, "chat", False, RULES) == small_first
+    assert small_first.spans == scan_object(raw, 10).spans()
+    with pytest.raises(errors.InvalidRequest, match="given more than once"):
+        analyse_in_worker(twice, "chat", False, RULES)

@@ -33,6 +33,12 @@ from modelgate.upstream.base import Dialect
 
 #: Deeper than any body gets (the depth limit was applied before the scan runs).
 _ANY_DEPTH = 1 << 30
+#: Bodies up to this size get their spans proved by writing them back first (``canonical_spans``),
+#: larger ones by the searches first (``quick_spans``), each proof the other's fallback. Measured
+#: per MiB: many Claude-Code-shaped turns 0.66-0.68 ms written back against 0.99-1.02 searched
+#: (1 and 10 MiB), short turns 0.47 against 0.75 at 1 MiB but 1.33 against 0.71 at 31 MiB (the
+#: serialiser's 31 MiB of output no longer fits in the caches).
+CANONICAL_FIRST_BYTES = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,17 +103,23 @@ def _structure(raw: bytes, codec: Codec, rules: BodyRules) -> tuple[Json, dict[s
     """The one parse, then the structural rules: the nesting depth and whether any object is
     media-shaped, by one walk over the parsed containers (``body.shape``); the top-level spans by
     writing the parsed members back and comparing them with the body (``body_scan.canonical_spans``:
-    compact JSON as agents send it) or else by C-level searches (``body_scan.quick_spans``), either
-    of which also proves that no key is duplicated or respelled. Only when neither can decide does
+    compact JSON as agents send it) and by C-level searches (``body_scan.quick_spans``), the cheaper
+    for the body's size first (``CANONICAL_FIRST_BYTES``); either proves that no key is duplicated
+    or respelled. Only when neither can decide does
     one scan of the bytes (``body_scan.scan_object``) find the spans and the duplicated control
     fields."""
     body = parse_object(raw)
     deep, media = shape(body, rules.max_depth, MEDIA_TYPES)
     if deep:
         raise _too_deep(rules)
-    spans = canonical_spans(raw, body)
+    first, second = (
+        (canonical_spans, quick_spans)
+        if len(raw) <= CANONICAL_FIRST_BYTES
+        else (quick_spans, canonical_spans)
+    )
+    spans = first(raw, body)
     if spans is None:
-        spans = quick_spans(raw, body)
+        spans = second(raw, body)
     if spans is None:
         layout = scan_object(raw, _ANY_DEPTH)
         duplicated = layout.duplicated(codec.control_fields)
