@@ -31,12 +31,14 @@ def leave_cycles(body: bytes, count: int) -> bool:
     return gc.isenabled()
 
 
-def watched_alive(body: bytes) -> list[bool]:
-    return [ref() is not None for ref in _WATCHED]
+def watched_alive(body: bytes) -> tuple[list[bool], bool]:
+    """Whether each watched cycle is still alive, and whether the collector keeps what survived
+    a full collection out of the next ones (``gc.freeze``)."""
+    return [ref() is not None for ref in _WATCHED], gc.get_freeze_count() > 0
 
 
 def test_a_jobs_cycles_are_collected_after_it_without_collections_during_it() -> None:
-    async def run() -> tuple[list[bool], list[bool]]:
+    async def run() -> tuple[list[bool], tuple[list[bool], bool]]:
         work = Offload(1, arena_bytes=0)
         try:
             automatic = [await work.run_on_body(leave_cycles, b"{}", 20_000) for _ in range(3)]
@@ -44,9 +46,10 @@ def test_a_jobs_cycles_are_collected_after_it_without_collections_during_it() ->
         finally:
             await work.stop()
 
-    automatic, alive = asyncio.run(run())
+    automatic, (alive, frozen) = asyncio.run(run())
     assert automatic == [False, False, False]
     assert alive == [False, False, False]
+    assert frozen
 
 
 def pid_of(body: bytes) -> int:
