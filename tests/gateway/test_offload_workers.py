@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import threading
 import weakref
 
 from modelgate.offload import Offload
@@ -72,3 +73,31 @@ def test_workers_start_while_the_loop_serves_and_take_the_jobs_waiting() -> None
     turns, ran_in, workers = asyncio.run(run())
     assert turns >= 3  # started on the loop, the first job's step held it until the process was up
     assert sorted(set(ran_in)) == sorted(workers) and len(workers) == 2
+
+
+def length(body: bytes) -> int:
+    return len(body)
+
+
+def test_large_copies_run_on_threads_at_the_workers_lower_priority() -> None:
+    """A body above what is copied on the loop itself goes into the arena from a thread whose
+    priority is lowered as the workers' is, so the loop wins the core from it."""
+
+    def nice(thread: int) -> int:
+        return os.getpriority(os.PRIO_PROCESS, thread)
+
+    async def run() -> tuple[list[int], int]:
+        work = Offload(1, niceness=7, arena_bytes=0)
+        try:
+            body = os.urandom(3 << 20)
+            assert await work.run_on_body(length, body) == len(body)
+            copiers = [t for t in threading.enumerate() if t.name.startswith("modelgate-body-copy")]
+            return [nice(t.native_id) for t in copiers if t.native_id is not None], nice(
+                threading.get_native_id()
+            )
+        finally:
+            await work.stop()
+
+    copiers, loop_thread = asyncio.run(run())
+    assert copiers and all(n == min(19, loop_thread + 7) for n in copiers)
+    assert nice(threading.get_native_id()) == loop_thread  # the serving thread keeps its own
