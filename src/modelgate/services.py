@@ -166,7 +166,9 @@ class Services:
             ledger_store=store.ledger,
             usage=store.usage,
             reports=store.reports,
-            responses=(responses := DeferredResponses(store.responses)),
+            responses=(
+                responses := DeferredResponses(store.responses, settings.responses.keep_batch_seconds)
+            ),
             audit=store.audit,
             keys=KeyView(store.keys, digester),
             digester=digester,

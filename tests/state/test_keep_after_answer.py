@@ -34,3 +34,12 @@ def test_on_and_off_are_taken_as_they_are(tmp_path: Path) -> None:
 def test_another_value_is_refused_naming_the_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"responses\.keep_after_answer"):
         settings_of(tmp_path, responses__keep_after_answer="sometimes")
+
+
+def test_the_batch_window_is_checked(tmp_path: Path) -> None:
+    env = {"MODELGATE_DATA_DIR": str(tmp_path), "MODELGATE_RESPONSES__KEEP_BATCH_SECONDS": "0.05"}
+    assert load_settings(environ=env).responses.keep_batch_seconds == 0.05
+    for bad in ("-1", "5"):
+        env["MODELGATE_RESPONSES__KEEP_BATCH_SECONDS"] = bad
+        with pytest.raises(ConfigError, match=r"responses\.keep_batch_seconds"):
+            load_settings(environ=env)

@@ -157,3 +157,27 @@ async def test_a_refused_or_failed_write_is_told_and_counted(engine: Engine) -> 
     assert (deferred.kept, deferred.refused, deferred.failed) == (1, 1, 1)
     assert await deferred.get_response(mine.id, "resp_big", NOW) is None
     assert await deferred.get_response(mine.id, "resp_dup", NOW) is not None
+
+
+async def test_gathered_writes_leave_together_when_read_or_drained(engine: Engine) -> None:
+    """With a batch window far longer than the test, nothing is written until a read of one of the
+    accounts starts the batch (all of it); ``drain`` starts what is gathering."""
+    store = engine.store
+    deferred = DeferredResponses(store.responses, batch_seconds=3600)
+    mine = await store.create_account("batched-mine", 0, NOW)
+    other = await store.create_account("batched-other", 0, NOW)
+    outcomes: list[bool | BaseException] = []
+    deferred.save_after(response("resp_a", mine.id, inputs=(item("a1", "x"),)), LIMIT, outcomes.append)
+    deferred.save_after(response("resp_b", other.id, inputs=(item("b1", "y"),)), LIMIT, outcomes.append)
+    await asyncio.sleep(0.05)
+    assert await store.get_response(mine.id, "resp_a", NOW) is None  # still gathering
+    assert deferred.in_flight == 2 and outcomes == []
+    found = await deferred.get_response(mine.id, "resp_a", NOW)  # starts the batch and waits
+    assert found is not None
+    await deferred.drain()
+    assert outcomes == [True, True] and deferred.in_flight == 0
+    assert await store.get_response(other.id, "resp_b", NOW) is not None
+
+    deferred.save_after(response("resp_c", other.id), LIMIT, outcomes.append)
+    await deferred.drain()  # a stop writes what is gathering
+    assert outcomes[-1] is True and await store.get_response(other.id, "resp_c", NOW) is not None

@@ -12,12 +12,17 @@ Invariants:
   ``previous_response_id``, an ``item_reference`` or a conversation read that follows an answer on
   this instance finds what the answer stored. A read of an account with nothing in flight waits
   for nothing (one dict lookup).
-- **Nothing is dropped while the process lives.** A deferred write is its own task, held here until
-  it ends (never cancelled with its request); ``drain`` waits for all of them and is awaited by
+- **Batches.** Deferred writes gather for ``batch_seconds`` (at most ``MAX_BATCH``) and then
+  start in one loop turn, so on SQLite they share one transaction of the group commit (on
+  PostgreSQL one batch): the pages they touch in common (the account's byte count, the newest
+  leaves of the tables and their time-ordered indexes) are written once, not once per answer.
+- **Nothing is dropped while the process lives.** A deferred write is held here until it ends
+  (never cancelled with its request); ``drain`` starts and waits for all of them and is awaited by
   ``Services.stop`` before the database is closed.
 - **What a kill costs.** A process killed after sending an answer but before its write reached
-  the database (on SQLite the next loop turn, on PostgreSQL the batch's departure) has delivered a
-  response that was not kept: it reads as a missing one (``404 not_found``), as an expired one.
+  the database (at most ``batch_seconds`` plus a loop turn on SQLite; on PostgreSQL until its batch
+  leaves) has delivered a response that was not kept: it reads as a missing one (``404
+  not_found``), as an expired one.
 - **Other instances** see a response once its write has committed; a client continuing over the
   same connection (one worker) always finds it.
 - Outcomes after the answer: a write refused (the account filled meanwhile by another instance, its
@@ -31,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from modelgate.storage.responses import (
@@ -46,15 +52,38 @@ from modelgate.storage.responses import (
 
 #: Told how a deferred write ended: True (kept), False (refused), or the exception it raised.
 OnDone = Callable[[bool | BaseException], None]
+#: Deferred writes one batch holds at most; one more starts the batch at once.
+MAX_BATCH = 64
+
+
+@dataclass(slots=True)
+class _Write:
+    response: NewResponse
+    limit: int
+    on_done: OnDone
+    #: Done when the write has ended, whatever its outcome (what readers wait for).
+    ended: asyncio.Future[None]
 
 
 class DeferredResponses:
-    """A ``ResponseStore`` (the module docstring's invariants) with ``save_after``."""
+    """A ``ResponseStore`` (the module docstring's invariants) with ``save_after``.
 
-    def __init__(self, store: ResponseStore) -> None:
+    ``batch_seconds`` (``responses.keep_batch_seconds``): deferred writes are gathered this long
+    (at most ``MAX_BATCH``) and started in one loop turn, so they share one transaction (the
+    pages they touch in common are written once); 0 starts each at once. A read of an account
+    with writes still gathering starts the batch at once."""
+
+    def __init__(self, store: ResponseStore, batch_seconds: float = 0.0) -> None:
         self._store = store
-        #: account id -> its writes in flight on this instance (held, so none is garbage-collected).
-        self._pending: dict[int, set[asyncio.Task[bool]]] = {}
+        self._batch_seconds = batch_seconds
+        #: account id -> its writes not yet ended on this instance (gathering or running).
+        self._pending: dict[int, set[asyncio.Future[None]]] = {}
+        #: Writes gathering for the next batch, the accounts they belong to, and its timer.
+        self._gathering: list[_Write] = []
+        self._gathering_accounts: set[int] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        #: Writes running (held, so none is garbage-collected).
+        self._running: set[asyncio.Task[bool]] = set()
         #: Deferred writes that ended kept, refused or failed (metrics).
         self.kept = 0
         self.refused = 0
@@ -62,20 +91,40 @@ class DeferredResponses:
 
     @property
     def in_flight(self) -> int:
-        """Deferred writes not yet ended."""
-        return sum(len(tasks) for tasks in self._pending.values())
+        """Deferred writes not yet ended (gathering or running)."""
+        return sum(len(ends) for ends in self._pending.values())
 
     def save_after(self, response: NewResponse, max_account_bytes: int, on_done: OnDone) -> None:
-        """Start keeping ``response`` and return at once; ``on_done`` is told the outcome."""
-        task = asyncio.ensure_future(self._store.save_response(response, max_account_bytes))
-        self._pending.setdefault(response.account_id, set()).add(task)
-        task.add_done_callback(functools.partial(self._ended, response.account_id, on_done))
+        """Keep ``response`` without waiting; ``on_done`` is told the outcome."""
+        loop = asyncio.get_running_loop()
+        write = _Write(response, max_account_bytes, on_done, loop.create_future())
+        self._pending.setdefault(response.account_id, set()).add(write.ended)
+        self._gathering.append(write)
+        self._gathering_accounts.add(response.account_id)
+        if self._batch_seconds <= 0 or len(self._gathering) >= MAX_BATCH:
+            self._start()
+        elif self._timer is None:
+            self._timer = loop.call_later(self._batch_seconds, self._start)
 
-    def _ended(self, account_id: int, on_done: OnDone, task: asyncio.Task[bool]) -> None:
-        tasks = self._pending.get(account_id)
-        if tasks is not None:
-            tasks.discard(task)
-            if not tasks:
+    def _start(self) -> None:
+        """Start every gathered write, in one loop turn (one group commit)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        writes, self._gathering = self._gathering, []
+        self._gathering_accounts.clear()
+        for write in writes:
+            task = asyncio.ensure_future(self._store.save_response(write.response, write.limit))
+            self._running.add(task)
+            task.add_done_callback(functools.partial(self._ended, write))
+
+    def _ended(self, write: _Write, task: asyncio.Task[bool]) -> None:
+        self._running.discard(task)
+        account_id = write.response.account_id
+        ends = self._pending.get(account_id)
+        if ends is not None:
+            ends.discard(write.ended)
+            if not ends:
                 del self._pending[account_id]
         outcome: bool | BaseException = (
             asyncio.CancelledError() if task.cancelled() else task.exception() or task.result()
@@ -86,17 +135,21 @@ class DeferredResponses:
             self.refused += 1
         else:
             self.failed += 1
-        on_done(outcome)
+        write.ended.set_result(None)
+        write.on_done(outcome)
 
     async def _settled(self, account_id: int) -> None:
-        """Wait for the account's writes in flight here (returns at once when there are none)."""
-        while tasks := self._pending.get(account_id):
-            await asyncio.wait(tuple(tasks))
+        """Wait for the account's deferred writes (returns at once when there are none)."""
+        while ends := self._pending.get(account_id):
+            if account_id in self._gathering_accounts:
+                self._start()  # a reader waits: the batch leaves now
+            await asyncio.wait(tuple(ends))
 
     async def drain(self) -> None:
-        """Wait for every deferred write to end (before the database closes)."""
+        """Start and wait for every deferred write (before the database closes)."""
         while self._pending:
-            await asyncio.wait([task for tasks in self._pending.values() for task in tasks])
+            self._start()
+            await asyncio.wait([end for ends in self._pending.values() for end in ends])
 
     # ResponseStore: each call waits for the account's deferred writes first ----------------
 
