@@ -61,82 +61,102 @@ class _Write:
     response: NewResponse
     limit: int
     on_done: OnDone
-    #: Done when the write has ended, whatever its outcome (what readers wait for).
-    ended: asyncio.Future[None]
 
 
 class DeferredResponses:
     """A ``ResponseStore`` (the module docstring's invariants) with ``save_after``.
 
-    ``batch_seconds`` (``responses.keep_batch_seconds``): deferred writes are gathered this long
-    (at most ``MAX_BATCH``) and started in one loop turn, so they share one transaction (the
-    pages they touch in common are written once); 0 starts each at once. A read of an account
-    with writes still gathering starts the batch at once."""
+    ``batch_seconds`` (``responses.keep_batch_seconds``): deferred writes gather this long (at most
+    ``MAX_BATCH``) and leave as one ``save_responses`` call, so they share one transaction (the
+    pages they touch in common are written once) and one task; 0 sends each batch at the next loop
+    turn. A read of an account with writes still gathering sends the batch at once."""
 
     def __init__(self, store: ResponseStore, batch_seconds: float = 0.0) -> None:
         self._store = store
         self._batch_seconds = batch_seconds
-        #: account id -> its writes not yet ended on this instance (gathering or running).
+        #: account id -> the batches holding its writes not yet ended (what its readers wait for).
         self._pending: dict[int, set[asyncio.Future[None]]] = {}
-        #: Writes gathering for the next batch, the accounts they belong to, and its timer.
+        #: The batch gathering: its writes, their accounts, the future its end sets, its timer.
         self._gathering: list[_Write] = []
         self._gathering_accounts: set[int] = set()
-        self._timer: asyncio.TimerHandle | None = None
-        #: Writes running (held, so none is garbage-collected).
-        self._running: set[asyncio.Task[bool]] = set()
-        #: Deferred writes that ended kept, refused or failed (metrics).
+        self._gathering_end: asyncio.Future[None] | None = None
+        self._timer: asyncio.Handle | None = None
+        #: Batches at the database (held, so none is garbage-collected).
+        self._running: set[asyncio.Task[list[bool | Exception]]] = set()
+        #: Deferred writes not yet ended; and those that ended kept, refused or failed (metrics).
+        self.in_flight = 0
         self.kept = 0
         self.refused = 0
         self.failed = 0
 
-    @property
-    def in_flight(self) -> int:
-        """Deferred writes not yet ended (gathering or running)."""
-        return sum(len(ends) for ends in self._pending.values())
-
     def save_after(self, response: NewResponse, max_account_bytes: int, on_done: OnDone) -> None:
         """Keep ``response`` without waiting; ``on_done`` is told the outcome."""
+        if self._gathering and self._gathering[0].limit != max_account_bytes:
+            self._start()  # one limit per batch (it changes only with a configuration reload)
         loop = asyncio.get_running_loop()
-        write = _Write(response, max_account_bytes, on_done, loop.create_future())
-        self._pending.setdefault(response.account_id, set()).add(write.ended)
-        self._gathering.append(write)
-        self._gathering_accounts.add(response.account_id)
-        if self._batch_seconds <= 0 or len(self._gathering) >= MAX_BATCH:
+        if self._gathering_end is None:
+            self._gathering_end = loop.create_future()
+        self._gathering.append(_Write(response, max_account_bytes, on_done))
+        self.in_flight += 1
+        if response.account_id not in self._gathering_accounts:
+            self._gathering_accounts.add(response.account_id)
+            self._pending.setdefault(response.account_id, set()).add(self._gathering_end)
+        if len(self._gathering) >= MAX_BATCH:
             self._start()
         elif self._timer is None:
-            self._timer = loop.call_later(self._batch_seconds, self._start)
+            self._timer = (
+                loop.call_later(self._batch_seconds, self._start)
+                if self._batch_seconds > 0
+                else loop.call_soon(self._start)
+            )
 
     def _start(self) -> None:
-        """Start every gathered write, in one loop turn (one group commit)."""
+        """Send the gathering batch to the store (one call, one task)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         writes, self._gathering = self._gathering, []
-        self._gathering_accounts.clear()
-        for write in writes:
-            task = asyncio.ensure_future(self._store.save_response(write.response, write.limit))
-            self._running.add(task)
-            task.add_done_callback(functools.partial(self._ended, write))
-
-    def _ended(self, write: _Write, task: asyncio.Task[bool]) -> None:
-        self._running.discard(task)
-        account_id = write.response.account_id
-        ends = self._pending.get(account_id)
-        if ends is not None:
-            ends.discard(write.ended)
-            if not ends:
-                del self._pending[account_id]
-        outcome: bool | BaseException = (
-            asyncio.CancelledError() if task.cancelled() else task.exception() or task.result()
+        accounts, self._gathering_accounts = self._gathering_accounts, set()
+        end, self._gathering_end = self._gathering_end, None
+        if not writes or end is None:
+            return
+        task = asyncio.ensure_future(
+            self._store.save_responses([w.response for w in writes], writes[0].limit)
         )
-        if outcome is True:
-            self.kept += 1
-        elif outcome is False:
-            self.refused += 1
+        self._running.add(task)
+        task.add_done_callback(functools.partial(self._ended, writes, accounts, end))
+
+    def _ended(
+        self,
+        writes: list[_Write],
+        accounts: set[int],
+        end: asyncio.Future[None],
+        task: asyncio.Task[list[bool | Exception]],
+    ) -> None:
+        self._running.discard(task)
+        for account_id in accounts:
+            ends = self._pending.get(account_id)
+            if ends is not None:
+                ends.discard(end)
+                if not ends:
+                    del self._pending[account_id]
+        outcomes: Sequence[bool | BaseException]
+        if task.cancelled():
+            outcomes = [asyncio.CancelledError()] * len(writes)
+        elif (error := task.exception()) is not None:
+            outcomes = [error] * len(writes)
         else:
-            self.failed += 1
-        write.ended.set_result(None)
-        write.on_done(outcome)
+            outcomes = task.result()
+        self.in_flight -= len(writes)
+        end.set_result(None)
+        for write, outcome in zip(writes, outcomes, strict=True):
+            if outcome is True:
+                self.kept += 1
+            elif outcome is False:
+                self.refused += 1
+            else:
+                self.failed += 1
+            write.on_done(outcome)
 
     async def _settled(self, account_id: int) -> None:
         """Wait for the account's deferred writes (returns at once when there are none)."""
@@ -156,6 +176,13 @@ class DeferredResponses:
     async def save_response(self, response: NewResponse, max_account_bytes: int) -> bool:
         await self._settled(response.account_id)
         return await self._store.save_response(response, max_account_bytes)
+
+    async def save_responses(
+        self, responses: Sequence[NewResponse], max_account_bytes: int
+    ) -> list[bool | Exception]:
+        for account_id in {r.account_id for r in responses}:
+            await self._settled(account_id)
+        return await self._store.save_responses(responses, max_account_bytes)
 
     async def get_response(self, account_id: int, response_id: str, now: float) -> StoredResponse | None:
         await self._settled(account_id)
