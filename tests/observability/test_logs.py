@@ -184,7 +184,8 @@ def test_serve_warns_when_metrics_are_public_on_a_reachable_address(caplog: pyte
     assert not warned("0.0.0.0", token="t" * 16) and not warned("0.0.0.0", enabled=False)
 
 
-def test_the_fast_json_writer_writes_the_same_record_as_the_logging_path() -> None:
+@pytest.mark.parametrize("worker", [None, 2])
+def test_the_fast_json_writer_writes_the_same_record_as_the_logging_path(worker: int | None) -> None:
     record = RequestRecord(
         "req_same",
         "chat",
@@ -196,11 +197,13 @@ def test_the_fast_json_writer_writes_the_same_record_as_the_logging_path() -> No
         seconds=0.5,
     )
     stream = io.StringIO()
-    writer = RequestLineWriter(stream)
+    writer = RequestLineWriter(stream, worker=worker)
     writer(record)  # no running loop: written at once
     fast = json.loads(stream.getvalue())
     logged = logging.LogRecord("modelgate.requests", logging.INFO, "", 0, "request", (), None)
     logged.fields = request_fields(record)
+    if worker is not None:
+        logged.worker = worker  # as the worker processes' filter tags every record
     slow = json.loads(JsonFormatter().format(logged))
     assert fast.pop("ts").endswith("Z") and slow.pop("ts").endswith("Z")
     assert list(fast.items()) == list(slow.items())

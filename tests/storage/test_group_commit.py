@@ -53,7 +53,11 @@ async def test_concurrent_writes_commit_once_and_a_failing_one_fails_alone(tmp_p
         return_exceptions=True,
     )
     store.database.db().set_trace_callback(None)
-    assert [s for s in statements if s in ("BEGIN IMMEDIATE", "COMMIT")] == ["BEGIN IMMEDIATE", "COMMIT"]
+    # Run without savepoints first, the duplicate rolls that back, then once more with one
+    # savepoint per operation: one commit in all.
+    ends = [s for s in statements if s in ("BEGIN IMMEDIATE", "COMMIT", "ROLLBACK")]
+    assert ends == ["BEGIN IMMEDIATE", "ROLLBACK", "BEGIN IMMEDIATE", "COMMIT"]
+    assert statements.count("SAVEPOINT ledger_op") == 22
     assert all(isinstance(o, Reservation) and o.granted_uc == 1_000 for o in outcomes[:20])
     assert isinstance(outcomes[20], Conflict)
     settled = outcomes[21]
@@ -64,6 +68,51 @@ async def test_concurrent_writes_commit_once_and_a_failing_one_fails_alone(tmp_p
     assert await store.pending_reservations() == 20
     assert await store.month_spend("key_1", MONTH) == (300, 20_000)
     await store.close()
+
+
+async def test_a_batch_without_a_failure_runs_without_savepoints(tmp_path: Path) -> None:
+    store, account_id = await _store(tmp_path)
+    statements: list[str] = []
+    store.database.db().set_trace_callback(statements.append)
+    outcomes = await asyncio.gather(*(store.reserve(_hold(account_id, f"req_{i}")) for i in range(5)))
+    store.database.db().set_trace_callback(None)
+    assert all(isinstance(o, Reservation) for o in outcomes)
+    assert not [s for s in statements if "SAVEPOINT" in s or "RELEASE" in s or s == "ROLLBACK"]
+    assert [s for s in statements if s in ("BEGIN IMMEDIATE", "COMMIT")] == ["BEGIN IMMEDIATE", "COMMIT"]
+    await store.close()
+
+
+async def _settle_beyond_the_cap(tmp_path: Path, *, with_duplicate: bool) -> tuple[Settlement, int]:
+    """A settle costing more than its hold and what its key's monthly cap has free (charged the
+    hold and what is free, the rest a shortfall), alone or in a batch that a duplicate hold of
+    another key rolls back after the settle ran."""
+    store = SqliteStore(tmp_path / "db.sqlite")
+    await store.migrate()
+    account = await store.create_account("a", 1_000_000, time.time())
+    for key, cap in (("key_1", 4_000), ("key_2", None)):
+        digest = key.encode() * 8
+        new = NewKey(key, account.id, "", "Basic", 60, None, cap, digest, "sk-cs4-abcd", "wxyz")
+        await store.create_key(new, time.time())
+    await store.reserve(_hold(account.id, "req_big", 3_000))
+    other = ReserveRequest("req_other", "key_2", account.id, MONTH, 1_000, 1, time.time(), time.time() + 60)
+    await store.reserve(other)
+    duplicate = [store.reserve(other)] if with_duplicate else []
+    settled, *refused = await asyncio.gather(
+        store.settle(_usage(account.id, "req_big", 9_000)), *duplicate, return_exceptions=True
+    )
+    assert all(isinstance(o, Conflict) for o in refused), refused
+    records = await store.usage_records(MONTH, account_id=account.id)
+    await store.close()
+    assert isinstance(settled, Settlement) and len(records) == 1
+    return settled, records[0].shortfall_uc
+
+
+async def test_a_settle_run_again_after_a_rollback_charges_what_it_would_alone(tmp_path: Path) -> None:
+    alone = await _settle_beyond_the_cap(tmp_path / "alone", with_duplicate=False)
+    batched = await _settle_beyond_the_cap(tmp_path / "batched", with_duplicate=True)
+    # A 4,000 cap: 3,000 held + 1,000 free charged, 5,000 short.
+    assert alone[0].charged_uc == 4_000 and alone[1] == 5_000
+    assert batched == alone
 
 
 async def test_a_write_cancelled_before_its_commit_is_never_applied(tmp_path: Path) -> None:

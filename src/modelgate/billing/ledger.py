@@ -223,7 +223,8 @@ class Hold:
             cache_write_1h_tokens=min(usage.cache_write_1h_input_tokens, usage.cache_creation_input_tokens),
             web_search_requests=usage.web_search_requests,
         )
-        self._ended = asyncio.ensure_future(self._runner.run(self._finish(record, charge)))
+        # One task, tracked by the runner (a drain waits for it) and shielded from the caller.
+        self._ended = self._runner.start(self._finish(record, charge))
         return await asyncio.shield(self._ended)
 
     async def _finish(self, record: UsageRecord, charge: bool) -> Settlement:

@@ -6,10 +6,14 @@ requests touch the same pages (their account, their key's month, the newest usag
 when several operations are submitted in the same turn of the event loop they run in one
 ``BEGIN IMMEDIATE … COMMIT`` right after that turn and those pages are written once.
 
-Nothing is weakened: each operation runs inside its own ``SAVEPOINT``, so one that fails (a
-duplicate request id, a constraint) is rolled back alone and only its caller sees the error; an
-operation's result is handed to its caller only after the shared ``COMMIT`` succeeded; and one
-operation submitted alone (no concurrency) commits on the next loop turn as before.
+Nothing is weakened: an operation that fails (a duplicate request id, a constraint) is rolled
+back alone and only its caller sees the error; an operation's result is handed to its caller only
+after the shared ``COMMIT`` succeeded; and one operation submitted alone (no concurrency) commits
+on the next loop turn as before. A batch first runs without savepoints (two statements per
+operation saved: a constraint failure is rare); when one of its operations fails a constraint, the
+whole transaction is rolled back and the batch runs again with each operation inside its own
+``SAVEPOINT`` (every operation is a function of the database alone, so running it again after a
+rollback gives what it would have given the first time).
 
 The usage rollups are kept here, once per batch: a settlement submitted with its usage record
 (``run(..., record=usage)``) that applied is summed into the batch's ``UsageSums``, and each
@@ -50,6 +54,11 @@ BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 LOOP_RETRY_SECONDS = 0.05
 #: The pause between those retries after the first (at the next loop turn).
 RETRY_PAUSE_SECONDS = 0.001
+
+
+class _ConstraintFailed(Exception):
+    """An operation of a batch run without savepoints failed a constraint (the batch is run
+    again with one savepoint per operation)."""
 
 
 class GroupCommit:
@@ -112,32 +121,46 @@ class GroupCommit:
         self._deliver(batch, outcomes)
 
     def _apply(self, batch: list[Queued]) -> list[Any]:
-        outcomes: list[Any] = []
         began = time.perf_counter()
         refused = False  # the write lock was refused: no transaction happened, nothing to count
-        # Summed afresh on every attempt: a batch retried after a refused lock starts over.
-        sums = UsageSums()
         try:
-            with self._transaction() as db:
-                for operation, _, record in batch:
-                    db.execute("SAVEPOINT ledger_op")
-                    try:
-                        outcome = operation(db)
-                    except sqlite3.IntegrityError as exc:
-                        db.execute("ROLLBACK TO ledger_op")
-                        outcome = Conflict(str(exc))
-                    else:
-                        if record is not None and isinstance(outcome, Settlement) and outcome.applied:
-                            sums.add(record)
-                    outcomes.append(outcome)
-                    db.execute("RELEASE ledger_op")
-                sums.write(db)
+            try:
+                return self._attempt(batch, isolated=False)
+            except _ConstraintFailed:  # rolled back whole: again, each operation on its own
+                return self._attempt(batch, isolated=True)
         except sqlite3.OperationalError as exc:
             refused = exc.sqlite_errorcode in BUSY  # the batch is tried again
             raise
         finally:
             if not refused and self.observer is not None:
                 self.observer.ledger_committed(time.perf_counter() - began, len(batch))
+
+    def _attempt(self, batch: list[Queued], *, isolated: bool) -> list[Any]:
+        """One transaction of ``batch``. Not ``isolated``: no savepoints, and an operation that
+        fails a constraint ends the attempt (``_ConstraintFailed``, the transaction rolled back).
+        ``isolated``: each operation in its own savepoint, a failed one rolled back alone and
+        answered ``Conflict``."""
+        outcomes: list[Any] = []
+        # Summed afresh on every attempt: a batch tried again starts over.
+        sums = UsageSums()
+        with self._transaction() as db:
+            for operation, _, record in batch:
+                if isolated:
+                    db.execute("SAVEPOINT ledger_op")
+                try:
+                    outcome = operation(db)
+                except sqlite3.IntegrityError as exc:
+                    if not isolated:
+                        raise _ConstraintFailed from exc
+                    db.execute("ROLLBACK TO ledger_op")
+                    outcome = Conflict(str(exc))
+                else:
+                    if record is not None and isinstance(outcome, Settlement) and outcome.applied:
+                        sums.add(record)
+                outcomes.append(outcome)
+                if isolated:
+                    db.execute("RELEASE ledger_op")
+            sums.write(db)
         return outcomes
 
     def _deliver_retry(self, batch: list[Queued], finished: asyncio.Future[Any]) -> None:

@@ -87,7 +87,10 @@ def reserve(db: sqlite3.Connection, r: ReserveRequest) -> Reservation | Refusal:
     return decision
 
 
-def finish(db: sqlite3.Connection, usage: UsageRecord, *, charge: bool) -> Settlement:
+def finish(db: sqlite3.Connection, usage: UsageRecord, *, cost_uc: int | None) -> Settlement:
+    """Settle ``usage``'s hold: charge ``cost_uc`` (None: a release, nothing charged). The
+    fields of ``usage`` it sets come from the database and ``cost_uc`` alone, so running it again
+    after a rollback (``group_commit``) gives the same result."""
     # Claiming deletes the pending reservation (under the write lock): of a racing settle, a
     # replayed settle and a sweeper in another process, exactly one finds it.
     claimed = db.execute(
@@ -103,8 +106,8 @@ def finish(db: sqlite3.Connection, usage: UsageRecord, *, charge: bool) -> Settl
     # more, only what is free is charged beyond the hold (a cap or balance is never overshot).
     # Under a window cap nothing is charged beyond the hold: the rest is the shortfall.
     charged = shortfall = 0
-    if charge:
-        cost = usage.charged_uc
+    if cost_uc is not None:
+        cost = cost_uc
         free = remaining(db, account_id, key_id, month) if cost > amount else (0, None)
         charged, shortfall = decide_charge(cost, amount, free[0], 0 if windows else free[1])
     # Settled in the periods the hold was counted in (released exactly once: the claim above).
@@ -216,10 +219,11 @@ class SqliteLedger(SqliteRepository):
         return await self.database.group_commit.run(lambda db: reserve(db, request))
 
     async def settle(self, usage: UsageRecord) -> Settlement:
-        return await self.database.group_commit.run(lambda db: finish(db, usage, charge=True), usage)
+        cost = usage.charged_uc  # the record's charged_uc becomes what was charged
+        return await self.database.group_commit.run(lambda db: finish(db, usage, cost_uc=cost), usage)
 
     async def release(self, usage: UsageRecord) -> Settlement:
-        return await self.database.group_commit.run(lambda db: finish(db, usage, charge=False), usage)
+        return await self.database.group_commit.run(lambda db: finish(db, usage, cost_uc=None), usage)
 
     async def expired_reservations(self, now: float, limit: int = 100) -> list[tuple[str, str, int, str]]:
         found = await self._run(
