@@ -179,31 +179,25 @@ class SqliteResponses(SqliteRepository):
     async def save_responses(
         self, responses: Sequence[NewResponse], max_account_bytes: int
     ) -> list[bool | Exception]:
-        """The small ones in ONE operation of the ledger's group commit (one savepoint each, so a
-        duplicate id fails its own answer only); a large one on the worker thread, alone."""
+        """The small ones as ONE operation of the ledger's group commit; when the database refuses
+        that operation for one of them (a duplicate id: the group commit rolls it back whole), and
+        for a large one (on the worker thread), each is saved alone, so only the culprit fails."""
         small = [
             r
             for r in responses
             if object_bytes(r.body, [*r.input_items, *r.output_items]) <= INLINE_SAVE_BYTES
         ]
 
-        def op(db: sqlite3.Connection) -> list[bool | Exception]:
-            outcomes: list[bool | Exception] = []
-            for r in small:
-                db.execute("SAVEPOINT stored_answer")
-                try:
-                    outcomes.append(self._save(db, r, max_account_bytes))
-                except sqlite3.IntegrityError as exc:
-                    db.execute("ROLLBACK TO stored_answer")
-                    outcomes.append(Conflict(str(exc)))
-                db.execute("RELEASE stored_answer")
-            return outcomes
+        def op(db: sqlite3.Connection) -> list[bool]:
+            return [self._save(db, r, max_account_bytes) for r in small]
 
         done: dict[int, bool | Exception] = {}
         if small:
             try:
                 for r, outcome in zip(small, await self._group_write(op), strict=True):
                     done[id(r)] = outcome
+            except Conflict:
+                pass  # saved one by one below
             except StorageError as exc:
                 for r in small:
                     done[id(r)] = exc
