@@ -296,7 +296,7 @@ class ResponsesConfig(_Section):
     keep_after_answer: Literal["auto", "on", "off"] = "auto"
     #: Seconds stored answers written after their answer gather before they are written together
     #: (one transaction for all; 0: each at once). A read of the account writes them at once.
-    keep_batch_seconds: float = Field(0.01, ge=0, le=1)
+    keep_batch_seconds: float = Field(0.005, ge=0, le=1)
 
 
 class UsageConfig(_Section):
