@@ -2,8 +2,10 @@
 output items, owned by the key's account (``storage.responses``).
 
 Only answers that completed (``completed`` or ``incomplete``) are kept; a failed or cut one is
-not. The write is started when the answer is complete and, in the usual case, the answer is sent
-without waiting for it (``storage.deferred_responses``): every later call on this instance that
+not. Where ``responses.keep_after_answer`` allows it (by default: one process on SQLite), the write
+is started when the answer is complete and the answer is sent without waiting for it
+(``storage.deferred_responses``; otherwise a whole answer is kept before it is returned and a
+streamed one before its final event is sent): every later call on this process that
 reads or writes the account's stored state waits for it first, so a client that continues from a
 response the moment it has it always finds it. A whole answer whose keeping could still be refused
 (it appends to a conversation, or this instance does not know the account has room) is kept before
