@@ -355,6 +355,11 @@ class WholeStore:
     async def save_response(self, response: NewResponse, max_account_bytes: int) -> bool:
         return await self.responses.save_response(response, max_account_bytes)
 
+    async def save_responses(
+        self, responses: Sequence[NewResponse], max_account_bytes: int
+    ) -> list[bool | Exception]:
+        return await self.responses.save_responses(responses, max_account_bytes)
+
     async def get_response(self, account_id: int, response_id: str, now: float) -> StoredResponse | None:
         return await self.responses.get_response(account_id, response_id, now)
 

@@ -289,6 +289,14 @@ class ResponsesConfig(_Section):
     websocket_max_pending_messages: int = Field(4, ge=1, le=1024)
     #: Seconds between the server's keep-alive pings; a pong must come within as many (0: off).
     websocket_ping_interval_seconds: float = Field(20.0, ge=0)
+    #: Write a stored answer after it is sent (off its latency path): ``on``; ``off``: before it
+    #: is sent; ``auto``: ``on`` when this one process serves the database (SQLite and
+    #: ``server.workers = 1``), so no other process can be asked for the response before its
+    #: write has committed (``storage.deferred_responses``).
+    keep_after_answer: Literal["auto", "on", "off"] = "auto"
+    #: Seconds stored answers written after their answer gather before they are written together
+    #: (one transaction for all; 0: each at once). A read of the account writes them at once.
+    keep_batch_seconds: float = Field(0.005, ge=0, le=1)
 
 
 class UsageConfig(_Section):

@@ -41,10 +41,10 @@ from modelgate.secret_file import load_secret
 from modelgate.storage import open_store
 from modelgate.storage.audit import AuditStore
 from modelgate.storage.base import AccountStore, AdminTokenStore, KeyStore, LedgerStore, UsageStore
+from modelgate.storage.deferred_responses import DeferredResponses
 from modelgate.storage.people import PeopleStore
 from modelgate.storage.reports import UsageReports
 from modelgate.storage.repositories import Database
-from modelgate.storage.responses import ResponseStore
 from modelgate.storage.upstream_store import upstream_store
 from modelgate.telemetry import Telemetry
 from modelgate.telemetry.metrics import Metrics
@@ -90,7 +90,9 @@ class Services:
     ledger_store: LedgerStore
     usage: UsageStore
     reports: UsageReports
-    responses: ResponseStore
+    #: Stored responses; a kept answer's write may still be in flight (``save_after``), and every
+    #: call waits for its account's writes first.
+    responses: DeferredResponses
     #: The audit log, the ledger's history and statements (``storage.audit``).
     audit: AuditStore
     keys: KeyView
@@ -164,7 +166,9 @@ class Services:
             ledger_store=store.ledger,
             usage=store.usage,
             reports=store.reports,
-            responses=store.responses,
+            responses=(
+                responses := DeferredResponses(store.responses, settings.responses.keep_batch_seconds)
+            ),
             audit=store.audit,
             keys=KeyView(store.keys, digester),
             digester=digester,
@@ -182,7 +186,7 @@ class Services:
             ),
             settlements=settlements,
             offload=offload,
-            stored_room=StoredRoom(store.responses, settings.responses.room_check_max_age_seconds),
+            stored_room=StoredRoom(responses, settings.responses.room_check_max_age_seconds),
             inflight=InFlightLimiter(settings.server.max_in_flight),
             large_bodies=InFlightLimiter(settings.server.max_large_bodies),
             # Redis (several instances): shared rate-limit buckets, falling back to the
@@ -290,6 +294,7 @@ class Services:
             await self.state_sweeper.stop()
         await self.keys.stop()
         await self.settlements.drain()
+        await self.responses.drain()  # answers sent whose stored response is still being written
         if self.alerts is not None:
             self.ledger.watch = None
             await self.alerts.stop()

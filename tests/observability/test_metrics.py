@@ -75,6 +75,8 @@ PINNED: dict[str, tuple[str, frozenset[str]]] = {
     "modelgate_rate_window_keys": ("gauge", frozenset()),
     "modelgate_usage_records_deleted": ("counter", frozenset()),
     "modelgate_stored_room_accounts": ("gauge", frozenset()),
+    "modelgate_responses_saves_in_flight": ("gauge", frozenset()),
+    "modelgate_responses_saves_after_answer": ("counter", frozenset({"outcome"})),
     "modelgate_deployment_cooling": ("gauge", frozenset({"provider", "deployment"})),
     "modelgate_deployment_cooldown_seconds": ("gauge", frozenset({"provider", "deployment"})),
     "modelgate_deployment_consecutive_failures": ("gauge", frozenset({"provider", "deployment"})),

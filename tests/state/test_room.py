@@ -20,14 +20,20 @@ from modelgate.storage.responses import NewResponse, StoredItem, object_bytes
 LIMIT = 4096
 
 
-@pytest.fixture(scope="module", params=[0.0, 60.0], ids=["read-every-time", "remembered"])
+@pytest.fixture(
+    scope="module",
+    params=[(0.0, "auto"), (60.0, "auto"), (60.0, "off")],
+    ids=["read-every-time", "remembered", "remembered-kept-before-answer"],
+)
 def gateway(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[GatewayServer]:
+    max_age, keep_after_answer = request.param
     responses = {
         "max_account_bytes": LIMIT,
         "max_object_bytes": 2048,
-        "room_check_max_age_seconds": request.param,
+        "room_check_max_age_seconds": max_age,
+        "keep_after_answer": keep_after_answer,
     }
     with running_gateway(tmp_path_factory.mktemp("room") / "data", responses=responses) as server:
         yield server
@@ -108,11 +114,20 @@ def test_a_count_that_leaves_room_may_be_as_old_as_configured_and_the_limit_hold
         assert refused_for_room(client).code == "stored_state_limit_reached"
         assert balance(gateway, account_id) == spent
     else:  # let through on the remembered count: answered, not kept, and paid for
+        refused = gateway.services.responses.refused
         late = client.responses.with_raw_response.create(model=SIMULATED, input="Not kept.")
-        assert late.headers["x-modelgate-stored"] == "false" and late.parse().output_text
+        assert late.parse().output_text
+        written_first = gateway.settings.responses.keep_after_answer == "off"
+        if written_first:  # the header tells
+            assert late.headers["x-modelgate-stored"] == "false"
+        else:
+            # The remembered count said "room", so the answer was sent while its write was still
+            # in flight (storage.deferred_responses): refused after it, so no header says so.
+            assert "x-modelgate-stored" not in late.headers
         assert balance(gateway, account_id) < spent
-        with pytest.raises(openai.NotFoundError):
+        with pytest.raises(openai.NotFoundError):  # a read waits for any write in flight
             client.responses.retrieve(late.parse().id)
+        assert gateway.services.responses.refused == refused + (0 if written_first else 1)
     assert used(gateway, account_id) == LIMIT
 
 

@@ -352,3 +352,26 @@ async def test_a_responses_input_items_are_paged_across_its_chain(store: Store) 
     with pytest.raises(UnknownCursor):
         await store.response_input_items_page(account.id, "resp_p3", NOW, 10, PageRequest(5, True, "c2"))
     assert await store.response_input_items_page(other.id, "resp_p3", NOW, 10, PageRequest(5, True)) is None
+
+
+async def test_a_batch_of_saves_keeps_each_answer_by_its_own_rules(store: Store) -> None:
+    """``save_responses``: one batch, each answer's outcome as if saved alone and in order: a
+    duplicate id fails only itself, the account's limit counts the answers before it."""
+    account = await store.create_account("state-batch", 0, NOW)
+    first = response("resp_b1", account.id, inputs=(item("b1_in", "a"),))
+    size = object_bytes(first.body, first.input_items)
+    batch = [
+        first,
+        response("resp_b1", account.id, inputs=(item("b1_again", "b"),)),  # the same id again
+        response("resp_b2", account.id, inputs=(item("b2_in", "c"),)),
+        response("resp_b3", account.id, inputs=(item("b3_in", "d" * 50),)),  # past the limit
+    ]
+    limit = 2 * size + 10
+    outcomes = await store.save_responses(batch, limit)
+    assert outcomes[0] is True and isinstance(outcomes[1], Exception)
+    assert outcomes[2:] == [True, False]
+    assert await store.state_bytes(account.id) == 2 * size
+    stored = await store.get_response(account.id, "resp_b1", NOW)
+    assert stored is not None and [i.id for i in stored.input_items] == ["b1_in"]
+    assert await store.get_response(account.id, "resp_b3", NOW) is None
+    assert await store.save_responses([], LIMIT) == []

@@ -24,6 +24,13 @@ def _hex(n_chars: int) -> str:
     return os.urandom((n_chars + 1) // 2).hex()[:n_chars]
 
 
+def timed_hex(n_chars: int) -> str:
+    """``n_chars`` hex digits: the Unix time in seconds (8), then random ones, as OpenAI's Responses
+    ids are (``resp_68c1…``). Ids minted close in time sort together, so the stored responses'
+    indexes take them near their newest entries instead of on a random page each."""
+    return f"{int(time.time()) & 0xFFFFFFFF:08x}" + _hex(n_chars - 8)
+
+
 def new_message_id() -> str:
     """Messages ``msg_…`` (24 base62 chars, like ``msg_01XFDUDYJgAACzvnptvVoYEL``)."""
     return "msg_01" + _base62(22)
@@ -46,17 +53,17 @@ def new_call_id() -> str:
 
 def new_response_id() -> str:
     """Responses ``resp_…`` (hex, as the real API)."""
-    return "resp_" + _hex(48)
+    return "resp_" + timed_hex(48)
 
 
 def new_function_call_item_id() -> str:
     """Responses ``function_call`` output item ``fc_…``."""
-    return "fc_" + _hex(48)
+    return "fc_" + timed_hex(48)
 
 
 def new_output_message_id() -> str:
     """Responses ``message`` output item ``msg_…`` (hex, unlike the Messages ``msg_01…``)."""
-    return "msg_" + _hex(48)
+    return "msg_" + timed_hex(48)
 
 
 def new_request_id() -> str:

@@ -175,6 +175,18 @@ class StateMetrics:
             f"Accounts whose stored byte count this instance remembers (at most {MAX_ACCOUNTS:,}).",
             services.stored_room.remembered,
         )
+        deferred = services.responses
+        yield gauge(
+            "modelgate_responses_saves_in_flight",
+            "Stored Responses answers sent whose write has not ended yet (this instance).",
+            deferred.in_flight,
+        )
+        yield labelled_counter(
+            "modelgate_responses_saves_after_answer",
+            "Stored Responses writes that ended after their answer was sent, by outcome.",
+            ("outcome",),
+            {("kept",): deferred.kept, ("refused",): deferred.refused, ("failed",): deferred.failed},
+        )
         yield from self._deployments()
         yield from self._upstream_connections()
         yield from self._affinity()

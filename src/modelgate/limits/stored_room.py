@@ -60,6 +60,12 @@ class StoredRoom:
         """Accounts whose count is remembered now."""
         return len(self._counts)
 
+    def surely_fits(self, account_id: int, size: int, limit: int) -> bool:
+        """Whether ``size`` more bytes fit under ``limit`` by a count remembered now (no read: an
+        account not remembered, or remembered too long ago, is not known to have room)."""
+        known = self._counts.get(account_id)
+        return known is not None and self._now() - known[1] < self._max_age and known[0] + size <= limit
+
     def kept(self, account_id: int, size: int) -> None:
         """This instance stored ``size`` more bytes for the account."""
         known = self._counts.get(account_id)

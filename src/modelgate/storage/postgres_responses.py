@@ -7,9 +7,11 @@ serialises concurrent writers of one account, so the limit is never overshot acr
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from modelgate.storage.base import StorageError
 from modelgate.storage.item_pages import ItemList, cursor_query, page_plan, page_query, postgres_mark
 from modelgate.storage.postgres_database import PostgresDatabase, PostgresRepository
 from modelgate.storage.postgres_saves import ResponseSaves
@@ -152,6 +154,15 @@ class PostgresResponses(PostgresRepository):
     async def save_response(self, response: NewResponse, max_account_bytes: int) -> bool:
         # Group-committed with the other answers of this loop turn (storage.postgres_saves).
         return await self._saves.save(response, max_account_bytes)
+
+    async def save_responses(
+        self, responses: Sequence[NewResponse], max_account_bytes: int
+    ) -> list[bool | Exception]:
+        # Submitted in one loop turn, so they leave in the same batch (storage.postgres_saves).
+        outcomes = await asyncio.gather(
+            *(self._saves.save(r, max_account_bytes) for r in responses), return_exceptions=True
+        )
+        return [o if isinstance(o, bool | Exception) else StorageError(str(o)) for o in outcomes]
 
     async def get_response(self, account_id: int, response_id: str, now: float) -> StoredResponse | None:
         async with self._conn() as conn:

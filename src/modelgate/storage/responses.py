@@ -129,6 +129,13 @@ class ResponseStore(Protocol):
         or the conversation is missing (then nothing is written)."""
         ...
 
+    async def save_responses(
+        self, responses: Sequence[NewResponse], max_account_bytes: int
+    ) -> list[bool | Exception]:
+        """``save_response`` of each, in order, as one batch where the engine can (one transaction
+        that each answer's failure leaves to the others); each one's outcome or error, in order."""
+        ...
+
     async def get_response(self, account_id: int, response_id: str, now: float) -> StoredResponse | None: ...
 
     async def response_chain(

@@ -16,7 +16,7 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
-from modelgate.storage.base import StorageError
+from modelgate.storage.base import Conflict, StorageError
 from modelgate.storage.item_pages import ItemList, cursor_query, page_plan, page_query, sqlite_mark
 from modelgate.storage.responses import (
     OBJECT_COLUMNS,
@@ -136,44 +136,78 @@ class SqliteResponses(SqliteRepository):
 
     # responses ----------------------------------------------------------------------------
 
-    async def save_response(self, response: NewResponse, max_account_bytes: int) -> bool:
-        r = response
+    @classmethod
+    def _save(cls, db: sqlite3.Connection, r: NewResponse, max_account_bytes: int) -> bool:
+        """One response saved in the open transaction (``save_response``'s rules)."""
         items = [*r.input_items, *r.output_items]
         size = object_bytes(r.body, items)
-
-        def op(db: sqlite3.Connection) -> bool:
-            conversation = None
-            if r.conversation_id is not None:
-                conversation = self._live(db, "conversation", r.account_id, r.conversation_id, r.created_at)
-                if conversation is None:
-                    return False
-            appended = [StoredItem(i.id, i.body, "item") for i in items] if conversation else []
-            if not self._charge(db, r.account_id, size + appended_bytes(r), max_account_bytes):
+        conversation = None
+        if r.conversation_id is not None:
+            conversation = cls._live(db, "conversation", r.account_id, r.conversation_id, r.created_at)
+            if conversation is None:
                 return False
-            db.execute(
-                "INSERT INTO stored_objects (id, account_id, kind, key_id, previous_id, conversation_id, "
-                "holder, body, bytes, created_at, expires_at) VALUES (?, ?, 'response', ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    r.id,
-                    r.account_id,
-                    r.key_id,
-                    r.previous_id,
-                    r.conversation_id,
-                    r.holder,
-                    r.body,
-                    size,
-                    r.created_at,
-                    r.expires_at,
-                ),
-            )
-            self._insert_items(db, r.id, r.account_id, 0, items)
-            if conversation is not None and r.conversation_id is not None:
-                self._append(db, r.conversation_id, r.account_id, appended, r.expires_at)
-            return True
+        appended = [StoredItem(i.id, i.body, "item") for i in items] if conversation else []
+        if not cls._charge(db, r.account_id, size + appended_bytes(r), max_account_bytes):
+            return False
+        db.execute(
+            "INSERT INTO stored_objects (id, account_id, kind, key_id, previous_id, conversation_id, "
+            "holder, body, bytes, created_at, expires_at) VALUES (?, ?, 'response', ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                r.id,
+                r.account_id,
+                r.key_id,
+                r.previous_id,
+                r.conversation_id,
+                r.holder,
+                r.body,
+                size,
+                r.created_at,
+                r.expires_at,
+            ),
+        )
+        cls._insert_items(db, r.id, r.account_id, 0, items)
+        if conversation is not None and r.conversation_id is not None:
+            cls._append(db, r.conversation_id, r.account_id, appended, r.expires_at)
+        return True
 
+    async def save_response(self, response: NewResponse, max_account_bytes: int) -> bool:
+        size = object_bytes(response.body, [*response.input_items, *response.output_items])
         if size <= INLINE_SAVE_BYTES:
-            return await self._group_write(op)
-        return await self._state_write(op)
+            return await self._group_write(lambda db: self._save(db, response, max_account_bytes))
+        return await self._state_write(lambda db: self._save(db, response, max_account_bytes))
+
+    async def save_responses(
+        self, responses: Sequence[NewResponse], max_account_bytes: int
+    ) -> list[bool | Exception]:
+        """The small ones as ONE operation of the ledger's group commit; when the database refuses
+        that operation for one of them (a duplicate id: the group commit rolls it back whole), and
+        for a large one (on the worker thread), each is saved alone, so only the culprit fails."""
+        small = [
+            r
+            for r in responses
+            if object_bytes(r.body, [*r.input_items, *r.output_items]) <= INLINE_SAVE_BYTES
+        ]
+
+        def op(db: sqlite3.Connection) -> list[bool]:
+            return [self._save(db, r, max_account_bytes) for r in small]
+
+        done: dict[int, bool | Exception] = {}
+        if small:
+            try:
+                for r, outcome in zip(small, await self._group_write(op), strict=True):
+                    done[id(r)] = outcome
+            except Conflict:
+                pass  # saved one by one below
+            except StorageError as exc:
+                for r in small:
+                    done[id(r)] = exc
+        for r in responses:
+            if id(r) not in done:
+                try:
+                    done[id(r)] = await self.save_response(r, max_account_bytes)
+                except StorageError as exc:
+                    done[id(r)] = exc
+        return [done[id(r)] for r in responses]
 
     @classmethod
     def _append(

@@ -14,12 +14,12 @@ hands the results in. All functions are pure, so a large body's work can run in 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from modelgate import errors
+from modelgate.formats.ids import timed_hex
 from modelgate.formats.jsonutil import Json
 
 #: Fields whose meaning lives in stored state; what the gateway reads before anything else.
@@ -123,7 +123,7 @@ def is_reference(item: Mapping[str, Any]) -> bool:
 
 def mint_item_id(kind: str) -> str:
     prefix = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_"}.get(kind, "item_")
-    return prefix + os.urandom(24).hex()
+    return prefix + timed_hex(48)  # time first: stored items' id index grows at its end
 
 
 def stored_item(item: Mapping[str, Any], mint: Callable[[str], str]) -> Json:
@@ -191,7 +191,7 @@ def expand(
 
 
 def new_conversation_id() -> str:
-    return "conv_" + os.urandom(24).hex()
+    return "conv_" + timed_hex(48)
 
 
 __all__ = [

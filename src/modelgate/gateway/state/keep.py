@@ -2,23 +2,31 @@
 output items, owned by the key's account (``storage.responses``).
 
 Only answers that completed (``completed`` or ``incomplete``) are kept; a failed or cut one is
-not. A whole answer is kept before it is returned; a streamed one before its final event is sent
-(``relay.StreamResponse``'s ``keep`` hook), so a client that continues from a response the moment
-it has it always finds it. Keeping never fails the request: a storage error, an answer over
-``responses.max_object_bytes`` or an account at ``responses.max_account_bytes`` is logged and the
-answer is delivered unkept (a whole answer says so in ``x-modelgate-stored: false``).
+not. Where ``responses.keep_after_answer`` allows it (by default: one process on SQLite), the write
+is started when the answer is complete and the answer is sent without waiting for it
+(``storage.deferred_responses``; otherwise a whole answer is kept before it is returned and a
+streamed one before its final event is sent): every later call on this process that
+reads or writes the account's stored state waits for it first, so a client that continues from a
+response the moment it has it always finds it. A whole answer whose keeping could still be refused
+(it appends to a conversation, or this instance does not know the account has room) is kept before
+it is returned, so ``x-modelgate-stored: false`` stays exact. Keeping never fails the request: a
+storage error, an answer over ``responses.max_object_bytes`` or an account at
+``responses.max_account_bytes`` is logged and the answer is delivered unkept (a whole answer kept
+before it is returned says so in ``x-modelgate-stored: false``).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import orjson
 
+from modelgate.config import Settings
 from modelgate.formats.jsonutil import Json
 from modelgate.formats.responses import state as wire
 from modelgate.gateway.exchange import Admitted, KeepHook
-from modelgate.gateway.state.request_state import state_of
+from modelgate.gateway.state.request_state import RequestState, state_of
 from modelgate.services import Services
 from modelgate.storage.base import StorageError
 from modelgate.storage.responses import NewResponse, StoredItem, appended_bytes, object_bytes
@@ -29,6 +37,7 @@ DAY = 86_400.0
 #: Response header of a whole answer that asked to be stored and was not.
 STORED_HEADER = "x-modelgate-stored"
 _KEPT_STATUSES = ("completed", "incomplete")
+_REFUSED = "the account's stored state is at responses.max_account_bytes, or its conversation was deleted"
 
 
 def _echo(state_fields: wire.StateFields, response: Json, client_model: str) -> Json:
@@ -42,14 +51,13 @@ def _echo(state_fields: wire.StateFields, response: Json, client_model: str) -> 
     return out
 
 
-async def keep(services: Services, admitted: Admitted, provider: Provider, response: Json) -> bool:
-    """Store one completed response; True when it was stored."""
-    state = state_of(admitted)
-    if state is None or not state.keep:
-        return False
+def _record(
+    services: Services, admitted: Admitted, provider: Provider, state: RequestState, response: Json
+) -> tuple[NewResponse, int] | None:
+    """What keeping ``response`` writes, and the bytes it counts; None when it is not to be kept."""
     response_id = response.get("id")
     if not isinstance(response_id, str) or not response_id or response.get("status") not in _KEPT_STATUSES:
-        return False
+        return None
     config = services.settings.responses
     body = orjson.dumps(_echo(state.fields, response, admitted.model.id))
     inputs = list(state.own_items)
@@ -57,7 +65,7 @@ async def keep(services: Services, admitted: Admitted, provider: Provider, respo
     size = object_bytes(body, [*inputs, *outputs])
     if size > config.max_object_bytes:
         log.warning("response %s not stored: %d bytes, over responses.max_object_bytes", response_id, size)
-        return False
+        return None
     now = services.clock.time()
     record = NewResponse(
         id=response_id,
@@ -73,20 +81,61 @@ async def keep(services: Services, admitted: Admitted, provider: Provider, respo
         created_at=now,
         expires_at=now + config.ttl_days * DAY,
     )
+    return record, size + appended_bytes(record)
+
+
+async def keep(
+    services: Services, admitted: Admitted, provider: Provider, response: Json, *, told: bool = True
+) -> NewResponse | None:
+    """Store one completed response; the record when it was stored (or is being stored).
+
+    Where ``responses.keep_after_answer`` allows it, the write is deferred
+    (``storage.deferred_responses``): always for a stream (its final event says nothing of it);
+    for a whole answer (``told``: its ``x-modelgate-stored`` tells the outcome) only when the write
+    cannot be refused: no conversation (which may be deleted meanwhile) and room known here."""
+    state = state_of(admitted)
+    if state is None or not state.keep:
+        return None
+    built = _record(services, admitted, provider, state, response)
+    if built is None:
+        return None
+    record, counted = built
+    limit = services.settings.responses.max_account_bytes
+    room = services.stored_room
+    if after_answer(services.settings) and (
+        not told or (record.conversation_id is None and room.surely_fits(record.account_id, counted, limit))
+    ):
+        room.kept(record.account_id, counted)  # before the write ends: the next request counts it
+        services.responses.save_after(record, limit, functools.partial(_kept_later, record.id))
+        return record
     try:
-        stored = await services.responses.save_response(record, config.max_account_bytes)
+        stored = await services.responses.save_response(record, limit)
     except StorageError as exc:
-        log.warning("response %s not stored: %s", response_id, exc)
-        return False
-    if stored:
-        services.stored_room.kept(record.account_id, size + appended_bytes(record))
-    else:
-        log.warning(
-            "response %s not stored: the account's stored state is at responses.max_account_bytes, "
-            "or its conversation was deleted",
-            response_id,
-        )
-    return stored
+        log.warning("response %s not stored: %s", record.id, exc)
+        return None
+    if not stored:
+        log.warning("response %s not stored: %s", record.id, _REFUSED)
+        return None
+    room.kept(record.account_id, counted)
+    return record
+
+
+def after_answer(settings: Settings) -> bool:
+    """Whether stored answers may be written after they are sent (``responses.keep_after_answer``)."""
+    chosen = settings.responses.keep_after_answer
+    if chosen == "auto":
+        # Only this process can be asked for the response next: it waits for its own writes.
+        url = settings.database_url
+        return settings.server.workers == 1 and (url is None or url.startswith("sqlite:"))
+    return chosen == "on"
+
+
+def _kept_later(response_id: str, outcome: bool | BaseException) -> None:
+    """How a deferred write ended (its answer was sent already)."""
+    if outcome is False:
+        log.warning("response %s not stored after its answer was sent: %s", response_id, _REFUSED)
+    elif outcome is not True:
+        log.warning("response %s not stored after its answer was sent: %s", response_id, outcome)
 
 
 async def keep_whole(
@@ -100,12 +149,13 @@ async def keep_whole(
     response = orjson.loads(body)
     if not isinstance(response, dict):
         return body
-    if not await keep(services, admitted, provider, response):
+    record = await keep(services, admitted, provider, response)
+    if record is None:
         headers[STORED_HEADER] = "false"
         return body
     if provider.name in state.keepers:
         return body
-    return orjson.dumps(_echo(state.fields, response, admitted.model.id))
+    return record.body  # the stored echo, encoded once
 
 
 def stream_keeper(services: Services, admitted: Admitted, provider: Provider) -> KeepHook | None:
@@ -116,6 +166,6 @@ def stream_keeper(services: Services, admitted: Admitted, provider: Provider) ->
         return None
 
     async def hook(response: Json) -> object:
-        return await keep(services, admitted, provider, response)
+        return await keep(services, admitted, provider, response, told=False) is not None
 
     return hook
