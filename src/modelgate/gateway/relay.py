@@ -77,6 +77,10 @@ def _body(data: bytes) -> Message:
     return {"type": "http.response.body", "body": data, "more_body": True}
 
 
+def _done() -> None:
+    """A stream's end, once it was told."""
+
+
 SettleStream = Callable[[ir.Usage, UsageStatus], Awaitable[Any]]
 #: The in-band error that ends streams still running when the shutdown grace is over.
 SHUTTING_DOWN = errors.Unavailable("the gateway is shutting down; retry the request")
@@ -150,7 +154,10 @@ class StreamResponse(Response):
                 await self._settle()
             finally:
                 self.telemetry.open_streams -= 1
-                self.on_done()
+                # Dropped once called: the request's end holds this response (its answer), so
+                # kept it would make a cycle of the whole request, left to the garbage collector.
+                on_done, self.on_done = self.on_done, _done
+                on_done()
 
     async def _settle(self) -> None:
         """Settle the stream's outcome, once (after its end, or when it was cut). The settlement
