@@ -132,17 +132,16 @@ def quick_spans(raw: bytes, parsed: Mapping[str, Any]) -> dict[str, tuple[int, i
     - otherwise (a ``thinking`` block below a top-level ``thinking``, a tool parameter called
       ``model``, an escaped ``<`` in a text): ``_members`` picks one occurrence per key and proves
       the choice by parsing the values between them."""
-    if len(parsed) > QUICK_KEYS or not all(k.isascii() for k in parsed):
+    if len(parsed) > QUICK_KEYS:
         return None  # left to the scan: a hostile body must not compile a regex of thousands
     if not parsed:
         return {}
-    tokens = {orjson.dumps(key): key for key in parsed}
-    if any(b"\\" in token for token in tokens):
-        return None  # a key with a quote or a control character: left to the scan
-    # JSON may also write "/" as "\\/": a key with a slash is proved by parsing (``_members``).
-    slashed = any(b"/" in token for token in tokens)
+    keys = _key_set(tuple(parsed))
+    if keys is None:
+        return None  # a key that is not ASCII, or has a quote or a control character: the scan
+    tokens, occurrences, slashed = keys
     found: list[tuple[int, str, int]] = []
-    for match in _occurrences(tuple(tokens)).finditer(raw):
+    for match in occurrences.finditer(raw):
         colon = _COLON.match(raw, match.end())
         if colon is not None:  # else a string value that reads like a key
             found.append((match.start(), tokens[match.group()], colon.end()))
@@ -257,6 +256,20 @@ def _members(
         except orjson.JSONDecodeError:
             return None
     return spans
+
+
+@functools.lru_cache(maxsize=256)
+def _key_set(keys: tuple[str, ...]) -> tuple[dict[bytes, str], re.Pattern[bytes], bool] | None:
+    """What ``quick_spans`` needs of a body's top-level keys, cached per key set (clients send
+    the same few): each key as the serialiser writes it, the pattern finding any of them, and
+    whether one has a slash (JSON may also write it ``\\/``: proved by parsing, ``_members``).
+    None when a key is not ASCII or is written with an escape (a quote, a control character)."""
+    if not all(key.isascii() for key in keys):
+        return None
+    tokens = {orjson.dumps(key): key for key in keys}
+    if any(b"\\" in token for token in tokens):
+        return None
+    return tokens, _occurrences(tuple(tokens)), any(b"/" in token for token in tokens)
 
 
 @functools.lru_cache(maxsize=256)
