@@ -7,8 +7,6 @@ restart), as docs/wire-formats.md says. Money is never at stake: the settle comm
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import asyncpg
@@ -16,23 +14,7 @@ import httpx
 from tests.hardening.process import GatewayProcess, run
 from tests.hardening.test_shutdown import headers
 from tests.storage.engines import create_database, drop_database
-
-
-@asynccontextmanager
-async def writes_held(url: str, account_id: int) -> AsyncIterator[None]:
-    """The account's stored-byte row locked, as a long concurrent writer of the account would:
-    a stored answer's write waits for it (the ledger's writes do not touch it)."""
-    conn = await asyncpg.connect(url)
-    try:
-        async with conn.transaction():
-            await conn.execute(
-                "INSERT INTO state_usage (account_id, bytes) VALUES ($1, 0) ON CONFLICT DO NOTHING",
-                account_id,
-            )
-            await conn.execute("SELECT 1 FROM state_usage WHERE account_id = $1 FOR UPDATE", account_id)
-            yield
-    finally:
-        await conn.close()
+from tests.storage.test_deferred_responses import writes_held
 
 
 async def waiting_for_a_lock(url: str) -> None:

@@ -32,6 +32,23 @@ class Engine:
     hold_writes: Hold
 
 
+@asynccontextmanager
+async def writes_held(url: str, account_id: int) -> AsyncIterator[None]:
+    """On PostgreSQL, the account's stored-byte row locked, as a long concurrent writer of the
+    account would: a stored answer's write waits for it (the ledger's writes do not touch it)."""
+    conn = await asyncpg.connect(url)
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                "INSERT INTO state_usage (account_id, bytes) VALUES ($1, 0) ON CONFLICT DO NOTHING",
+                account_id,
+            )
+            await conn.execute("SELECT 1 FROM state_usage WHERE account_id = $1 FOR UPDATE", account_id)
+            yield
+    finally:
+        await conn.close()
+
+
 @contextmanager
 def _sqlite_lock(path: Path) -> Iterator[None]:
     # Another connection holding SQLite's write lock: the group commit retries, then waits for it
@@ -66,22 +83,8 @@ async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         postgres_store = PostgresStore(url)
         await postgres_store.migrate()
 
-        @asynccontextmanager
-        async def hold_postgres(account_id: int) -> AsyncIterator[None]:
-            # The account's byte-count row, locked as a concurrent writer of the account would.
-            conn = await asyncpg.connect(url)
-            try:
-                async with conn.transaction():
-                    await conn.execute(
-                        "INSERT INTO state_usage (account_id, bytes) VALUES ($1, 0) ON CONFLICT DO NOTHING",
-                        account_id,
-                    )
-                    await conn.execute(
-                        "SELECT 1 FROM state_usage WHERE account_id = $1 FOR UPDATE", account_id
-                    )
-                    yield
-            finally:
-                await conn.close()
+        def hold_postgres(account_id: int) -> AbstractAsyncContextManager[None]:
+            return writes_held(url, account_id)
 
         try:
             yield Engine(postgres_store, hold_postgres)
