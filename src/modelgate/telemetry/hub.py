@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 
+from modelgate.telemetry.gathered import Gathered
 from modelgate.telemetry.logs import log_request
 from modelgate.telemetry.metrics import Metrics
 from modelgate.telemetry.record import RequestRecord
@@ -28,8 +28,7 @@ class Telemetry:
         self.before_scrape: list[Callable[[], Awaitable[None]]] = []
         self.state_readers_installed = False
         #: Requests ended but not counted yet (``finish``).
-        self._ended: list[RequestRecord] = []
-        self._count_timer: asyncio.TimerHandle | None = None
+        self._ended: Gathered[RequestRecord] = Gathered(self._count, self.COUNT_EVERY, self.COUNT_SECONDS)
 
     #: Ended requests are counted in the metrics together: at most this many wait, ...
     COUNT_EVERY = 128
@@ -39,29 +38,19 @@ class Telemetry:
     def finish(self, record: RequestRecord) -> None:
         """Count and log one request as it ended. The counting waits for the next batch
         (``count_ended``): done in one loop for many requests it costs a fraction of what it
-        costs between requests (measured in the gateway), and a scrape counts what waits first."""
+        costs between requests (``telemetry.gathered``), and a scrape counts what waits first."""
         record.seconds = seconds = record.elapsed()
         if record.added is None and record.attempts:
             record.added = max(0.0, seconds - record.upstream_seconds)
-        self._ended.append(record)
-        if len(self._ended) >= self.COUNT_EVERY:
-            self.count_ended()
-        elif self._count_timer is None:
-            try:
-                self._count_timer = asyncio.get_running_loop().call_later(
-                    self.COUNT_SECONDS, self.count_ended
-                )
-            except RuntimeError:  # no loop: nothing to batch with
-                self.count_ended()
+        self._ended.add(record)
         if self.request_log:
             self.write_request(record)
 
     def count_ended(self) -> None:
         """Count every ended request still waiting in the metrics."""
-        if self._count_timer is not None:
-            self._count_timer.cancel()
-            self._count_timer = None
-        ended, self._ended = self._ended, []
+        self._ended.flush()
+
+    def _count(self, ended: list[RequestRecord]) -> None:
         request = self.metrics.request
         for record in ended:
             request(record)

@@ -14,7 +14,6 @@ process was configured with (``metrics.token``, the HMAC secret) become ``[redac
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import sys
@@ -25,6 +24,7 @@ from typing import Any, Literal, TextIO
 
 import orjson
 
+from modelgate.telemetry.gathered import Gathered
 from modelgate.telemetry.record import RequestRecord
 
 LogFormat = Literal["json", "text"]
@@ -201,18 +201,12 @@ class RequestLineWriter:
         if worker is not None:
             self._after_ts += b'"worker":' + orjson.dumps(worker) + b","
         #: The records waiting for the flush, each with the time its request ended.
-        self._pending: list[tuple[float, RequestRecord]] = []
-        self._timer: asyncio.TimerHandle | None = None
+        self._pending: Gathered[tuple[float, RequestRecord]] = Gathered(
+            self._write, self.FLUSH_LINES, self.FLUSH_SECONDS
+        )
 
     def __call__(self, record: RequestRecord) -> None:
-        self._pending.append((time.time(), record))
-        if len(self._pending) >= self.FLUSH_LINES:
-            self.flush()
-        elif self._timer is None:
-            try:
-                self._timer = asyncio.get_running_loop().call_later(self.FLUSH_SECONDS, self.flush)
-            except RuntimeError:  # no loop: nothing to batch with
-                self.flush()
+        self._pending.add((time.time(), record))
 
     def _lines(self, pending: list[tuple[float, RequestRecord]]) -> bytes:
         """Each record's line: the fixed head, its time stamp, then its fields' object without
@@ -229,16 +223,14 @@ class RequestLineWriter:
         return b"".join(parts)
 
     def flush(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        pending, self._pending = self._pending, []
-        if pending:
-            try:
-                self._stream.write(self._lines(pending).decode())
-                self._stream.flush()
-            except (OSError, ValueError):  # stderr closed or gone: logging must never fail a request
-                pass
+        self._pending.flush()
+
+    def _write(self, pending: list[tuple[float, RequestRecord]]) -> None:
+        try:
+            self._stream.write(self._lines(pending).decode())
+            self._stream.flush()
+        except (OSError, ValueError):  # stderr closed or gone: logging must never fail a request
+            pass
 
 
 class JsonFormatter(logging.Formatter):
