@@ -63,7 +63,7 @@ class Drain:
         """Call ``on_cut`` when the grace ends (at once if it already has); returns the unsubscribe."""
         if self._cut:
             on_cut()
-            return _nothing
+            return nothing
         self._subscribers.add(on_cut)
         return lambda: self._subscribers.discard(on_cut)
 
@@ -71,10 +71,11 @@ class Drain:
         """Call ``on_begin`` when the drain begins (at once if it has); returns the unsubscribe."""
         if self._started is not None:
             on_begin()
-            return _nothing
+            return nothing
         self._on_begin.add(on_begin)
         return lambda: self._on_begin.discard(on_begin)
 
 
-def _nothing() -> None:
+def nothing() -> None:
+    """What an unsubscribe of nothing, or a callback already used, does."""
     return None

@@ -9,13 +9,9 @@ from typing import TypeVar
 
 from starlette.types import Receive
 
-from modelgate.lifecycle import Drain
+from modelgate.lifecycle import Drain, nothing
 
 T = TypeVar("T")
-
-
-def _nothing() -> None:
-    """The unsubscribe of a closed watch."""
 
 
 class ClientGone(Exception):
@@ -96,7 +92,7 @@ class DisconnectWatch:
         # The unsubscribe holds ``_on_cut``, which holds this watch: dropped, the watch and what it
         # holds (the request's receive, its task, the server's request cycle) are freed as soon as
         # the request ends, instead of waiting as a cycle for the garbage collector.
-        self._unsubscribe = _nothing
+        self._unsubscribe = nothing
         if self._timer is not None:
             self._timer.cancel()
         if self._listener is not None:

@@ -31,7 +31,7 @@ from modelgate.formats.jsonutil import Json
 from modelgate.gateway.disconnect import ClientGone, DisconnectWatch, ShuttingDown
 from modelgate.gateway.observe import stream_ended
 from modelgate.gateway.streams import CutStream, RelayStream
-from modelgate.lifecycle import Drain
+from modelgate.lifecycle import Drain, nothing
 from modelgate.telemetry import RequestRecord, Telemetry
 from modelgate.upstream.router import Attempt
 
@@ -75,10 +75,6 @@ async def relay_whole(
 def _body(data: bytes) -> Message:
     """A part of a streamed body (a plain call per chunk, not a coroutine)."""
     return {"type": "http.response.body", "body": data, "more_body": True}
-
-
-def _done() -> None:
-    """A stream's end, once it was told."""
 
 
 SettleStream = Callable[[ir.Usage, UsageStatus], Awaitable[Any]]
@@ -156,7 +152,7 @@ class StreamResponse(Response):
                 self.telemetry.open_streams -= 1
                 # Dropped once called: the request's end holds this response (its answer), so
                 # kept it would make a cycle of the whole request, left to the garbage collector.
-                on_done, self.on_done = self.on_done, _done
+                on_done, self.on_done = self.on_done, nothing
                 on_done()
 
     async def _settle(self) -> None:
