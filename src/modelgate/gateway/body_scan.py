@@ -269,14 +269,13 @@ def _key_set(keys: tuple[str, ...]) -> tuple[dict[bytes, str], re.Pattern[bytes]
     tokens = {orjson.dumps(key): key for key in keys}
     if any(b"\\" in token for token in tokens):
         return None
-    return tokens, _occurrences(tuple(tokens)), any(b"/" in token for token in tokens)
+    return tokens, _occurrences(tokens), any(b"/" in token for token in tokens)
 
 
-@functools.lru_cache(maxsize=256)
-def _occurrences(tokens: tuple[bytes, ...]) -> re.Pattern[bytes]:
+def _occurrences(tokens: Iterable[bytes]) -> re.Pattern[bytes]:
     """Any of ``tokens``: one plain alternation (no groups, which would cost the engine its fast
     scan for the common first character; an escape's alternative there made the pass 20 times
-    slower), cached per key set: clients send the same few."""
+    slower). Compiled once per key set (``_key_set`` is cached)."""
     return re.compile(b"|".join(re.escape(token) for token in tokens))
 
 
