@@ -139,17 +139,22 @@ class AlertMonitor:
             log.warning("alert check after a refusal failed", exc_info=True)
 
     def _refused(self, key_id: str, account_id: int, month: str, reason: str) -> None:
+        # Checked under subjects of their own: an ask for a subject whose check already waits is
+        # dropped (that check reads the newer figures), so a settle's check, which knows nothing
+        # was refused, would otherwise swallow the refusal's forced 100 % level.
         if reason == "monthly_cap":
             key = self.key_of(key_id)
             cap = None if key is None else key.monthly_cap_uc
             if cap:
                 limit = SpendLimit("month", month, cap)
                 self.checks.ask(
-                    f"key:{key_id}:month", lambda: self._check_cap(key_id, account_id, limit, True)
+                    f"key:{key_id}:month:refused", lambda: self._check_cap(key_id, account_id, limit, True)
                 )
         window = REFUSED_WINDOW.get(reason)
         if window is not None and (window != "month" or account_id in self.account_caps):
-            self.checks.ask(f"key:{key_id}:windows", lambda: self._check_windows(key_id, account_id, window))
+            self.checks.ask(
+                f"key:{key_id}:windows:refused", lambda: self._check_windows(key_id, account_id, window)
+            )
         elif reason == "balance" and self.thresholds.get(account_id, self.config.low_balance_uc) is not None:
             self.checks.ask(f"account:{account_id}", lambda: self._check_balance(account_id))
 
