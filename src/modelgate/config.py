@@ -99,6 +99,13 @@ class ServerConfig(_Section):
     #: Niceness the body workers add to the server's (0-19): the serving loop wins the CPU from
     #: them, so small requests keep their latency while large bodies are parsed on the same cores.
     body_worker_niceness: int = Field(10, ge=0, le=19)
+    #: ``idle``: the body workers run only on CPU time nothing else wants (Linux ``SCHED_IDLE``):
+    #: a serving process that wakes takes the core from them at once, so small requests keep
+    #: their latency beside large bodies, while on a core that is busy all the time the large
+    #: requests wait for its idle moments. ``niceness``: they take a share of a busy core by
+    #: ``body_worker_niceness`` alone (about a tenth at 10), and small requests wait behind them
+    #: more often. Elsewhere than Linux both are ``niceness``.
+    body_worker_priority: Literal["idle", "niceness"] = "idle"
     #: Shared memory each body worker keeps between jobs (its arena, ``modelgate.offload``): a
     #: body or result up to this size is copied into pages already there; a larger one grows the
     #: arena for its job, and the excess is given back when the job ends. 0 keeps none.

@@ -140,7 +140,12 @@ class Services:
     ) -> Services:
         env = os.environ if env is None else env
         server = settings.server
-        offload = Offload(server.body_workers, server.body_worker_niceness, server.body_arena_bytes)
+        offload = Offload(
+            server.body_workers,
+            server.body_worker_niceness,
+            server.body_arena_bytes,
+            idle=server.body_worker_priority == "idle",
+        )
         builder = RoutingBuilder(offload)
         catalogue, router, prints = builder.build(settings, env)
         store = open_store(

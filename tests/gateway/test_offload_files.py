@@ -1,5 +1,5 @@
-"""The body workers' settings (niceness), and the body files older versions left in shared
-memory, swept at start (the arenas that replaced them are in tests/gateway/test_offload_arena.py)."""
+"""The body workers' settings (niceness, scheduling policy), and the body files older versions
+left in shared memory, swept at start (the arenas that replaced them are in tests/gateway/test_offload_arena.py)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,40 @@ def test_body_workers_run_at_the_configured_niceness() -> None:
 
     assert asyncio.run(run(7)) == min(19, mine + 7)
     assert asyncio.run(run(0)) == mine
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_body_workers_run_only_on_idle_cpu_time_unless_told_otherwise() -> None:
+    """``server.body_worker_priority``: ``idle`` (the default) puts the workers under SCHED_IDLE,
+    so a waking serving loop preempts them at once; ``niceness`` leaves them under the normal
+    policy at their niceness. The serving process itself keeps its own policy."""
+    mine = os.sched_getscheduler(0)
+
+    async def policy(**idle: bool) -> tuple[int, int]:
+        work = Offload(1, 5, **idle)
+        try:
+            return await work.run(os.sched_getscheduler, 0), await work.run(
+                os.getpriority, os.PRIO_PROCESS, 0
+            )
+        finally:
+            await work.stop()
+
+    nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)
+    assert asyncio.run(policy()) == (os.SCHED_IDLE, nice)
+    assert asyncio.run(policy(idle=False)) == (mine, nice)
+    assert os.sched_getscheduler(0) == mine
+
+
+def test_the_priority_is_a_setting_checked_at_load(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    assert load_settings(None, environ={}, data_dir=tmp_path).server.body_worker_priority == "idle"
+    path.write_text('[server]\nbody_worker_priority = "niceness"\n')
+    assert load_settings(path, environ={}, data_dir=tmp_path).server.body_worker_priority == "niceness"
+    env = {"MODELGATE_SERVER__BODY_WORKER_PRIORITY": "niceness"}
+    assert load_settings(None, environ=env, data_dir=tmp_path).server.body_worker_priority == "niceness"
+    path.write_text('[server]\nbody_worker_priority = "realtime"\n')
+    with pytest.raises(ConfigError, match="body_worker_priority"):
+        load_settings(path, environ={}, data_dir=tmp_path)
 
 
 def test_the_niceness_is_a_setting_checked_at_load(tmp_path: Path) -> None:

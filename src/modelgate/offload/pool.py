@@ -41,6 +41,11 @@ T = TypeVar("T")
 #: large requests still completed (half as many in the same time on one loaded core). A single
 #: worker at 10 once starved (no large request finished), which is why there are two by default.
 WORKER_NICENESS = 10
+#: The default of ``server.body_worker_priority``: the workers under ``SCHED_IDLE`` (Linux), so a
+#: serving process that wakes preempts them at once instead of waiting out their time slice.
+#: Small requests' p99 beside four clients looping 31 MiB bodies, all on one core: 1.3-1.8x
+#: quiet, against 2.3-3.5x at niceness 10 alone (docs/bench.md).
+WORKER_IDLE = True
 
 #: The default of ``server.body_arena_bytes``: the shared memory each body worker keeps between
 #: jobs. Bodies and results up to it reuse the same pages; a larger one grows the arena for its
@@ -84,12 +89,21 @@ class Offload:
     so a huge body costs its own client time, not everyone's. Functions must be module-level
     (pickled by reference); results must be small apart from ``bytes`` (which come back through
     the arena). Workers are started with the ``spawn`` method (no copy of the gateway's threads and
-    sockets), on demand, at a lower scheduling priority (``server.body_worker_niceness``).
+    sockets), on demand, at a lower scheduling priority (``server.body_worker_niceness``, and
+    ``SCHED_IDLE`` when ``idle``: ``server.body_worker_priority``).
     """
 
-    def __init__(self, workers: int, niceness: int = WORKER_NICENESS, arena_bytes: int = ARENA_BYTES) -> None:
+    def __init__(
+        self,
+        workers: int,
+        niceness: int = WORKER_NICENESS,
+        arena_bytes: int = ARENA_BYTES,
+        *,
+        idle: bool = WORKER_IDLE,
+    ) -> None:
         self._workers = workers
         self._niceness = niceness
+        self._idle_policy = idle
         self._arena_bytes = arena_bytes
         self._live: list[_Worker] = []
         self._idle: list[_Worker] = []
@@ -206,7 +220,7 @@ class Offload:
         try:
             process = context.Process(
                 target=serve,
-                args=(theirs, ArenaFd(arena), self._niceness, self._arena_bytes),
+                args=(theirs, ArenaFd(arena), self._niceness, self._arena_bytes, self._idle_policy),
                 name="modelgate-body-worker",
                 daemon=True,
             )
@@ -324,7 +338,8 @@ async def _finished(copy: asyncio.Future[T]) -> T:
 def _lower_priority(niceness: int) -> None:
     """Lower the calling thread's priority by ``niceness``, as the workers lower theirs (Linux:
     each thread has its own; elsewhere the call would lower the whole serving process, so it is
-    not made)."""
+    not made). Never ``SCHED_IDLE``, whatever the workers' policy: these threads take the GIL, and
+    one preempted while it holds it would hold up the serving loop until the core is idle."""
     if niceness and sys.platform.startswith("linux"):
         thread = threading.get_native_id()
         with contextlib.suppress(OSError):

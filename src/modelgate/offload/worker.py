@@ -29,7 +29,17 @@ from modelgate.offload.wire import (
 FULL_COLLECTION_JOBS = 64
 
 
-def serve(channel: socket.socket, arena: ArenaFd, niceness: int, arena_bytes: int) -> None:
+def run_when_idle() -> None:
+    """Run this process only on CPU time nothing else wants (Linux ``SCHED_IDLE``): a task that
+    wakes (the serving loop, with a request to answer) preempts it at once. Where there is no such
+    policy, the niceness alone applies."""
+    policy = getattr(os, "SCHED_IDLE", None)
+    if policy is not None:
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(0, policy, os.sched_param(0))
+
+
+def serve(channel: socket.socket, arena: ArenaFd, niceness: int, arena_bytes: int, idle: bool) -> None:
     """The worker's whole life: set up, then answer jobs until the channel closes."""
     # A SIGHUP to the process group (a reload, a closed terminal) or a ^C is the server's to
     # handle: it ends the workers by closing their channels.
@@ -38,6 +48,8 @@ def serve(channel: socket.socket, arena: ArenaFd, niceness: int, arena_bytes: in
     if niceness:
         with contextlib.suppress(OSError):
             os.nice(niceness)
+    if idle:
+        run_when_idle()
     if arena_bytes:
         with contextlib.suppress(OSError):  # the pages up front, so no job waits for them
             os.posix_fallocate(arena.fd, 0, arena_bytes)
