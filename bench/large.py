@@ -6,6 +6,10 @@ The large bodies hold hundreds of thousands of short messages, the costliest sha
 forward them in its worker processes, so the small requests (whole chat requests, concurrency 2)
 keep their usual latency; the figures are their p50, p99 and maximum over the run.
 
+The four large-body clients run in a process of their own (``_large_clients``), on the same core as
+the small requests' client: in one event loop with it, their writes and reads of ~31 MiB bodies
+could delay the small requests' own, which would count against the gateway.
+
 The phase runs twice. First as the rest of the bench places the gateway: the whole process tree
 on the gateway's core, so the body workers compete with the serving loop for that one core.
 Then with the body workers allowed on every core, as a deployment that pins nothing places them
@@ -15,8 +19,11 @@ shows what one shared core costs.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import multiprocessing
 import os
+from multiprocessing.connection import Connection
 from typing import Any
 
 from bench import load as lg
@@ -35,24 +42,29 @@ def conversation(limit: int) -> list[dict[str, str]]:
     return [{"role": ("user", "assistant")[i % 2], "content": turn["content"]} for i in range(count)]
 
 
+#: Endpoint name -> the path its large body is sent to.
+PATHS = {
+    "count_tokens": "/v1/messages/count_tokens",
+    "messages": "/v1/messages",
+    "chat": "/v1/chat/completions",
+    "responses": "/v1/responses",
+}
+
+
 def large_bodies() -> dict[str, tuple[str, bytes]]:
     """Endpoint name -> (path, body) of ~31 MiB each."""
     turns = conversation(LARGE_BYTES - 4096)
     bodies = {
-        "count_tokens": ("/v1/messages/count_tokens", {"model": "aria-haiku-4.5", "messages": turns}),
-        "messages": ("/v1/messages", {"model": "aria-haiku-4.5", "max_tokens": 16, "messages": turns}),
-        "chat": ("/v1/chat/completions", {"model": "nova-5.5", "max_tokens": 16, "messages": turns}),
+        "count_tokens": {"model": "aria-haiku-4.5", "messages": turns},
+        "messages": {"model": "aria-haiku-4.5", "max_tokens": 16, "messages": turns},
+        "chat": {"model": "nova-5.5", "max_tokens": 16, "messages": turns},
         # store:false: kept as a stored response its ~31 MiB of input would be ~90 MB of items, over
         # responses.max_object_bytes (a 400 after the input is planned); this phase measures body
         # handling, as it did before stored responses existed.
-        "responses": (
-            "/v1/responses",
-            {"model": "nova-5.5", "max_output_tokens": 16, "store": False, "input": turns},
-        ),
+        "responses": {"model": "nova-5.5", "max_output_tokens": 16, "store": False, "input": turns},
     }
     return {
-        name: (path, json.dumps(body, separators=(",", ":")).encode())
-        for name, (path, body) in bodies.items()
+        name: (PATHS[name], json.dumps(body, separators=(",", ":")).encode()) for name, body in bodies.items()
     }
 
 
@@ -82,22 +94,33 @@ def spread_body_workers(target: Target) -> int:
 
 async def _large_phase(target: Target, seconds: float, placement: str) -> dict[str, Any]:
     by_name = {ep.name: ep for ep in target.endpoints}
-    loads: list[tuple[lg.Load, int]] = []
-    for name, (path, body) in large_bodies().items():
-        headers = by_name["messages" if path.startswith("/v1/messages") else name].headers
-        request = lg.build_request("127.0.0.1", target.port, path, headers, body)
-        loads.append((lg.Load(f"large {name}", "127.0.0.1", target.port, request), 1))
+    large = [
+        (name, path, by_name["messages" if path.startswith("/v1/messages") else name].headers)
+        for name, path in PATHS.items()
+    ]
     chat = by_name["chat"]
     small = lg.build_request("127.0.0.1", target.port, chat.path, chat.headers, chat.body(False))
-    loads.append((lg.Load("small chat", "127.0.0.1", target.port, small, core=GATEWAY_CORE), 2))
+    small_load = (lg.Load("small chat", "127.0.0.1", target.port, small, core=GATEWAY_CORE), 2)
     # The same small requests on a quiet gateway first: the p99 they must keep (issue #34: <= 1.5x).
-    (quiet,) = await lg.together([loads[-1]], min(5.0, seconds / 3))
+    (quiet,) = await lg.together([small_load], min(5.0, seconds / 3))
     print(
         f"[{target.name}] large bodies ({placement}): 4 clients looping ~31 MiB requests, "
         f"small chat at c=2, {seconds:g} s"
     )
-    stats = await lg.together(loads, seconds)
-    *large, small_stats = stats
+    ours, theirs = multiprocessing.get_context("spawn").Pipe()
+    clients = multiprocessing.get_context("spawn").Process(
+        target=_large_clients, args=(theirs, target.port, large, seconds), name="bench-large-clients"
+    )
+    clients.start()
+    try:
+        await asyncio.to_thread(ours.recv)  # connected, bodies built: both loads start now
+        ours.send("go")
+        (small_stats,) = await lg.together([small_load], seconds)
+        done: dict[str, tuple[int, int, str]] = await asyncio.to_thread(ours.recv)
+    finally:
+        clients.join(30)
+        if clients.is_alive():
+            clients.kill()
     return {
         "placement": placement,
         "seconds": seconds,
@@ -107,10 +130,43 @@ async def _large_phase(target: Target, seconds: float, placement: str) -> dict[s
         "small_p99_ms": lg.pct(small_stats.latencies, 0.99) * 1000,
         "small_max_ms": max(small_stats.latencies, default=float("nan")) * 1000,
         "quiet_p99_ms": lg.pct(quiet.latencies, 0.99) * 1000,
-        "large_requests": {load.label: st.completed for (load, _), st in zip(loads, large, strict=False)},
-        "large_errors": sum(st.errors for st in large),
-        "large_first_error": next((st.first_error for st in large if st.first_error), ""),
+        "large_requests": {label: completed for label, (completed, _, _) in done.items()},
+        "large_errors": sum(errors for _, errors, _ in done.values()),
+        "large_first_error": next((first for _, _, first in done.values() if first), ""),
     }
+
+
+def _large_clients(
+    channel: Connection, port: int, large: list[tuple[str, str, dict[str, str]]], seconds: float
+) -> None:
+    """The four large-body clients, one connection each, in this process of their own: reports
+    when ready, starts on ``go``, and sends back (completed, errors, first error) per client."""
+    bodies = large_bodies()
+    loads = [
+        (
+            lg.Load(
+                f"large {name}",
+                "127.0.0.1",
+                port,
+                lg.build_request("127.0.0.1", port, path, headers, bodies[name][1]),
+            ),
+            1,
+        )
+        for name, path, headers in large
+    ]
+
+    async def run() -> list[lg.Stats]:
+        channel.send("ready")
+        await asyncio.to_thread(channel.recv)
+        return await lg.together(loads, seconds)
+
+    stats = asyncio.run(run())
+    channel.send(
+        {
+            load.label: (st.completed, st.errors, st.first_error)
+            for (load, _), st in zip(loads, stats, strict=True)
+        }
+    )
 
 
 def print_large(results: dict[str, Any]) -> None:
