@@ -101,10 +101,10 @@ class ServerConfig(_Section):
     body_worker_niceness: int = Field(10, ge=0, le=19)
     #: ``idle``: the body workers run only on CPU time nothing else wants (Linux ``SCHED_IDLE``):
     #: a serving process that wakes takes the core from them at once, so small requests keep
-    #: their latency beside large bodies; a worker kept busy without pause beside a task that
-    #: never sleeps gets well under 1 % of that core. ``niceness``: they take a share of a busy core by
-    #: ``body_worker_niceness`` alone (about a tenth at 10), and small requests wait behind them
-    #: more often. Elsewhere than Linux both are ``niceness``.
+    #: their latency beside large bodies; but a worker kept busy without pause beside a task that
+    #: never sleeps gets well under 1 % of that core. ``niceness``: they take a share of a busy
+    #: core by ``body_worker_niceness`` alone (about a tenth at 10), and small requests wait
+    #: behind them more often. Elsewhere than Linux both are ``niceness``.
     body_worker_priority: Literal["idle", "niceness"] = "idle"
     #: Shared memory each body worker keeps between jobs (its arena, ``modelgate.offload``): a
     #: body or result up to this size is copied into pages already there; a larger one grows the

@@ -1,5 +1,6 @@
 """The body workers' settings (niceness, scheduling policy), and the body files older versions
-left in shared memory, swept at start (the arenas that replaced them are in tests/gateway/test_offload_arena.py)."""
+left in shared memory, swept at start (the arenas that replaced them are in
+tests/gateway/test_offload_arena.py)."""
 
 from __future__ import annotations
 

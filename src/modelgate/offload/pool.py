@@ -43,8 +43,8 @@ T = TypeVar("T")
 WORKER_NICENESS = 10
 #: The default of ``server.body_worker_priority``: the workers under ``SCHED_IDLE`` (Linux), so a
 #: serving process that wakes preempts them at once instead of waiting out their time slice.
-#: Small requests' p99 beside four clients looping 31 MiB bodies, all on one core: 1.3-1.8x
-#: quiet, against 2.3-3.5x at niceness 10 alone (docs/bench.md).
+#: Small requests' p99 beside four clients looping 31 MiB bodies, all on one core: 1.3-2.1x
+#: quiet, against 2.3-3.6x at niceness 10 alone (docs/bench.md).
 WORKER_IDLE = True
 
 #: The default of ``server.body_arena_bytes``: the shared memory each body worker keeps between
@@ -339,7 +339,7 @@ def _lower_priority(niceness: int) -> None:
     """Lower the calling thread's priority by ``niceness``, as the workers lower theirs (Linux:
     each thread has its own; elsewhere the call would lower the whole serving process, so it is
     not made). Never ``SCHED_IDLE``, whatever the workers' policy: these threads take the GIL, and
-    one preempted while it holds it would hold up the serving loop until the core is idle."""
+    one preempted while it holds it would hold up the serving loop until it gets the core back."""
     if niceness and sys.platform.startswith("linux"):
         thread = threading.get_native_id()
         with contextlib.suppress(OSError):
