@@ -40,6 +40,11 @@ T = TypeVar("T")
 INLINE_SAVE_BYTES = 64 * 1024
 
 
+def _inline(response: NewResponse) -> bool:
+    """Whether ``response`` is saved with the group commit (``INLINE_SAVE_BYTES``)."""
+    return object_bytes(response.body, [*response.input_items, *response.output_items]) <= INLINE_SAVE_BYTES
+
+
 class SqliteResponses(SqliteRepository):
     async def _state_write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def op() -> T:
@@ -171,8 +176,7 @@ class SqliteResponses(SqliteRepository):
         return True
 
     async def save_response(self, response: NewResponse, max_account_bytes: int) -> bool:
-        size = object_bytes(response.body, [*response.input_items, *response.output_items])
-        if size <= INLINE_SAVE_BYTES:
+        if _inline(response):
             return await self._group_write(lambda db: self._save(db, response, max_account_bytes))
         return await self._state_write(lambda db: self._save(db, response, max_account_bytes))
 
@@ -182,11 +186,7 @@ class SqliteResponses(SqliteRepository):
         """The small ones as ONE operation of the ledger's group commit; when the database refuses
         that operation for one of them (a duplicate id: the group commit rolls it back whole), and
         for a large one (on the worker thread), each is saved alone, so only the culprit fails."""
-        small = [
-            r
-            for r in responses
-            if object_bytes(r.body, [*r.input_items, *r.output_items]) <= INLINE_SAVE_BYTES
-        ]
+        small = [r for r in responses if _inline(r)]
 
         def op(db: sqlite3.Connection) -> list[bool]:
             return [self._save(db, r, max_account_bytes) for r in small]
