@@ -107,8 +107,9 @@ async def _large_phase(target: Target, seconds: float, placement: str) -> dict[s
         f"[{target.name}] large bodies ({placement}): 4 clients looping ~31 MiB requests, "
         f"small chat at c=2, {seconds:g} s"
     )
-    ours, theirs = multiprocessing.get_context("spawn").Pipe()
-    clients = multiprocessing.get_context("spawn").Process(
+    spawn = multiprocessing.get_context("spawn")
+    ours, theirs = spawn.Pipe()
+    clients = spawn.Process(
         target=_large_clients, args=(theirs, target.port, large, seconds), name="bench-large-clients"
     )
     clients.start()
