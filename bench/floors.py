@@ -27,6 +27,9 @@ from typing import Any, cast
 import aiohttp
 import uvloop
 
+from modelgate.config import ServerConfig
+from modelgate.offload.heap import keep_body_buffers
+
 KINDS = ("uvicorn+aiohttp", "aiohttp+aiohttp", "raw")
 #: The uvicorn+aiohttp relay as one of several processes on a port (``--workers N --floors``).
 PROCESSES = "uvicorn+aiohttp/reuseport"
@@ -65,12 +68,13 @@ def run_uvicorn(port: int, upstream_port: int, *, reuse_port: bool = False) -> N
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"ok"})
             return
-        body = b""
+        parts = []  # joined once: adding each part to the last would copy a large body many times
         while True:
             message = await receive()
-            body += message.get("body", b"")
+            parts.append(message.get("body", b""))
             if not message.get("more_body"):
                 break
+        body = b"".join(parts)
         reply = await client.session().post(client.url, data=body, headers=UPSTREAM_HEADERS)
         kind = reply.headers.get("content-type", "application/json").encode()
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", kind)]})
@@ -174,6 +178,12 @@ def run_raw(port: int, upstream_port: int) -> None:
 
 def main() -> None:
     kind, port, upstream_port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    # The heap kept for large bodies as the gateway keeps it (``modelgate serve`` does the same at
+    # start with its default ``server.body_arena_bytes``): left to glibc's adaptive thresholds, the
+    # relay's cost per MiB depended on which bodies it had freed before (0.8 to 5.5 ms per MiB of
+    # the same 1 MiB many-turns body in different runs), so a ratio to it depended on the order of
+    # the points and on what ran before them.
+    keep_body_buffers(ServerConfig().body_arena_bytes)
     runners = {"uvicorn+aiohttp": run_uvicorn, "aiohttp+aiohttp": run_aiohttp, "raw": run_raw}
     if kind == PROCESSES:
         run_uvicorn(port, upstream_port, reuse_port=True)
