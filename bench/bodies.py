@@ -29,7 +29,7 @@ async def run(args: argparse.Namespace) -> None:
             target = start_modelgate(upstream.port, workdir)
             try:
                 if args.large_seconds > 0:
-                    print_large(await bench_large_bodies(target, args.large_seconds))
+                    print_large(await bench_large_bodies(target, upstream.port, args.large_seconds))
                 if args.sizes_seconds > 0 and sizes:
                     results = await body_sizes.bench_body_sizes(
                         target, upstream.port, workdir, args.sizes_seconds, sizes

@@ -6,6 +6,12 @@ The large bodies hold hundreds of thousands of short messages, the costliest sha
 forward them in its worker processes, so the small requests (whole chat requests, concurrency 2)
 keep their usual latency; the figures are their p50, p99 and maximum over the run.
 
+The same small requests also go straight to the fake upstream, in alternating half-second slices
+with the gateway's: the fake upstream and the clients share the other core with the large bodies'
+clients, so what the run adds to the requests that skip the gateway is the bench's own share of
+the slowdown, and the gateway's added p99 (its p99 less theirs, as the main table's ``+p99``) is
+its own.
+
 The four large-body clients run in a process of their own (``_large_clients``), on the same core as
 the small requests' client: in one event loop with it, their writes and reads of ~31 MiB bodies
 could delay the small requests' own, which would count against the gateway.
@@ -28,7 +34,7 @@ from typing import Any
 
 from bench import load as lg
 from bench.procs import tree
-from bench.targets import GATEWAY_CORE, Target
+from bench.targets import GATEWAY_CORE, Target, direct_endpoints
 
 LARGE_BYTES = 32 * 1024 * 1024 - 256 * 1024  # the turns come to ~31 MiB, under the 32 MiB limit
 BUDGET = {"small_p99_ms": 100.0, "small_max_ms": 300.0, "p99_over_quiet": 1.5}
@@ -68,13 +74,13 @@ def large_bodies() -> dict[str, tuple[str, bytes]]:
     }
 
 
-async def bench_large_bodies(target: Target, seconds: float) -> dict[str, Any]:
+async def bench_large_bodies(target: Target, upstream_port: int, seconds: float) -> dict[str, Any]:
     """The phase pinned, then with the body workers on every core (``spread_body_workers``)."""
-    pinned = await _large_phase(target, seconds, "body workers on the gateway's core")
+    pinned = await _large_phase(target, upstream_port, seconds, "body workers on the gateway's core")
     moved = spread_body_workers(target)
     if not moved:
         return {"pinned": pinned}
-    spread = await _large_phase(target, seconds, f"body workers ({moved}) on every core")
+    spread = await _large_phase(target, upstream_port, seconds, f"body workers ({moved}) on every core")
     return {"pinned": pinned, "spread": spread}
 
 
@@ -92,7 +98,7 @@ def spread_body_workers(target: Target) -> int:
     return moved
 
 
-async def _large_phase(target: Target, seconds: float, placement: str) -> dict[str, Any]:
+async def _large_phase(target: Target, upstream_port: int, seconds: float, placement: str) -> dict[str, Any]:
     by_name = {ep.name: ep for ep in target.endpoints}
     large = [
         (name, path, by_name["messages" if path.startswith("/v1/messages") else name].headers)
@@ -100,9 +106,14 @@ async def _large_phase(target: Target, seconds: float, placement: str) -> dict[s
     ]
     chat = by_name["chat"]
     small = lg.build_request("127.0.0.1", target.port, chat.path, chat.headers, chat.body(False))
-    small_load = (lg.Load("small chat", "127.0.0.1", target.port, small, core=GATEWAY_CORE), 2)
+    mine = lg.Load("small chat", "127.0.0.1", target.port, small, core=GATEWAY_CORE)
+    straight = next(ep for ep in direct_endpoints() if ep.name == "chat")
+    request = lg.build_request(
+        "127.0.0.1", upstream_port, straight.path, straight.headers, straight.body(False)
+    )
+    direct = lg.Load("small chat, direct", "127.0.0.1", upstream_port, request)
     # The same small requests on a quiet gateway first: the p99 they must keep (issue #34: <= 1.5x).
-    (quiet,) = await lg.together([small_load], min(5.0, seconds / 3))
+    quiet, quiet_direct = await lg.interleaved([mine, direct], 2, min(5.0, seconds / 3))
     print(
         f"[{target.name}] large bodies ({placement}): 4 clients looping ~31 MiB requests, "
         f"small chat at c=2, {seconds:g} s"
@@ -116,7 +127,8 @@ async def _large_phase(target: Target, seconds: float, placement: str) -> dict[s
     try:
         await asyncio.to_thread(ours.recv)  # connected, bodies built: both loads start now
         ours.send("go")
-        (small_stats,) = await lg.together([small_load], seconds)
+        # Half the run each, in alternating slices: both end when the large bodies' clients do.
+        small_stats, direct_stats = await lg.interleaved([mine, direct], 2, seconds / 2)
         done: dict[str, tuple[int, int, str]] = await asyncio.to_thread(ours.recv)
     finally:
         clients.join(30)
@@ -131,6 +143,9 @@ async def _large_phase(target: Target, seconds: float, placement: str) -> dict[s
         "small_p99_ms": lg.pct(small_stats.latencies, 0.99) * 1000,
         "small_max_ms": max(small_stats.latencies, default=float("nan")) * 1000,
         "quiet_p99_ms": lg.pct(quiet.latencies, 0.99) * 1000,
+        "direct_p99_ms": lg.pct(direct_stats.latencies, 0.99) * 1000,
+        "direct_quiet_p99_ms": lg.pct(quiet_direct.latencies, 0.99) * 1000,
+        "direct_errors": direct_stats.errors + quiet_direct.errors,
         "large_requests": {label: completed for label, (completed, _, _) in done.items()},
         "large_errors": sum(errors for _, errors, _ in done.values()),
         "large_first_error": next((first for _, _, first in done.values() if first), ""),
@@ -195,5 +210,17 @@ def _print_phase(r: dict[str, Any]) -> None:
         f"small p99 quiet {quiet:.2f} ms; while large bodies run {ratio:.2f}x quiet "
         f"(budget <= {BUDGET['p99_over_quiet']:g}x) {'yes' if ratio <= BUDGET['p99_over_quiet'] else 'NO'}"
     )
+    if "direct_p99_ms" in r:
+        direct, direct_quiet = r["direct_p99_ms"], r["direct_quiet_p99_ms"]
+        added, added_quiet = r["small_p99_ms"] - direct, quiet - direct_quiet
+        print(
+            f"the same requests straight to the fake upstream: p99 quiet {direct_quiet:.2f} ms, while large "
+            f"bodies run {direct:.2f} ms ({direct / direct_quiet:.2f}x; the bench's own core); errors "
+            f"{r['direct_errors']}"
+        )
+        print(
+            f"the gateway's added p99 (its p99 less theirs): quiet {added_quiet:.2f} ms, while large bodies "
+            f"run {added:.2f} ms ({added / added_quiet if added_quiet > 0 else float('nan'):.2f}x)"
+        )
     done = ", ".join(f"{k.removeprefix('large ')} {v}" for k, v in r["large_requests"].items())
     print(f"large requests completed: {done}; errors {r['large_errors']} {r['large_first_error']}")

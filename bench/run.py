@@ -435,7 +435,9 @@ async def main_async(args: argparse.Namespace) -> None:
                     if not args.modes_only:
                         results[name] = await bench_target(target, upstream, args)
                     if name == "modelgate" and args.large_seconds > 0 and not args.modes_only:
-                        results[name]["large"] = await bench_large_bodies(target, args.large_seconds)
+                        results[name]["large"] = await bench_large_bodies(
+                            target, upstream.port, args.large_seconds
+                        )
                     if name == "modelgate" and args.sizes_seconds > 0 and not args.modes_only:
                         results.setdefault(name, {})["sizes"] = await bench_body_sizes(
                             target, upstream.port, workdir, args.sizes_seconds
