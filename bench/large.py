@@ -57,8 +57,8 @@ PATHS = {
 }
 
 
-def large_bodies() -> dict[str, tuple[str, bytes]]:
-    """Endpoint name -> (path, body) of ~31 MiB each."""
+def large_bodies() -> dict[str, bytes]:
+    """Endpoint name -> its body of ~31 MiB (sent to ``PATHS[name]``)."""
     turns = conversation(LARGE_BYTES - 4096)
     bodies = {
         "count_tokens": {"model": "aria-haiku-4.5", "messages": turns},
@@ -69,9 +69,7 @@ def large_bodies() -> dict[str, tuple[str, bytes]]:
         # handling, as it did before stored responses existed.
         "responses": {"model": "nova-5.5", "max_output_tokens": 16, "store": False, "input": turns},
     }
-    return {
-        name: (PATHS[name], json.dumps(body, separators=(",", ":")).encode()) for name, body in bodies.items()
-    }
+    return {name: json.dumps(body, separators=(",", ":")).encode() for name, body in bodies.items()}
 
 
 async def bench_large_bodies(target: Target, upstream_port: int, seconds: float) -> dict[str, Any]:
@@ -164,7 +162,7 @@ def _large_clients(
                 f"large {name}",
                 "127.0.0.1",
                 port,
-                lg.build_request("127.0.0.1", port, path, headers, bodies[name][1]),
+                lg.build_request("127.0.0.1", port, path, headers, bodies[name]),
             ),
             1,
         )
